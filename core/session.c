@@ -786,6 +786,16 @@ static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
                : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)info->reduce, req);
 }
 
+/* ZeRO-3's gather of a parameter that lowering starts a layer ahead (host memory, along dim 0: no
+ * packing), started without waiting in every pass that runs it; its COMM_WAIT completes it. */
+static pdde_status start_gather(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+    pdde_status st = pdde_comm_iallgather(s->axis_comm[node_info(s, t)->axis], (char *)x->data + x->offset, (char *)t->data + t->offset,
+                                          (size_t)pdde_tensor_numel(x), t->dtype, req);
+    return st ? comm_error(s, t, st, " (prefetched)") : PDDE_OK;
+}
+
 /* A reshard, blocking; on device memory through host memory (the transport reads host buffers). */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[t->op == PDDE_OP_ALLGATHER ? t->nsrc - 1 : 0]; /* (a write-back allgather reads its second input) */
@@ -1133,7 +1143,8 @@ static void scaler_init(pdde_session *s);
 static pdde_status scaler_write(pdde_session *s);
 
 #ifdef PDDE_HAVE_COMM
-/* Gradient buckets and early (overlapped) reductions take host memory only, so a rank whose
+/* Gradient buckets, early (overlapped) reductions and ZeRO-3's prefetched gathers take host memory
+ * only, so a rank whose
  * data-parallel gradients live on a device reduces them one by one at the update; its peers must issue
  * the same collectives in the same order. Where the ranks of an axis group differ in that (a CPU rank
  * beside a PoCL rank), every rank of the world lowers again without buckets and early reductions.
@@ -1150,7 +1161,7 @@ static pdde_status session_agree_collectives(pdde_session *s, pdde_graph *g, pdd
     if (!st) st = pdde_comm_allreduce(s->world, &differ, &differ, 1, PDDE_F32, PDDE_REDUCE_MAX);
     if (st || differ == 0 || !lowered) return st; /* (the communicator said why) */
     program_free(s->prog), s->prog = NULL;
-    lp->gradient_bucket_bytes = -1, lp->overlap_gradients = false;
+    lp->gradient_bucket_bytes = -1, lp->overlap_gradients = false, lp->no_zero3_prefetch = true;
     return program_lower(g, lp, &s->prog);
 }
 #endif
@@ -1174,7 +1185,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
-                            p.gradient_bucket_bytes, NULL};
+                            p.gradient_bucket_bytes, NULL, false};
     lp.no_cpu_fallback = program_no_cpu_fallback(&p);
     pdde_status st = PDDE_OK;
     if (p.world) {
@@ -1195,7 +1206,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
 #ifdef PDDE_HAVE_COMM
-    if (s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients)) {
+    if (s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients || !lp.no_zero3_prefetch)) {
         pdde_status agreed = session_agree_collectives(s, g, &lp, st == PDDE_OK);
         if (st == PDDE_OK) st = agreed;
     }
@@ -1558,6 +1569,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
         pdde_status st = copy_flush(s, &pending);
         if (st) return bucket_error(s, t, pending, st);
     }
+    if (collective && in->prefetch) return start_gather(s, t);
     if (collective && in->early) return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
     if (collective) s->gradient_collectives += in->data_parallel;
     if (collective) return run_reshard(s, t);
