@@ -1900,7 +1900,7 @@ static pdde_status lower_schedule(lowering *L) {
 /* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. Lowering and the search's estimate read it here. */
 PDDE_PRIVATE bool lower_prefetch_on(void) {
     const char *env = getenv("PDDE_ZERO3_PREFETCH");
-    return !(env && !strcmp(env, "0"));
+    return !env || strcmp(env, "0") != 0;
 }
 
 /* A ZeRO-3 gather of a parameter's value for a forward or backward reader (not a gather of updated
@@ -2051,6 +2051,8 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
             else if (t->nsrc == 1 && t->src[0]) fprintf(f, ", of %s", t->src[0]->name); /* (a reshard step: what it reads) */
         } else if (t->op == PDDE_OP_COPY)
             fprintf(f, "  from device %d", t->src[0]->device);
+        else if (t->op == PDDE_OP_COMM_WAIT)
+            fprintf(f, "  completes %s", t->src[0]->name);
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
         fputc('\n', f);
     }
