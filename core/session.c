@@ -570,6 +570,21 @@ static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m) {
     return st || sd->host ? st : device_sync(s, sd);
 }
 
+static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim, int dim, int n, size_t esz, bool pack);
+
+/* A prefetched gather along a dim other than 0 arrived rank by rank (block r of the result at r x the
+ * input's size): its blocks into their places along that dim. */
+static pdde_status unpack_gathered(pdde_session *s, pdde_tensor *t) {
+    size_t bytes = pdde_tensor_nbytes(t);
+    char *tmp = malloc(bytes + 1), *out = (char *)t->data + t->offset;
+    if (!tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    memcpy(tmp, out, bytes);
+    blocks_along(tmp, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]), pdde_dtype_size(t->dtype),
+                 false);
+    free(tmp);
+    return PDDE_OK;
+}
+
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
  * run did not start it, it runs it now. */
 static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
@@ -581,6 +596,7 @@ static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     }
     pdde_status st = pdde_comm_wait(*started, -1);
     if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    if (!st && node_info(s, c)->prefetch && node_info(s, c)->dim > 0) st = unpack_gathered(s, c);
     return st ? comm_error(s, t, st, "") : PDDE_OK;
 }
 
@@ -786,8 +802,9 @@ static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
                : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)info->reduce, req);
 }
 
-/* ZeRO-3's gather of a parameter that lowering starts a layer ahead (host memory, along dim 0: no
- * packing), started without waiting in every pass that runs it; its COMM_WAIT completes it. */
+/* ZeRO-3's gather of a parameter that lowering starts a layer ahead (host memory), started without
+ * waiting in every pass that runs it; its COMM_WAIT completes it (and puts the blocks of a gather along
+ * another dim than 0 in their places). */
 static pdde_status start_gather(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[0];
     pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];

@@ -1892,8 +1892,8 @@ static pdde_status lower_schedule(lowering *L) {
  * started instead at the start of the layer that runs before it in the same pass, so it travels while
  * that layer computes, and a COMM_WAIT takes its place (its readers read the wait). The gathered copy
  * is alive one layer earlier: the memory plan sees it from the order, the search's estimate adds a
- * layer. Gathers along dim 0 of host memory only (the non-blocking collective needs no packing), not
- * the first layer of a pass, not across interleaved chunks (another pass), never before what they read;
+ * layer. Gathers of host memory only (the executor's non-blocking collectives), not the first layer's
+ * of a pass, not across interleaved chunks (another pass), never before what they read;
  * every rank of an axis lowers the same order, so the collectives stay matched. Uneven shares' phantom
  * micro-batches (which run a pass' collectives alone) keep the gathers blocking. */
 
@@ -1943,7 +1943,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
             continue;
         }
         int from = seg_start[i];
-        if (from < 0 || P->info[c->id].dim != 0 || P->info[P->order[from]->id].chunk != P->info[c->id].chunk) continue;
+        if (from < 0 || P->info[P->order[from]->id].chunk != P->info[c->id].chunk) continue;
         if (x->op != PDDE_OP_NONE && at[x->id] >= from) from = at[x->id] + 1; /* (after what it reads) */
         if (from >= i) continue;
         pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
