@@ -281,6 +281,10 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     if (e->pp > 1 && b < p->n_layers) w->send += p->out[b - 1], w->n_send++;
 }
 
+/* Whether lowering prefetches ZeRO-3's gathers (lower_zero3_prefetch): on, and equal shares (uneven
+ * ones' phantom micro-batches keep them blocking). */
+static bool zero3_prefetched(const plan_eval *e) { return lower_prefetch_on() && !e->shares; }
+
 /* Bytes one device of stage s holds. */
 static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
     double dp = e->dp, params = w->params / e->tp, per_micro = 1.0 / ((double)e->units * e->m * e->tp);
@@ -297,7 +301,7 @@ static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
      * a layer's at a time, gathered again for backward (lowering's regathering), else every layer's
      * from its forward to its backward (PDDE_ZERO3_REGATHER=0); with the prefetch the next layer's
      * too (PDDE_ZERO3_PREFETCH) */
-    double layers = lower_prefetch_on() ? 2 : 1;
+    double layers = zero3_prefetched(e) ? 2 : 1;
     double gathered = e->zero >= 3 && e->dp > 1 ? (lower_regather_on() ? fmin(layers * w->layer_params / e->tp, params) : params) : 0;
     return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro + alive * gathered;
 }
@@ -352,7 +356,7 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
      * travel while the layer before it computes: the first layer's of a pass wait, the others where
      * they outlast that compute */
     double gather = zero3_gather_s(e, d, wbytes);
-    if (gather > 0 && lower_prefetch_on() && w->n_layers > 1) gather -= fmin(gather * (w->n_layers - 1) / w->n_layers, t);
+    if (gather > 0 && zero3_prefetched(e) && w->n_layers > 1) gather -= fmin(gather * (w->n_layers - 1) / w->n_layers, t);
     t += gather;
     *fwd_s = fwd;
     return t;
