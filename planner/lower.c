@@ -1913,7 +1913,8 @@ static bool param_gather(const lowering *L, const pdde_tensor *c) {
 
 static pdde_status lower_zero3_prefetch(lowering *L) {
     pdde_program *P = L->P;
-    if (!P->world_size || L->p->no_zero3_prefetch || !lower_prefetch_on() || P->n_phantom) return PDDE_OK;
+    /* (uneven shares: a rank with the largest share makes no phantoms, but its peers do) */
+    if (!P->world_size || L->p->no_zero3_prefetch || !lower_prefetch_on() || (L->g->planner && L->g->planner->shares)) return PDDE_OK;
     int n = P->n_order, n_nodes = P->n;
     int *at = malloc(((size_t)n_nodes + 1) * sizeof *at);          /* by node id: its place in the order */
     int *to = malloc(((size_t)n + 1) * sizeof *to);                /* by place: where a moved gather starts (-1: stays) */
