@@ -1946,6 +1946,8 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         int from = seg_start[i];
         if (from < 0 || P->info[P->order[from]->id].chunk != P->info[c->id].chunk) continue;
         if (x->op != PDDE_OP_NONE && at[x->id] >= from) from = at[x->id] + 1; /* (after what it reads) */
+        while (from < i && to[from] < 0 && P->order[from]->op == PDDE_OP_ALLGATHER && param_gather(L, P->order[from]))
+            from++; /* (after that layer's own blocking gathers: the first layer of a pass waits for those) */
         if (from >= i) continue;
         pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
         if (!w) { st = lower_oom(L); break; }
