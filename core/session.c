@@ -76,6 +76,7 @@ struct pdde_session {
     struct session_send *sends; /* per SEND node: host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
+    struct session_profile *devprof; /* PDDE_PROFILE=device: timed on the device (core/profile.c; NULL: off) */
     bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
     bool update_checked;        /* this run checked the loss and gradient norm before its first update */
     bool loss_read;             /* ...and read the loss then (loss_value): its end need not read it again */
@@ -120,6 +121,9 @@ static pdde_status device_sync(pdde_session *s, session_device *sd) {
     return sd->iface->stream_sync(sd->dev, sd->stream);
 }
 
+static bool program_runs_itself(const pdde_program *P, const pdde_tensor *t);
+#include "profile.c" /* PDDE_PROFILE=device */
+
 static int session_slot_for(pdde_session *s, int device) {
     for (int i = 0; i < s->n_devs; i++)
         if (s->devs[i].device == device) return i;
@@ -131,7 +135,8 @@ static int session_slot_for(pdde_session *s, int device) {
     sd->device = device;
     if (registry_device_get(s->ctx, s->ctx->registry, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
     sd->host = strcmp(sd->iface->name, "cpu") == 0;
-    if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
+    bool timed = s->devprof && profile_can_time(sd->iface); /* (PDDE_PROFILE=device) */
+    if ((timed ? sd->iface->stream_create_timed : sd->iface->stream_create)(sd->dev, &sd->stream) != PDDE_OK) return -1;
     return s->n_devs++;
 }
 
@@ -1170,7 +1175,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     s->schedule = g->opt;
     const char *prof = getenv("PDDE_PROFILE");
-    s->profile = prof && *prof && strcmp(prof, "0") != 0;
+    s->profile = prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "device") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
@@ -1204,7 +1209,9 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
+    if (st == PDDE_OK && prof && !strcmp(prof, "device")) st = profile_want(s);
     if (st == PDDE_OK) st = session_place(s);
+    if (st == PDDE_OK && s->devprof) st = profile_open(s);
 #ifdef PDDE_HAVE_COMM
     if (st == PDDE_OK && s->world && (!(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)) ||
                                       !(s->bucket_done = calloc((size_t)s->prog->n + 1, sizeof *s->bucket_done))))
@@ -1238,6 +1245,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
     if (s->profile) print_profile(s);
+    if (s->devprof) profile_print(s), profile_free(s);
     trace_close(s); /* (before the program: events name its nodes) */
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
@@ -1648,7 +1656,9 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
             for (int k = 0; k < u->nsrc; k++) bind_micro(s, u->src[k], micro);
         }
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
+        int timed = s->devprof ? profile_node_begin(s, t) : -1;
         st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
+        if (timed >= 0) profile_node_end(s, timed);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
         s->op_runs[t->op] += n_group;
         if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
@@ -1802,6 +1812,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
+    if (s->devprof) profile_run_begin(s);
     s->update_checked = s->loss_read = false;
     s->skip_update = false;
     s->deferred_norm = NULL;
@@ -1825,6 +1836,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (sync == PDDE_OK && s->devs[d].copy_stream) sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].copy_stream);
         if (st == PDDE_OK) st = sync;
     }
+    if (s->devprof) profile_run_end(s, st);
     if (st == PDDE_OK && s->deferred_norm) /* (the kernels did nothing if the norm is not finite) */
         st = check_update_scalars(s, s->pass_has_loss ? s->loss : NULL, s->loss_value, s->deferred_norm, s->norm_value, s->deferred_micro);
     /* a rank without update nodes (a pipeline stage without parameters) never reached the check before
