@@ -606,8 +606,9 @@ typedef struct {
     double wall_ms;       /* pdde_session_run's duration */
     double busy_ms, span_ms;
     double idle_pct;      /* 100 (wall - busy) / wall: the device waiting for the host, or the host for it */
-    double host_issue_ms; /* from the run's start to its last node enqueued */
+    double host_issue_ms; /* from the run's start to its last node enqueued, less host_wait_ms */
     double ops;           /* device nodes (or multi-tensor groups) timed */
+    double host_wait_ms, host_waits; /* the host's waits for a device before that last node (the run's end waits too) */
 } pdde_device_profile;
 /* PDDE_ERR_STATE where the session does not time on the device */
 pdde_status pdde_session_device_profile(const pdde_session *s, pdde_device_profile *out);

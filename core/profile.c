@@ -6,22 +6,24 @@
  * host left between the node's own kernels). Events come from a pool per device, made during the
  * first run and reused by the later ones.
  * Per run it keeps the wall time (pdde_session_run on the host), the time the host spent issuing (from
- * the run's start to its last enqueue), the busy time of the busiest device (the union of its
+ * the run's start to its last enqueue, less its waits for a device), those waits, the busy time of the busiest device (the union of its
  * intervals), and per op the device time, the host's issue time and the calls. The first run (kernel
  * builds, first-touch allocations) is left out of the figures once there are others.
  * A part of pdde.c: included by core/session.c (it uses the session's private types and helpers). */
 
 typedef struct {
-    int64_t runs, ops, op_calls[PDDE_OP_COUNT];
-    double wall_ms, busy_ms, span_ms, issue_ms, op_ms[PDDE_OP_COUNT], op_host_ms[PDDE_OP_COUNT];
+    int64_t runs, ops, waits, op_calls[PDDE_OP_COUNT];
+    double wall_ms, busy_ms, span_ms, issue_ms, wait_ms, op_ms[PDDE_OP_COUNT], op_host_ms[PDDE_OP_COUNT];
 } profile_totals;
 
 struct session_profile {
     struct profile_pool { void **ev; int n, used; } *pool; /* per device slot */
-    struct profile_node { int op, slot, ev; double host_s; } *node; /* this run's, in issue order */
+    struct profile_node { int op, slot, ev; double host_s, wait_s; } *node; /* this run's, in issue order */
     int n_node, cap_node;
     double *iv;                 /* scratch: intervals (start, end) of one device */
     double run_t0, issue_t1;    /* this run's start and the end of its issue (host monotonic seconds) */
+    double wait_s, issue_wait_s;/* this run's waits for a device: all, and those before the end of its issue */
+    int64_t n_wait, issue_waits;
     bool stopped;               /* an event call failed: said once, no more timing */
     profile_totals first, rest;
 };
@@ -82,6 +84,16 @@ static void profile_run_begin(pdde_session *s) {
     s->devprof->n_node = 0;
     for (int d = 0; d < s->n_devs; d++) s->devprof->pool[d].used = 0;
     s->devprof->run_t0 = s->devprof->issue_t1 = monotonic_seconds();
+    s->devprof->wait_s = s->devprof->issue_wait_s = 0, s->devprof->n_wait = s->devprof->issue_waits = 0;
+}
+
+/* The host waits for sd's stream, timed (device_sync; and before a read of the session's, which may wait
+ * inside the backend's read). */
+static pdde_status profile_wait(pdde_session *s, session_device *sd) {
+    double t0 = monotonic_seconds();
+    pdde_status st = sd->iface->stream_sync(sd->dev, sd->stream);
+    s->devprof->wait_s += monotonic_seconds() - t0, s->devprof->n_wait++;
+    return st;
 }
 
 /* Before node t (the first of a group) runs: the event before it, if it runs on a device's stream;
@@ -106,7 +118,7 @@ static int profile_node_begin(pdde_session *s, const pdde_tensor *t) {
         pool->n++;
     }
     if (sd->iface->event_record(sd->dev, pool->ev[pool->used], sd->stream)) return profile_stop(s), -1;
-    p->node[p->n_node] = (struct profile_node){t->op, slot, pool->used, monotonic_seconds()};
+    p->node[p->n_node] = (struct profile_node){t->op, slot, pool->used, monotonic_seconds(), p->wait_s};
     pool->used += 2;
     return p->n_node++;
 }
@@ -116,8 +128,8 @@ static void profile_node_end(pdde_session *s, int i) {
     struct profile_node *n = &p->node[i];
     session_device *sd = &s->devs[n->slot];
     if (!p->stopped && sd->iface->event_record(sd->dev, p->pool[n->slot].ev[n->ev + 1], sd->stream)) profile_stop(s);
-    p->issue_t1 = monotonic_seconds();
-    n->host_s = p->issue_t1 - n->host_s;
+    p->issue_t1 = monotonic_seconds(), p->issue_wait_s = p->wait_s, p->issue_waits = p->n_wait;
+    n->host_s = p->issue_t1 - n->host_s - (p->wait_s - n->wait_s); /* (its issue, not its waits) */
 }
 
 static int profile_cmp_start(const void *a, const void *b) {
@@ -167,7 +179,8 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
         if (busy > run.busy_ms) run.busy_ms = busy, run.span_ms = n_iv ? last - p->iv[0] : 0;
     }
     T->runs++, T->ops += run.ops;
-    T->wall_ms += wall_ms, T->busy_ms += run.busy_ms, T->span_ms += run.span_ms, T->issue_ms += 1e3 * (p->issue_t1 - p->run_t0);
+    T->wall_ms += wall_ms, T->busy_ms += run.busy_ms, T->span_ms += run.span_ms;
+    T->issue_ms += 1e3 * (p->issue_t1 - p->run_t0 - p->issue_wait_s), T->wait_ms += 1e3 * p->issue_wait_s, T->waits += p->issue_waits;
     for (int op = 0; op < PDDE_OP_COUNT; op++)
         T->op_ms[op] += run.op_ms[op], T->op_host_ms[op] += run.op_host_ms[op], T->op_calls[op] += run.op_calls[op];
 }
@@ -185,6 +198,7 @@ pdde_status pdde_session_device_profile(const pdde_session *s, pdde_device_profi
     double n = T->runs ? (double)T->runs : 1;
     out->runs = T->runs;
     out->wall_ms = T->wall_ms / n, out->busy_ms = T->busy_ms / n, out->span_ms = T->span_ms / n, out->host_issue_ms = T->issue_ms / n;
+    out->host_wait_ms = T->wait_ms / n, out->host_waits = (double)T->waits / n;
     out->idle_pct = out->wall_ms > 0 ? 100.0 * (out->wall_ms - out->busy_ms) / out->wall_ms : 0;
     out->ops = (double)T->ops / n;
     return PDDE_OK;
@@ -206,14 +220,15 @@ static void profile_print(const pdde_session *s) {
     const profile_totals *T = profile_figures(s);
     double n = (double)T->runs, total = 0;
     for (int op = 0; op < PDDE_OP_COUNT; op++) total += T->op_ms[op];
-    fprintf(stderr, "pdde device profile: %lld run%s%s; per run: wall %.3f ms, device busy %.3f ms (span %.3f), idle %.1f%%, host issue %.3f ms, %.0f ops\n",
+    fprintf(stderr, "pdde device profile: %lld run%s%s; per run: wall %.3f ms, device busy %.3f ms (span %.3f), idle %.1f%%, host issue %.3f ms, "
+                    "%.0f ops; before the run's end the host waited %.3f ms for a device (%.1f times)\n",
             (long long)T->runs, T->runs == 1 ? "" : "s", s->devprof->rest.runs ? " (the first left out)" : "", f.wall_ms, f.busy_ms,
-            f.span_ms, f.idle_pct, f.host_issue_ms, f.ops);
-    fprintf(stderr, "  %-22s %10s %6s %10s %8s\n", "op", "device ms", "%", "host ms", "calls");
+            f.span_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms, f.host_waits);
+    fprintf(stderr, "  %-22s %10s %6s %10s %8s\n", "op", "device ms", "%", "issue ms", "calls");
     for (int op = 0; op < PDDE_OP_COUNT; op++)
         if (T->op_calls[op])
             fprintf(stderr, "  %-22s %10.3f %5.1f%% %10.3f %8.1f\n", pdde_op_name((pdde_op)op), T->op_ms[op] / n,
                     100.0 * T->op_ms[op] / (total > 0 ? total : 1), T->op_host_ms[op] / n, (double)T->op_calls[op] / n);
-    fprintf(stderr, "PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f\n", f.busy_ms, f.wall_ms, f.idle_pct,
-            f.host_issue_ms, f.ops);
+    fprintf(stderr, "PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f\n", f.busy_ms,
+            f.wall_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms);
 }

@@ -115,14 +115,15 @@ static double monotonic_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static bool program_runs_itself(const pdde_program *P, const pdde_tensor *t);
+#include "profile.c" /* PDDE_PROFILE=device */
+
 /* The host waits for sd's stream (counted where it is a device's: pdde_session_host_syncs). */
 static pdde_status device_sync(pdde_session *s, session_device *sd) {
     if (!sd->host) s->host_syncs++;
+    if (s->devprof && !sd->host) return profile_wait(s, sd);
     return sd->iface->stream_sync(sd->dev, sd->stream);
 }
-
-static bool program_runs_itself(const pdde_program *P, const pdde_tensor *t);
-#include "profile.c" /* PDDE_PROFILE=device */
 
 static int session_slot_for(pdde_session *s, int device) {
     for (int i = 0; i < s->n_devs; i++)
@@ -1415,7 +1416,8 @@ static pdde_status check_loss(pdde_session *s, float loss, int micro) {
 /* Enqueues the read of f32 scalar t into *v (complete when its device's stream is synchronised). */
 static pdde_status enqueue_read_scalar(pdde_session *s, const pdde_tensor *t, float *v) {
     session_device *sd = &s->devs[s->slot[t->id]];
-    return sd->iface->read(sd->dev, sd->stream, t->data, t->offset, v, sizeof *v);
+    pdde_status st = s->devprof && !sd->host ? profile_wait(s, sd) : PDDE_OK; /* (a read may wait: PDDE_PROFILE=device times it) */
+    return st ? st : sd->iface->read(sd->dev, sd->stream, t->data, t->offset, v, sizeof *v);
 }
 
 /* The f32 scalars a and b (either may be NULL) read with one wait for each device holding one. */
@@ -1923,7 +1925,8 @@ static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src
 
 static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
-    pdde_status st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
+    pdde_status st = s->devprof && !sd->host ? profile_wait(s, sd) : PDDE_OK; /* (the read's wait: PDDE_PROFILE=device times it) */
+    if (!st) st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
     return st ? st : device_sync(s, sd);
 }
 

@@ -7,6 +7,8 @@
  *  - the losses are those of the same steps without profiling, bit for bit;
  *  - no wait per node: the host waits for the device as often as without profiling (PDDE_PROFILE=1, which
  *    waits after every node, waits more), and the host's issue time is below half the device's busy time;
+ *    without a norm to clip, the step's wait before its first update (for the loss) is reported as a wait
+ *    (at least half the matmuls' device time, most of which runs before it), not as issue time;
  *  - the figures leave the first run out, and the report at pdde_session_free prints them in its
  *    "PROFILE device ..." line;
  *  - on the CPU, which cannot time on a device, the session says so once and profiles with host timers.
@@ -57,7 +59,7 @@ static void capture_end(int saved, FILE *f, char *out, size_t cap) {
 }
 
 /* STEPS training steps under PDDE_PROFILE=profile (NULL: unset) on device */
-static int train(pdde_context *ctx, int device, const char *profile, run_result *r) {
+static int train(pdde_context *ctx, int device, const char *profile, int clip, run_result *r) {
     memset(r, 0, sizeof *r);
     if (profile) setenv("PDDE_PROFILE", profile, 1);
     else unsetenv("PDDE_PROFILE");
@@ -70,7 +72,8 @@ static int train(pdde_context *ctx, int device, const char *profile, run_result 
     pdde_tensor *h = pdde_relu(g, pdde_bias_add(g, pdde_matmul(g, x, w1, 0, 0), b1));
     pdde_tensor *loss = pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), y);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 1e-2f, op.clip_norm = 1.0f; /* (the step then waits once, at its end: README "Non-finite guard") */
+    op.lr = 1e-2f, op.clip_norm = clip ? 1.0f : 0; /* (with a norm the step waits once, at its end; else before
+                                                      its first update too: README "Non-finite guard") */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
     pdde_session *s = NULL;
@@ -117,7 +120,7 @@ static void test_opencl(pdde_context *ctx) {
         return;
     }
     run_result plain, dev, host;
-    int ok = train(ctx, device, NULL, &plain) == 0 && train(ctx, device, "device", &dev) == 0 && train(ctx, device, "1", &host) == 0;
+    int ok = train(ctx, device, NULL, 1, &plain) == 0 && train(ctx, device, "device", 1, &dev) == 0 && train(ctx, device, "1", 1, &host) == 0;
     CHECK(ok, "the three runs train");
     if (!ok) return;
     CHECK(!memcmp(plain.loss, dev.loss, sizeof plain.loss) && isfinite(dev.loss[STEPS - 1]), "losses as without profiling: %.9g %.9g (last)",
@@ -142,12 +145,19 @@ static void test_opencl(pdde_context *ctx) {
     CHECK(dev.syncs == plain.syncs, "the host waits as often as without profiling: %lld, %lld", (long long)dev.syncs, (long long)plain.syncs);
     CHECK(host.syncs >= plain.syncs + (int64_t)dev.prof.ops * (STEPS - 1), "PDDE_PROFILE=1 waits after each node: %lld waits",
           (long long)host.syncs);
-    CHECK(dev.prof.host_issue_ms < 0.5 * dev.prof.busy_ms, "the host issues in %.3f ms what the device runs in %.3f ms",
-          dev.prof.host_issue_ms, dev.prof.busy_ms);
+    CHECK(dev.prof.host_issue_ms < 0.5 * dev.prof.busy_ms && dev.prof.host_waits == 0 && dev.prof.host_wait_ms == 0,
+          "the host issues in %.3f ms what the device runs in %.3f ms, without waiting (%.1f waits, %.3f ms)", dev.prof.host_issue_ms,
+          dev.prof.busy_ms, dev.prof.host_waits, dev.prof.host_wait_ms);
+    /* without a norm to clip, the host waits for the loss before the first update: a wait, not issue */
+    run_result wait;
+    CHECK(train(ctx, device, "device", 0, &wait) == 0 && wait.prof.host_waits >= 1 && wait.prof.host_wait_ms > 0.5 * wait.op_ms[PDDE_OP_MATMUL] &&
+              wait.prof.host_issue_ms < 0.5 * wait.prof.busy_ms,
+          "a wait before the update: %.1f waits, %.3f ms, issue %.3f ms, busy %.3f ms", wait.prof.host_waits, wait.prof.host_wait_ms,
+          wait.prof.host_issue_ms, wait.prof.busy_ms);
     /* the report */
     const char *line = strstr(dev.report, "PROFILE device busy_ms=");
     double busy = -1, wall = -1, idle = -1, issue = -1, ops = -1;
-    CHECK(line && sscanf(line, "PROFILE device busy_ms=%lf wall_ms=%lf idle_pct=%lf host_issue_ms=%lf ops=%lf", &busy, &wall, &idle, &issue, &ops) == 5 &&
+    CHECK(line && sscanf(line, "PROFILE device busy_ms=%lf wall_ms=%lf idle_pct=%lf host_issue_ms=%lf ops=%lf host_wait_ms=", &busy, &wall, &idle, &issue, &ops) == 5 &&
               fabs(busy - dev.prof.busy_ms) < 2e-3 && fabs(wall - dev.prof.wall_ms) < 2e-3 && fabs(ops - dev.prof.ops) < 0.6,
           "the report's line: %.80s", line ? line : dev.report);
     CHECK(strstr(dev.report, "matmul") && !strstr(plain.report, "PROFILE") && strstr(host.report, "pdde profile:"), "the reports:\n%s", dev.report);
@@ -161,7 +171,7 @@ static void test_opencl(pdde_context *ctx) {
 static void test_cpu_fallback(pdde_context *ctx) {
     int device = pdde_device_find(ctx, "cpu", 0);
     run_result plain, dev;
-    int ok = train(ctx, device, NULL, &plain) == 0 && train(ctx, device, "device", &dev) == 0;
+    int ok = train(ctx, device, NULL, 1, &plain) == 0 && train(ctx, device, "device", 1, &dev) == 0;
     CHECK(ok, "the CPU runs train");
     if (!ok) return;
     CHECK(count(dev.init_err, "cannot time on the device") == 1 && count(dev.report, "cannot time") == 0, "said once: %s", dev.init_err);

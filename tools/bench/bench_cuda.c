@@ -16,7 +16,7 @@
  * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh (casts_per_step: the casts run
  * a step after the first, pdde_session_op_runs; PDDE_FOLD_CASTS sets whether weights' bf16 copies are kept
  * and casts folded into their producers). PDDE_PROFILE=device adds a "PROFILE device busy_ms=.. wall_ms=..
- * idle_pct=.. host_issue_ms=.. ops=.." line (pdde_session_device_profile: per step, the first left out;
+ * idle_pct=.. host_issue_ms=.. ops=.. host_wait_ms=.." line (pdde_session_device_profile: per step, the first left out;
  * the per-op table goes to stderr when the session is freed).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
  * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line. --packed:
@@ -358,8 +358,8 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
                loss0, loss, casts);
         pdde_device_profile pr; /* PDDE_PROFILE=device: where the step's time goes on the device */
         if (pdde_session_device_profile(s, &pr) == PDDE_OK)
-            printf("PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f\n", pr.busy_ms, pr.wall_ms,
-                   pr.idle_pct, pr.host_issue_ms, pr.ops);
+            printf("PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f\n", pr.busy_ms,
+                   pr.wall_ms, pr.idle_pct, pr.host_issue_ms, pr.ops, pr.host_wait_ms);
     }
     free(x);
     free(y);
