@@ -9,6 +9,9 @@
  * the run's start to its last enqueue, less its waits for a device), those waits, the busy time of the busiest device (the union of its
  * intervals), and per op the device time, the host's issue time and the calls. The first run (kernel
  * builds, first-touch allocations) is left out of the figures once there are others.
+ * Under a trace (PDDE_TRACE) the timed nodes' events are these intervals, on the host's clock from the
+ * time the run's first node on the device was issued (the device idles then, after the last run's
+ * wait), instead of host times around a wait per node.
  * A part of pdde.c: included by core/session.c (it uses the session's private types and helpers). */
 
 typedef struct {
@@ -18,7 +21,7 @@ typedef struct {
 
 struct session_profile {
     struct profile_pool { void **ev; int n, used; } *pool; /* per device slot */
-    struct profile_node { int op, slot, ev; double host_s, wait_s; } *node; /* this run's, in issue order */
+    struct profile_node { const pdde_tensor *t; int micro, slot, ev; double host_s, wait_s, host_us; } *node; /* this run's, in issue order */
     int n_node, cap_node;
     double *iv;                 /* scratch: intervals (start, end) of one device */
     double run_t0, issue_t1;    /* this run's start and the end of its issue (host monotonic seconds) */
@@ -98,7 +101,10 @@ static pdde_status profile_wait(pdde_session *s, session_device *sd) {
 
 /* Before node t (the first of a group) runs: the event before it, if it runs on a device's stream;
  * returns its index among the run's timed nodes, or -1. */
-static int profile_node_begin(pdde_session *s, const pdde_tensor *t) {
+static double trace_now_us(void);
+static void trace_node(pdde_session *s, const pdde_tensor *t, int micro, double ts, double dur);
+
+static int profile_node_begin(pdde_session *s, const pdde_tensor *t, int micro) {
     struct session_profile *p = s->devprof;
     int slot = s->slot[t->id];
     session_device *sd = &s->devs[slot];
@@ -118,7 +124,7 @@ static int profile_node_begin(pdde_session *s, const pdde_tensor *t) {
         pool->n++;
     }
     if (sd->iface->event_record(sd->dev, pool->ev[pool->used], sd->stream)) return profile_stop(s), -1;
-    p->node[p->n_node] = (struct profile_node){t->op, slot, pool->used, monotonic_seconds(), p->wait_s};
+    p->node[p->n_node] = (struct profile_node){t, micro, slot, pool->used, monotonic_seconds(), p->wait_s, s->trace ? trace_now_us() : 0};
     pool->used += 2;
     return p->n_node++;
 }
@@ -151,20 +157,22 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
     for (int d = 0; d < s->n_devs; d++) {
         int n_iv = 0;
         void *origin = NULL; /* the device's first event this run: the times are offsets from it */
+        double origin_us = 0;
         for (int i = 0; i < p->n_node; i++) {
             struct profile_node *n = &p->node[i];
             if (n->slot != d) continue;
             session_device *sd = &s->devs[d];
             void **ev = p->pool[d].ev;
             double b = 0, e = 0;
-            if (!origin) origin = ev[n->ev];
+            if (!origin) origin = ev[n->ev], origin_us = n->host_us;
             if (sd->iface->event_elapsed(sd->dev, origin, ev[n->ev], &b) || sd->iface->event_elapsed(sd->dev, origin, ev[n->ev + 1], &e)) {
                 profile_stop(s);
                 return;
             }
             if (e < b) e = b; /* (a clock's rounding) */
-            run.op_ms[n->op] += e - b, run.op_host_ms[n->op] += 1e3 * n->host_s, run.op_calls[n->op]++, run.ops++;
+            run.op_ms[n->t->op] += e - b, run.op_host_ms[n->t->op] += 1e3 * n->host_s, run.op_calls[n->t->op]++, run.ops++;
             p->iv[2 * n_iv] = b, p->iv[2 * n_iv + 1] = e, n_iv++;
+            if (s->trace) trace_node(s, n->t, n->micro, origin_us + 1e3 * b, 1e3 * (e - b));
         }
         /* the union of the intervals (several streams of a device may overlap) */
         qsort(p->iv, (size_t)n_iv, 2 * sizeof *p->iv, profile_cmp_start);

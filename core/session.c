@@ -1582,7 +1582,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
+    if ((s->profile || (s->trace && !s->devprof)) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -1638,7 +1638,7 @@ static pdde_status run_update_group(pdde_session *s, int n, int micro) {
         for (int k = 0; k < n && !st; k++)
             if (pdde_tensor_numel(u[k])) st = sd->iface->compute(sd->dev, sd->stream, u[k]);
     }
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
+    if ((s->profile || (s->trace && !s->devprof)) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -1658,12 +1658,12 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
             for (int k = 0; k < u->nsrc; k++) bind_micro(s, u->src[k], micro);
         }
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
-        int timed = s->devprof ? profile_node_begin(s, t) : -1;
+        int timed = s->devprof ? profile_node_begin(s, t, micro) : -1;
         st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
         if (timed >= 0) profile_node_end(s, timed);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
         s->op_runs[t->op] += n_group;
-        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
+        if (s->trace && timed < 0) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         for (int g = 0; g < n_group && !st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT; g++)
             st = check_node(s, n_group > 1 ? s->update_group[g] : t, micro);

@@ -11,6 +11,8 @@
  *    (at least half the matmuls' device time, most of which runs before it), not as issue time;
  *  - the figures leave the first run out, and the report at pdde_session_free prints them in its
  *    "PROFILE device ..." line;
+ *  - under a trace (PDDE_TRACE) too the host waits no more, and the trace's node events are the device's
+ *    intervals: on the device's lane, as many as the nodes timed, their durations summing to the busy time;
  *  - on the CPU, which cannot time on a device, the session says so once and profiles with host timers.
  */
 #define _GNU_SOURCE /* setenv, dup */
@@ -163,6 +165,36 @@ static void test_opencl(pdde_context *ctx) {
     CHECK(strstr(dev.report, "matmul") && !strstr(plain.report, "PROFILE") && strstr(host.report, "pdde profile:"), "the reports:\n%s", dev.report);
     if (getenv("TEST_SHOW")) fprintf(stderr, "%s", dev.report);
     CHECK(!dev.init_err[0], "nothing said at init: %s", dev.init_err);
+    /* under a trace */
+    char path[] = "/tmp/pdde_test_profile_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    setenv("PDDE_TRACE", path, 1);
+    run_result traced;
+    int traced_ok = train(ctx, device, "device", 1, &traced) == 0;
+    unsetenv("PDDE_TRACE");
+    FILE *tf = fopen(path, "r");
+    char ln[4096], lane[32];
+    snprintf(lane, sizeof lane, "\"tid\":%d,", device);
+    int events = 0, later = 0, ordered = 1;
+    double dur_later = 0, last_ts = -1;
+    while (tf && fgets(ln, sizeof ln, tf)) {
+        const char *c = strstr(ln, "\"cat\":\"op\""), *ts = strstr(ln, "\"ts\":"), *du = strstr(ln, "\"dur\":"), *stp = strstr(ln, "\"step\":");
+        if (!c || !ts || !du || !stp || !strstr(ln, lane)) continue;
+        double t = atof(ts + 5), d = atof(du + 6);
+        events++;
+        if (t < last_ts) ordered = 0;
+        last_ts = t;
+        if (atoi(stp + 7) >= 1) later++, dur_later += d; /* (the runs the figures count) */
+    }
+    if (tf) fclose(tf);
+    unlink(path);
+    CHECK(traced_ok && traced.syncs == plain.syncs, "traced: the host waits as often as without: %lld, %lld", (long long)traced.syncs,
+          (long long)plain.syncs);
+    CHECK(traced_ok && events == (int)(traced.prof.ops + 0.5) * STEPS && later == (int)(traced.prof.ops + 0.5) * (STEPS - 1) && ordered,
+          "the trace's device events: %d (%d after the first run), %.0f nodes a run", events, later, traced.prof.ops);
+    CHECK(traced_ok && fabs(dur_later - 1e3 * traced.prof.busy_ms * (STEPS - 1)) <= 1e-4 * dur_later + 0.01 * later,
+          "their durations sum to the busy time: %.3f us, %.3f us", dur_later, 1e3 * traced.prof.busy_ms * (STEPS - 1));
     pdde_device_profile none;
     CHECK(pdde_session_device_profile(NULL, &none) == PDDE_ERR_INVALID_ARG, "NULL session");
 }
