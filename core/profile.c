@@ -6,9 +6,10 @@
  * host left between the node's own kernels). Events come from a pool per device, made during the
  * first run and reused by the later ones.
  * Per run it keeps the wall time (pdde_session_run on the host), the time the host spent issuing (from
- * the run's start to its last enqueue, less its waits for a device), those waits, the busy time of the busiest device (the union of its
- * intervals), and per op the device time, the host's issue time and the calls. The first run (kernel
- * builds, first-touch allocations) is left out of the figures once there are others.
+ * the run's start to its last enqueue, less its waits for a device), those waits, the busy time of the
+ * busiest device (the union of its intervals), and per op the device time, the host's issue time and
+ * the calls, and the time the device idled right before the op's nodes. The first run (kernel builds, first-touch allocations) is left out of the figures once
+ * there are others.
  * Under a trace (PDDE_TRACE) the timed nodes' events are these intervals, on the host's clock from the
  * time the run's first node on the device was issued (the device idles then, after the last run's
  * wait), instead of host times around a wait per node.
@@ -17,10 +18,11 @@
 typedef struct {
     int64_t runs, ops, waits, op_calls[PDDE_OP_COUNT];
     double wall_ms, busy_ms, span_ms, issue_ms, wait_ms, op_ms[PDDE_OP_COUNT], op_host_ms[PDDE_OP_COUNT];
+    double op_gap_ms[PDDE_OP_COUNT]; /* the device idle right before the op's nodes (after the node before on it) */
 } profile_totals;
 
 struct session_profile {
-    struct profile_pool { void **ev; int n, used; } *pool; /* per device slot */
+    struct profile_pool { void **ev; int n, cap, used; } *pool; /* per device slot: n events made */
     struct profile_node { const pdde_tensor *t; int micro, slot, ev; double host_s, wait_s, host_us; } *node; /* this run's, in issue order */
     int n_node, cap_node;
     double *iv;                 /* scratch: intervals (start, end) of one device */
@@ -99,11 +101,11 @@ static pdde_status profile_wait(pdde_session *s, session_device *sd) {
     return st;
 }
 
-/* Before node t (the first of a group) runs: the event before it, if it runs on a device's stream;
- * returns its index among the run's timed nodes, or -1. */
 static double trace_now_us(void);
 static void trace_node(pdde_session *s, const pdde_tensor *t, int micro, double ts, double dur);
 
+/* Before node t (the first of a group) runs: the event before it, if it runs on a device's stream;
+ * returns its index among the run's timed nodes, or -1. */
 static int profile_node_begin(pdde_session *s, const pdde_tensor *t, int micro) {
     struct session_profile *p = s->devprof;
     int slot = s->slot[t->id];
@@ -117,9 +119,12 @@ static int profile_node_begin(pdde_session *s, const pdde_tensor *t, int micro) 
         p->node = n, p->cap_node = cap;
     }
     while (pool->used + 2 > pool->n) { /* (the first run fills the pool; later ones reuse it) */
-        void **ev = realloc(pool->ev, (size_t)(pool->n + 1) * sizeof *ev);
-        if (!ev) return pdde_error(s->ctx, PDDE_ERR_OOM, "profile: out of memory"), profile_stop(s), -1;
-        pool->ev = ev;
+        if (pool->n == pool->cap) {
+            int cap = pool->cap ? 2 * pool->cap : 256;
+            void **ev = realloc(pool->ev, (size_t)cap * sizeof *ev);
+            if (!ev) return pdde_error(s->ctx, PDDE_ERR_OOM, "profile: out of memory"), profile_stop(s), -1;
+            pool->ev = ev, pool->cap = cap;
+        }
         if (sd->iface->event_create_timed(sd->dev, &pool->ev[pool->n])) return profile_stop(s), -1;
         pool->n++;
     }
@@ -133,9 +138,9 @@ static void profile_node_end(pdde_session *s, int i) {
     struct session_profile *p = s->devprof;
     struct profile_node *n = &p->node[i];
     session_device *sd = &s->devs[n->slot];
+    n->host_s = monotonic_seconds() - n->host_s - (p->wait_s - n->wait_s); /* (its issue, not its waits) */
     if (!p->stopped && sd->iface->event_record(sd->dev, p->pool[n->slot].ev[n->ev + 1], sd->stream)) profile_stop(s);
     p->issue_t1 = monotonic_seconds(), p->issue_wait_s = p->wait_s, p->issue_waits = p->n_wait;
-    n->host_s = p->issue_t1 - n->host_s - (p->wait_s - n->wait_s); /* (its issue, not its waits) */
 }
 
 static int profile_cmp_start(const void *a, const void *b) {
@@ -157,7 +162,7 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
     for (int d = 0; d < s->n_devs; d++) {
         int n_iv = 0;
         void *origin = NULL; /* the device's first event this run: the times are offsets from it */
-        double origin_us = 0;
+        double origin_us = 0, prev_e = -1;
         for (int i = 0; i < p->n_node; i++) {
             struct profile_node *n = &p->node[i];
             if (n->slot != d) continue;
@@ -170,6 +175,8 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
                 return;
             }
             if (e < b) e = b; /* (a clock's rounding) */
+            if (prev_e >= 0 && b > prev_e) run.op_gap_ms[n->t->op] += b - prev_e;
+            prev_e = e;
             run.op_ms[n->t->op] += e - b, run.op_host_ms[n->t->op] += 1e3 * n->host_s, run.op_calls[n->t->op]++, run.ops++;
             p->iv[2 * n_iv] = b, p->iv[2 * n_iv + 1] = e, n_iv++;
             if (s->trace) trace_node(s, n->t, n->micro, origin_us + 1e3 * b, 1e3 * (e - b));
@@ -190,7 +197,8 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
     T->wall_ms += wall_ms, T->busy_ms += run.busy_ms, T->span_ms += run.span_ms;
     T->issue_ms += 1e3 * (p->issue_t1 - p->run_t0 - p->issue_wait_s), T->wait_ms += 1e3 * p->issue_wait_s, T->waits += p->issue_waits;
     for (int op = 0; op < PDDE_OP_COUNT; op++)
-        T->op_ms[op] += run.op_ms[op], T->op_host_ms[op] += run.op_host_ms[op], T->op_calls[op] += run.op_calls[op];
+        T->op_ms[op] += run.op_ms[op], T->op_host_ms[op] += run.op_host_ms[op], T->op_calls[op] += run.op_calls[op],
+        T->op_gap_ms[op] += run.op_gap_ms[op];
 }
 
 /* The figures reported: the runs after the first, or the first alone. */
@@ -232,11 +240,11 @@ static void profile_print(const pdde_session *s) {
                     "%.0f ops; before the run's end the host waited %.3f ms for a device (%.1f times)\n",
             (long long)T->runs, T->runs == 1 ? "" : "s", s->devprof->rest.runs ? " (the first left out)" : "", f.wall_ms, f.busy_ms,
             f.span_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms, f.host_waits);
-    fprintf(stderr, "  %-22s %10s %6s %10s %8s\n", "op", "device ms", "%", "issue ms", "calls");
+    fprintf(stderr, "  %-22s %10s %6s %10s %8s %14s\n", "op", "device ms", "%", "issue ms", "calls", "idle before ms");
     for (int op = 0; op < PDDE_OP_COUNT; op++)
         if (T->op_calls[op])
-            fprintf(stderr, "  %-22s %10.3f %5.1f%% %10.3f %8.1f\n", pdde_op_name((pdde_op)op), T->op_ms[op] / n,
-                    100.0 * T->op_ms[op] / (total > 0 ? total : 1), T->op_host_ms[op] / n, (double)T->op_calls[op] / n);
+            fprintf(stderr, "  %-22s %10.3f %5.1f%% %10.3f %8.1f %14.3f\n", pdde_op_name((pdde_op)op), T->op_ms[op] / n,
+                    100.0 * T->op_ms[op] / (total > 0 ? total : 1), T->op_host_ms[op] / n, (double)T->op_calls[op] / n, T->op_gap_ms[op] / n);
     fprintf(stderr, "PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f\n", f.busy_ms,
             f.wall_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms);
 }
