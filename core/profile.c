@@ -21,6 +21,8 @@ typedef struct {
     double op_gap_ms[PDDE_OP_COUNT]; /* the device idle right before the op's nodes (after the node before on it) */
 } profile_totals;
 
+enum { PROFILE_GAPS = 5 };
+
 struct session_profile {
     struct profile_pool { void **ev; int n, cap, used; } *pool; /* per device slot: n events made */
     struct profile_node { const pdde_tensor *t; int micro, slot, ev; double host_s, wait_s, host_us; } *node; /* this run's, in issue order */
@@ -30,6 +32,7 @@ struct session_profile {
     double wait_s, issue_wait_s;/* this run's waits for a device: all, and those before the end of its issue */
     int64_t n_wait, issue_waits;
     bool stopped;               /* an event call failed: said once, no more timing */
+    struct profile_gap { const pdde_tensor *t; double ms; } gap[PROFILE_GAPS]; /* the last run's longest idles, longest first */
     profile_totals first, rest;
 };
 
@@ -154,6 +157,7 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
     double wall_ms = 1e3 * (monotonic_seconds() - p->run_t0);
     if (st || p->stopped) return;
     profile_totals *T = p->first.runs ? &p->rest : &p->first, run = {0};
+    memset(p->gap, 0, sizeof p->gap);
     if (!(p->iv = realloc(p->iv, (size_t)(2 * p->n_node + 2) * sizeof *p->iv))) {
         pdde_error(s->ctx, PDDE_ERR_OOM, "profile: out of memory");
         profile_stop(s);
@@ -175,7 +179,15 @@ static void profile_run_end(pdde_session *s, pdde_status st) {
                 return;
             }
             if (e < b) e = b; /* (a clock's rounding) */
-            if (prev_e >= 0 && b > prev_e) run.op_gap_ms[n->t->op] += b - prev_e;
+            if (prev_e >= 0 && b > prev_e) {
+                run.op_gap_ms[n->t->op] += b - prev_e;
+                int k = PROFILE_GAPS; /* (kept in order: insertion) */
+                while (k > 0 && p->gap[k - 1].ms < b - prev_e) k--;
+                if (k < PROFILE_GAPS) {
+                    memmove(&p->gap[k + 1], &p->gap[k], (size_t)(PROFILE_GAPS - 1 - k) * sizeof *p->gap);
+                    p->gap[k] = (struct profile_gap){n->t, b - prev_e};
+                }
+            }
             prev_e = e;
             run.op_ms[n->t->op] += e - b, run.op_host_ms[n->t->op] += 1e3 * n->host_s, run.op_calls[n->t->op]++, run.ops++;
             p->iv[2 * n_iv] = b, p->iv[2 * n_iv + 1] = e, n_iv++;
@@ -245,6 +257,10 @@ static void profile_print(const pdde_session *s) {
         if (T->op_calls[op])
             fprintf(stderr, "  %-22s %10.3f %5.1f%% %10.3f %8.1f %14.3f\n", pdde_op_name((pdde_op)op), T->op_ms[op] / n,
                     100.0 * T->op_ms[op] / (total > 0 ? total : 1), T->op_host_ms[op] / n, (double)T->op_calls[op] / n, T->op_gap_ms[op] / n);
+    fprintf(stderr, "  the last run's longest idles on a device, before:");
+    for (int k = 0; k < PROFILE_GAPS && s->devprof->gap[k].t; k++)
+        fprintf(stderr, "%s %s (%s) %.3f ms", k ? "," : "", s->devprof->gap[k].t->name, pdde_op_name(s->devprof->gap[k].t->op), s->devprof->gap[k].ms);
+    fprintf(stderr, "\n");
     fprintf(stderr, "PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f\n", f.busy_ms,
             f.wall_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms);
 }
