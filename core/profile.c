@@ -26,7 +26,7 @@ enum { PROFILE_GAPS = 5 };
 struct session_profile {
     struct profile_pool { void **ev; int n, cap, used; } *pool; /* per device slot: n events made */
     struct profile_node { const pdde_tensor *t; int micro, slot, ev; double host_s, wait_s, host_us; } *node; /* this run's, in issue order */
-    int n_node, cap_node;
+    int n_node, cap_node, open;     /* open: the node begun and not ended (-1: none) */
     double *iv;                 /* scratch: intervals (start, end) of one device */
     double run_t0, issue_t1;    /* this run's start and the end of its issue (host monotonic seconds) */
     double wait_s, issue_wait_s;/* this run's waits for a device: all, and those before the end of its issue */
@@ -45,6 +45,7 @@ static bool profile_can_time(const pdde_backend_iface *f) {
  * made timed where they can be); profile_open decides once they are. */
 static pdde_status profile_want(pdde_session *s) {
     if (!(s->devprof = calloc(1, sizeof *s->devprof))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->devprof->open = -1;
     return PDDE_OK;
 }
 
@@ -88,24 +89,33 @@ static void profile_stop(pdde_session *s) {
     s->devprof->stopped = true;
 }
 
+static double trace_now_us(void);
+static void trace_node(pdde_session *s, const pdde_tensor *t, int micro, double ts, double dur);
+
 static void profile_run_begin(pdde_session *s) {
-    s->devprof->n_node = 0;
+    s->devprof->n_node = 0, s->devprof->open = -1;
     for (int d = 0; d < s->n_devs; d++) s->devprof->pool[d].used = 0;
     s->devprof->run_t0 = s->devprof->issue_t1 = monotonic_seconds();
     s->devprof->wait_s = s->devprof->issue_wait_s = 0, s->devprof->n_wait = s->devprof->issue_waits = 0;
 }
 
 /* The host waits for sd's stream, timed (device_sync; and before a read of the session's, which may wait
- * inside the backend's read). */
+ * inside the backend's read). A node that waits (the check before the first update) starts after: its
+ * event before is recorded again, so that the device's idle time while the host waited and then went on
+ * is the node's idle before it, not its time. */
 static pdde_status profile_wait(pdde_session *s, session_device *sd) {
+    struct session_profile *p = s->devprof;
     double t0 = monotonic_seconds();
     pdde_status st = sd->iface->stream_sync(sd->dev, sd->stream);
-    s->devprof->wait_s += monotonic_seconds() - t0, s->devprof->n_wait++;
+    p->wait_s += monotonic_seconds() - t0, p->n_wait++;
+    if (p->open >= 0 && !p->stopped) {
+        struct profile_node *n = &p->node[p->open];
+        session_device *nd = &s->devs[n->slot];
+        if (nd->iface->event_record(nd->dev, p->pool[n->slot].ev[n->ev], nd->stream)) profile_stop(s);
+        if (s->trace) n->host_us = trace_now_us();
+    }
     return st;
 }
-
-static double trace_now_us(void);
-static void trace_node(pdde_session *s, const pdde_tensor *t, int micro, double ts, double dur);
 
 /* Before node t (the first of a group) runs: the event before it, if it runs on a device's stream;
  * returns its index among the run's timed nodes, or -1. */
@@ -134,13 +144,14 @@ static int profile_node_begin(pdde_session *s, const pdde_tensor *t, int micro) 
     if (sd->iface->event_record(sd->dev, pool->ev[pool->used], sd->stream)) return profile_stop(s), -1;
     p->node[p->n_node] = (struct profile_node){t, micro, slot, pool->used, monotonic_seconds(), p->wait_s, s->trace ? trace_now_us() : 0};
     pool->used += 2;
-    return p->n_node++;
+    return p->open = p->n_node++;
 }
 
 static void profile_node_end(pdde_session *s, int i) {
     struct session_profile *p = s->devprof;
     struct profile_node *n = &p->node[i];
     session_device *sd = &s->devs[n->slot];
+    p->open = -1;
     n->host_s = monotonic_seconds() - n->host_s - (p->wait_s - n->wait_s); /* (its issue, not its waits) */
     if (!p->stopped && sd->iface->event_record(sd->dev, p->pool[n->slot].ev[n->ev + 1], sd->stream)) profile_stop(s);
     p->issue_t1 = monotonic_seconds(), p->issue_wait_s = p->wait_s, p->issue_waits = p->n_wait;

@@ -8,7 +8,8 @@
  *  - no wait per node: the host waits for the device as often as without profiling (PDDE_PROFILE=1, which
  *    waits after every node, waits more), and the host's issue time is below half the device's busy time;
  *    without a norm to clip, the step's wait before its first update (for the loss) is reported as a wait
- *    (at least half the matmuls' device time, most of which runs before it), not as issue time;
+ *    (at least half the matmuls' device time, most of which runs before it), not as issue time, and the
+ *    device's longest idle is before that update (it waited for the host's wait), not inside it;
  *  - the figures leave the first run out, and the report at pdde_session_free prints them in its
  *    "PROFILE device ..." line;
  *  - under a trace (PDDE_TRACE) too the host waits no more, and the trace's node events are the device's
@@ -156,6 +157,10 @@ static void test_opencl(pdde_context *ctx) {
               wait.prof.host_issue_ms < 0.5 * wait.prof.busy_ms,
           "a wait before the update: %.1f waits, %.3f ms, issue %.3f ms, busy %.3f ms", wait.prof.host_waits, wait.prof.host_wait_ms,
           wait.prof.host_issue_ms, wait.prof.busy_ms);
+    const char *gaps = strstr(wait.report, "longest idles on a device, before: ");
+    if (gaps) gaps = strstr(gaps, "before: ") + 8;
+    CHECK(gaps && strstr(gaps, "(adamw_update)") && strstr(gaps, "(adamw_update)") < strchr(gaps, ','),
+          "the device idles longest before the update that waited: %.200s", gaps ? gaps : wait.report);
     /* the report */
     const char *line = strstr(dev.report, "PROFILE device busy_ms=");
     double busy = -1, wall = -1, idle = -1, issue = -1, ops = -1;
