@@ -168,7 +168,6 @@ static void test_opencl(pdde_context *ctx) {
               fabs(busy - dev.prof.busy_ms) < 2e-3 && fabs(wall - dev.prof.wall_ms) < 2e-3 && fabs(ops - dev.prof.ops) < 0.6,
           "the report's line: %.80s", line ? line : dev.report);
     CHECK(strstr(dev.report, "matmul") && !strstr(plain.report, "PROFILE") && strstr(host.report, "pdde profile:"), "the reports:\n%s", dev.report);
-    if (getenv("TEST_SHOW")) fprintf(stderr, "%s", dev.report);
     CHECK(!dev.init_err[0], "nothing said at init: %s", dev.init_err);
     /* under a trace */
     char path[] = "/tmp/pdde_test_profile_XXXXXX";
