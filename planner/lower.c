@@ -509,7 +509,11 @@ static pdde_tensor *cache_find(const lowering *L, const pdde_tensor *x, const pd
     for (int i = x->id < L->n_first ? L->first_done[x->id] : -1; i >= 0; i = L->done[i].next) {
         const reshard_done *d = &L->done[i];
         if (!attr_equal(&d->want, want) || !cache_reusable(x, d->phase, phase)) continue;
-        if (L->regather && d->phase == PDDE_PHASE_FORWARD && phase == PDDE_PHASE_BACKWARD && gathered_param(x, d->node)) continue;
+        /* (a parameter sent to another stage is not: the receiver sees no gather and keeps its copy, so
+         * a second send would have no receive) */
+        if (L->regather && d->phase == PDDE_PHASE_FORWARD && phase == PDDE_PHASE_BACKWARD && d->node->op != PDDE_OP_SEND &&
+            gathered_param(x, d->node))
+            continue;
         return d->node;
     }
     return NULL;
