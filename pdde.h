@@ -883,7 +883,7 @@ typedef struct {
                                     other than pdde-run); not owned */
     int rank, world_size;        /* world_size 0: both from the environment (pdde_comm_env_read) */
     const char *prefix;          /* key prefix in the store, one per job; NULL = "pdde" */
-    double timeout_s;            /* blocking collectives, and init unless init_timeout_s; 0 = 300 */
+    double timeout_s;            /* blocking collectives, and init unless init_timeout_s; 0 = PDDE_COMM_TIMEOUT or 300 */
     double peer_timeout_s;       /* bound on failure detection; 0 = 5 */
     pdde_comm_algo algo;         /* 0 = auto; the env PDDE_COMM_ALGO (ring, recursive, two_level) too */
     pdde_mem_kind mem_kind;      /* where the buffers passed to collectives live; host only for now */

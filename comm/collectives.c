@@ -168,6 +168,7 @@ pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbu
         if (op == PDDE_REDUCE_AVG) prog_action(p, STEP_DIV, buf, NULL, slen);
     }
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "allreduce";
     return comm_start(c, r, two ? "two_level" : rec ? "recursive" : "ring", req);
 }
 
@@ -211,6 +212,7 @@ pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *r
         if (op == PDDE_REDUCE_AVG) prog_action(p, STEP_DIV, (char *)recvbuf + soff * esz, NULL, slen);
     }
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "reduce_scatter";
     return comm_start(c, r, rec ? "recursive" : "ring", req);
 }
 
@@ -254,6 +256,7 @@ pdde_status pdde_comm_iallgather(pdde_comm *c, const void *sendbuf, void *recvbu
         }
     }
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "allgather";
     return comm_start(c, r, rec ? "recursive" : "ring", req);
 }
 
@@ -293,6 +296,7 @@ pdde_status pdde_comm_ibroadcast(pdde_comm *c, void *buf, size_t count, pdde_dty
         }
     }
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "broadcast";
     return comm_start(c, r, tree ? "tree" : "chain", req);
 }
 
@@ -339,6 +343,7 @@ pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, 
     }
 #undef REL
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "reduce";
     return comm_start(c, r, tree ? "tree" : "chain", req);
 }
 
@@ -373,6 +378,7 @@ pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t
                   out + rdispls[from] * esz, recvcounts[from] * esz);
     }
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "alltoall";
     return comm_start(c, r, "pairwise", req);
 }
 
@@ -400,6 +406,7 @@ pdde_status pdde_comm_ibarrier(pdde_comm *c, pdde_comm_request **req) {
         prog_xfer(&r->progs[0], k, c->ranks[mod(c->rank + (1 << k), n)], NULL, 0, c->ranks[mod(c->rank - (1 << k), n)],
                   NULL, 0);
     if ((st = req_built(r))) return req_abandon(r, st);
+    r->kind = "barrier";
     return comm_start(c, r, "dissemination", req);
 }
 
@@ -417,7 +424,8 @@ static pdde_status comm_p2p(pdde_comm *c, int is_send, void *buf, size_t count, 
     else prog_xfer(&r->progs[0], 0, -1, NULL, 0, c->ranks[peer], buf, bytes);
     if ((st = req_built(r))) return req_abandon(r, st);
     r->tagbase = COMM_TAG_P2P | (uint64_t)c->id << 28 | (uint64_t)tag << 8;
-    c->last_algo = is_send ? "send" : "recv";
+    c->last_algo = r->kind = is_send ? "send" : "recv";
+    r->peer = c->ranks[peer], r->tag = tag;
     return comm_start(c, r, NULL, req);
 }
 
@@ -476,7 +484,8 @@ static pdde_status comm_allreduce_fast(pdde_comm *c, void *buf, size_t count, pd
             double now = comm_now();
             if (moved) idle_since = now;
             if (now >= deadline) {
-                comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a recursive did not finish within %.3g s", w->rank, w->timeout_s);
+                comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: an allreduce (its exchange with rank %d) did not finish within %.3g s",
+                          w->rank, peer, w->timeout_s);
                 world_progress(w);
                 st = PDDE_ERR_TIMEOUT;
                 break;

@@ -319,6 +319,14 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if (params) p = *params;
     if (p.mem_kind != PDDE_MEM_HOST)
         return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "comm: only host buffers are supported for now");
+    if (p.timeout_s <= 0 && getenv("PDDE_COMM_TIMEOUT")) { /* (a job's processes take it from their launcher) */
+        const char *v = getenv("PDDE_COMM_TIMEOUT");
+        char *end;
+        p.timeout_s = strtod(v, &end);
+        if (end == v || *end || !(p.timeout_s > 0 && p.timeout_s <= 86400))
+            return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_COMM_TIMEOUT='%s': want the operation timeout in seconds, in (0, 86400]", v);
+        if (p.init_timeout_s <= 0) p.init_timeout_s = 300; /* (it bounds the operations; forming the world keeps its own) */
+    }
     pdde_comm_env env = {0};
     pdde_status st;
     if (p.world_size > 0) {

@@ -38,10 +38,24 @@ static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
     return st;
 }
 
+/* What a timeout names: "send to rank 1 (tag 7)", or "allgather over ranks 0 2". */
+static const char *req_describe(const pdde_comm_request *r, char *buf, size_t n) {
+    if (r->peer >= 0) {
+        snprintf(buf, n, "%s %s rank %d (tag %d)", r->kind, strcmp(r->kind, "send") ? "from" : "to", r->peer, r->tag);
+        return buf;
+    }
+    size_t k = (size_t)snprintf(buf, n, "%s over ranks", r->kind ? r->kind : "collective");
+    int shown = r->comm->size < 8 ? r->comm->size : 8;
+    for (int i = 0; i < shown && k < n; i++) k += (size_t)snprintf(buf + k, n - k, " %d", r->comm->ranks[i]);
+    if (shown < r->comm->size && k < n) snprintf(buf + k, n - k, " .. (%d ranks)", r->comm->size);
+    return buf;
+}
+
 /* Starts a built operation: links it to the world and posts its first steps. */
 static pdde_status comm_start(pdde_comm *c, pdde_comm_request *r, const char *algo, pdde_comm_request **out) {
     comm_world *w = c->w;
     *out = NULL;
+    if (!r->kind) r->kind = algo ? algo : c->last_algo;
     if (algo) {
         c->last_algo = algo;
         r->tagbase = (uint64_t)c->id << 28 | (uint64_t)(c->seq++ & 0xfff) << 16;
@@ -75,8 +89,9 @@ static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *
     pthread_mutex_lock(&w->lock); /* one lock hold for the wait and the release */
     st = req_wait_locked(r, w->timeout_s);
     if (st == PDDE_ERR_TIMEOUT) {
-        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank,
-                  c->last_algo ? c->last_algo : "transfer", w->timeout_s);
+        char what[96];
+        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank, req_describe(r, what, sizeof what),
+                  w->timeout_s);
         world_progress(w);
     }
     char msg[sizeof r->msg];
@@ -102,9 +117,10 @@ pdde_status pdde_comm_test(pdde_comm_request *r, int *done) {
 pdde_status pdde_comm_wait(pdde_comm_request *r, double timeout_s) {
     if (!r) return PDDE_ERR_INVALID_ARG;
     pdde_status st = req_wait(r, timeout_s < 0 ? r->w->timeout_s : timeout_s);
+    char what[96];
     if (st == PDDE_ERR_TIMEOUT)
-        return pdde_error(r->w->ctx, st, "comm: the operation did not finish within %.3g s (still pending)",
-                          timeout_s < 0 ? r->w->timeout_s : timeout_s);
+        return pdde_error(r->w->ctx, st, "comm: rank %d: a %s did not finish within %.3g s (still pending)", r->w->rank,
+                          req_describe(r, what, sizeof what), timeout_s < 0 ? r->w->timeout_s : timeout_s);
     if (st && r->msg[0] && !r->w->failed) return pdde_error(r->w->ctx, st, "%s", r->msg);
     return comm_report(r->w, st);
 }

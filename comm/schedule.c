@@ -49,6 +49,8 @@ struct pdde_comm_request {
     int done, detached;
     pdde_status status;
     char msg[256];
+    const char *kind;           /* what a timeout names: "send", "recv" or the collective's algorithm */
+    int peer, tag;              /* a send's or receive's world rank and tag (-1: a collective) */
     pdde_comm_request *prev, *next; /* the world's running operations */
     /* an operation that runs without programs (shm.c's collectives on shared memory) advances itself:
      * returns 1 if anything moved */
@@ -153,6 +155,7 @@ static pdde_status req_alloc(pdde_comm *c, int nprog, pdde_dtype t, pdde_reduce_
     r->dtype = t;
     r->op = op;
     r->divisor = c->size;
+    r->peer = r->tag = -1;
     *out = r;
     return PDDE_OK;
 }

@@ -729,6 +729,7 @@ static pdde_status comm_shm_istart(pdde_comm *c, comm_shm_op o, pdde_comm_reques
     /* no tags, so no operation sequence number: a blocking call that runs directly takes none either,
      * and the communicator's sequence must stay the same on every rank whichever way each one went */
     c->last_algo = "shm";
+    r->kind = SHM_KIND_NAMES[o.kind];
     return comm_start(c, r, NULL, req);
 }
 

@@ -22,6 +22,7 @@ typedef struct {
 
 /* A SEND node's data in flight: copied out of the arena so the arena can be reused at once. */
 struct session_send {
+    const pdde_tensor *node;    /* the SEND node (what a failed wait names) */
     char *copy;                 /* n_live copies of the node's bytes */
     void **requests;            /* n_live pending sends (pdde_comm_request) */
 };
@@ -614,16 +615,16 @@ static void drop_requests(pdde_session *s) {
 
 /* Completes the sends to other pipeline stages (at the end of a step: their copies are reused next). */
 static pdde_status wait_sends(pdde_session *s) {
-    pdde_status st = PDDE_OK;
     for (int i = 0; i < s->n_sends; i++)
         for (int k = 0; k < s->n_live; k++) {
             pdde_comm_request **req = (pdde_comm_request **)&s->sends[i].requests[k];
             if (!*req) continue;
-            pdde_status w = pdde_comm_wait(*req, -1);
-            if (w != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
-            if (!st) st = w;
+            pdde_status st = pdde_comm_wait(*req, -1);
+            if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
+            /* (the first failure ends the step: the others are dropped, not each waited for in turn) */
+            if (st) return comm_error(s, s->sends[i].node, st, " (sent in this step)");
         }
-    return st;
+    return PDDE_OK;
 }
 
 static void drop_sends(pdde_session *s) {
@@ -1096,7 +1097,7 @@ static pdde_status session_allocate(pdde_session *s) {
             if (ss) free(ss->copy), free(ss->requests);
             st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         } else {
-            s->send_of[t->id] = s->n_sends++;
+            ss->node = t, s->send_of[t->id] = s->n_sends++;
             s->mem.transfer_bytes += pdde_tensor_nbytes(t) * (size_t)s->n_live + 1;
         }
     }
