@@ -220,11 +220,19 @@ static void comm_shm_unlink(comm_shm *s) {
 /* The world failed or the deadline passed: report it the way every other wait does. */
 static const char *const SHM_KIND_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoallv"};
 
-static pdde_status shm_give_up(comm_world *w, comm_shm_kind kind) {
+static pdde_status shm_give_up(pdde_comm *c, comm_shm_kind kind) {
+    comm_world *w = c->w;
+    comm_shm *s = c->shm;
     pthread_mutex_lock(&w->lock);
     if (!w->failed) {
-        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a shm %s did not finish within %.3g s", w->rank, SHM_KIND_NAMES[kind],
-                  w->timeout_s);
+        /* the ranks that have not reached this rank's last barrier: the ones to look at */
+        char late[96] = "";
+        size_t k = 0;
+        for (int p = 0; p < s->n && k < sizeof late; p++)
+            if (p != s->me && atomic_load_explicit(&shm_flag(s, p)->phase, memory_order_acquire) < s->phase)
+                k += (size_t)snprintf(late + k, sizeof late - k, " %d", c->ranks[p]);
+        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a shm %s over %d ranks did not finish within %.3g s (not there:%s)", w->rank,
+                  SHM_KIND_NAMES[kind], s->n, w->timeout_s, *late ? late : " none");
         world_progress(w); /* ends the world's running operations */
     }
     pdde_status st = w->failed;
@@ -763,11 +771,11 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
     for (int tries = 0; !shm_step(s, &o); tries++) {
         int shared_cpu = shm_peer_on_my_cpu(s);
         if (tries < spin && !shared_cpu) { shm_cpu_relax(); continue; }
-        if (w->failed) return shm_give_up(w, o.kind);
+        if (w->failed) return shm_give_up(c, o.kind);
         double now = comm_now();
         if (!start) { start = idle_since = last_nudge = now; deadline = now + w->timeout_s; }
         if (s->phase != seen) { seen = s->phase; idle_since = now; }
-        if (now >= deadline) return shm_give_up(w, o.kind);
+        if (now >= deadline) return shm_give_up(c, o.kind);
         if (now - last_nudge > 20e-3) {
             /* a long wait: keep the service thread polling the store's failure key (it stops a while
              * after the last operation it saw start) */

@@ -1889,6 +1889,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
             if ((la->partial >> a & 1) && !(la->partial_avg >> a & 1)) loss_sum *= la->mesh->shape[a];
         float sum_and_count[2] = {s->loss ? (float)loss_sum : 0.0f, s->loss ? (float)(every_micro ? s->n_micro : 1) : 0.0f};
         st = pdde_comm_allreduce(s->world, sum_and_count, sum_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
+        if (st) pdde_error(s->ctx, st, "the step's loss, summed over every rank: %s", pdde_last_error(s->ctx));
         if (st == PDDE_OK) s->last_loss = sum_and_count[1] > 0 ? sum_and_count[0] / sum_and_count[1] : NAN;
     }
     if (st != PDDE_OK && s->world) {

@@ -316,6 +316,25 @@ static int child_main(const char *mode) {
         pdde_context_free(ctx);
         return st ? 4 : 0;
     }
+    if (!strcmp(mode, "unmatched")) {
+        /* rank 0 sends what rank 1 never receives (rank 1 never enters comm again): the wait ends at the
+         * operation timeout (PDDE_COMM_TIMEOUT, set by the test) with an error naming the send */
+        st = PDDE_ERR_STATE;
+        if (me == 0) {
+            size_t n = 1 << 20; /* (4 MiB: far above any eager threshold, so the send needs the receive) */
+            float *data = calloc(n, sizeof *data);
+            pdde_comm_request *r = NULL;
+            if (data && !(st = pdde_comm_isend(comm, data, n, PDDE_F32, 1, 77, &r))) st = pdde_comm_wait(r, -1);
+            fprintf(stderr, "rank 0: wait: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
+            pdde_comm_request_free(r);
+            free(data);
+        } else {
+            sleep(60); /* (stopped by pdde-run once rank 0 fails) */
+        }
+        pdde_comm_free(comm);
+        pdde_context_free(ctx);
+        return st == PDDE_ERR_TIMEOUT ? 6 : 7;
+    }
     double t0 = test_now();
     float *buf = calloc(1 << 18, sizeof *buf);
     while (!st) {
@@ -360,6 +379,24 @@ static void test_pdde_run(const char *self) {
             CHECK(k && t_end - t_kill < 8, "pdde-run stops the job promptly (%.1f s after the kill; %.1f s in all)", k ? t_end - t_kill : -1.0, dt);
         }
     }
+    /* a send never received: PDDE_COMM_TIMEOUT=2 bounds the wait (not the default 300 s; `timeout 60`
+     * tells the two apart), the error names the operation, the peer and the tag, and pdde-run stops the job */
+    snprintf(cmd, sizeof cmd, "PDDE_COMM_TIMEOUT=2 timeout 60 %s/pdde-run -n 2 %s --child unmatched 2>&1", d, self);
+    double t0 = test_now();
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int status = p ? pclose(p) : -1, rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    double dt = test_now() - t0;
+    CHECK(rc != 0 && rc != 124 && strstr(out, "rank 0: wait: timed out: ") && strstr(out, "a send to rank 1 (tag 77) did not finish within 2 s"),
+          "an unreceived send times out, named (rc %d, %.1f s):\n%s", rc, dt, out);
+    CHECK(strstr(out, "rank 0 ") && strstr(out, "status 6") && dt < 30, "pdde-run stops the job after the timeout (%.1f s):\n%s", dt, out);
+    snprintf(cmd, sizeof cmd, "PDDE_COMM_TIMEOUT=soon %s/pdde-run -n 2 %s --child unmatched 2>&1", d, self);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    status = p ? pclose(p) : -1, rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    CHECK(rc != 0 && strstr(out, "PDDE_COMM_TIMEOUT='soon'"), "a malformed PDDE_COMM_TIMEOUT is refused by name (rc %d):\n%s", rc, out);
 }
 
 int main(int argc, char **argv) {

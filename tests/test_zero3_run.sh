@@ -13,6 +13,8 @@ if [ ! -x "$build/pdde-run" ]; then
     exit 0
 fi
 args=(--steps 4 --val-every 0 --sample-len 0 --threads 1)
+# a rank waiting for a message its peer never sends fails in a minute, not at the default 300 s
+export PDDE_COMM_TIMEOUT=60
 # every step's loss as --metrics wrote it (%.9g)
 losses() { python3 -c 'import json, sys; print(" ".join("%.9g" % r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r))' "$1" 2>/dev/null; }
 close() { python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
