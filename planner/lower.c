@@ -1683,6 +1683,16 @@ static pdde_status lower_buckets(lowering *L) {
     }
     for (int i = 0; i < P->n_order; i++) /* (and read at all: a loss or output is read after the step) */
         if (P->order[i]->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) accum_only[P->order[i]->id] = false;
+    /* by layer: its run of consecutive layers on one mesh (an interleaved stage's chunk): a backward
+     * bucket's members come from one run, as each chunk's backward is a pass of its own (a bucket
+     * spanning two would reduce one chunk's gradients of another micro-batch) */
+    const struct planner_graph *pg = L->g->planner;
+    int n_layers = pg ? pg->n_layer_mesh : 0;
+    int *run = malloc(((size_t)n_layers + 1) * sizeof *run);
+    if (!run) return free(at), free(accum_only), lower_oom(L);
+    for (int l = 0; l < n_layers; l++)
+        run[l] = !l ? 0 : run[l - 1] + (pg->layer_mesh[l] && pg->layer_mesh[l - 1] && !mesh_same(pg->layer_mesh[l], pg->layer_mesh[l - 1]));
+#define RUN_OF(t) ((t)->layer >= 0 && (t)->layer < n_layers ? run[(t)->layer] : -1)
     enum { KINDS = 8 };
     bucket_fill open[KINDS] = {{0}};
     pdde_status st = PDDE_OK;
@@ -1706,7 +1716,9 @@ static pdde_status lower_buckets(lowering *L) {
         }
         bucket_fill *b = NULL;
         for (int k = 0; k < KINDS && !b; k++)
-            if (open[k].first && bucket_same_kind(P, open[k].first, c)) b = &open[k];
+            if (open[k].first && bucket_same_kind(P, open[k].first, c) &&
+                (c->phase != PDDE_PHASE_BACKWARD || RUN_OF(open[k].first) == RUN_OF(c)))
+                b = &open[k];
         /* full, or (at the update) a gather whose update comes after the bucket's place */
         if (b && ((b->elems + share) * per_elem > cap || (c->op == PDDE_OP_ALLGATHER && at[c->src[1]->id] > b->at))) st = bucket_close(L, b);
         for (int k = 0; k < KINDS && !b; k++)
@@ -1718,8 +1730,9 @@ static pdde_status lower_buckets(lowering *L) {
         P->info[c->id].bucket_offset = b->elems;
         b->elems += share, b->last = c, b->n++;
     }
+#undef RUN_OF
     for (int k = 0; k < KINDS && !st; k++) st = bucket_close(L, &open[k]);
-    free(at), free(accum_only);
+    free(at), free(accum_only), free(run);
     return st ? st : bucket_reorder(L);
 }
 
