@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2`, `gpt --dp 2 --pp 2 --zero 3 --micro 2` and the
-# MoE GPT `--moe-experts 8 --dp 4 --ep 2 --zero 3` train as one process does (each step's loss within 1e-6
+# ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2`, `gpt --dp 2 --pp 2 --zero 3 --micro 2` (also
+# with --pp-chunks 2) and the MoE GPT `--moe-experts 8 --dp 4 --ep 2 --zero 3` train as one process does (each step's loss within 1e-6
 # relative), the same bits with
 # PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
 # PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff), and with the
@@ -64,5 +64,7 @@ run_case dp2_micro2 2 -- --dp 2 --zero 3 --micro 2
 # (pipeline stages: the tied embedding table, gathered on the first stage, crosses to the last once per
 # micro-batch, not again for backward; the last stage's arena, at 0.1 MB, need not shrink)
 smaller=some run_case dp2_pp2_micro2 4 -- --dp 2 --pp 2 --zero 3 --micro 2
+# (interleaved: each chunk's backward is a pass of its own, and so is its gradients' bucket)
+smaller=some run_case dp2_pp2_chunks2 4 -- --dp 2 --pp 2 --zero 3 --micro 2 --pp-chunks 2
 run_case moe_dp4_ep2 4 --moe-experts 8 -- --dp 4 --ep 2 --zero 3
 finish
