@@ -91,6 +91,8 @@ static void moe_scores(const float *l, int64_t E, bool sigmoid, float *s) {
     for (int64_t e = 0; e < E; e++) s[e] = (float)(s[e] / z);
 }
 
+#define MOE_ROUTE_PAR_MIN (1 << 13) /* scores (rows x experts) below which routing stays on the calling thread */
+
 /* scratch: E + 2k floats per row of logits (allocated once by cpu_moe: a task cannot fail) */
 typedef struct { const pdde_tensor *t; int64_t E, k; bool sigmoid, normalize; float *scratch; } moe_route_job;
 
@@ -473,7 +475,9 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         }
         j.scratch = malloc((size_t)(l->shape[0] * (j.E + 2 * j.k) + 1) * sizeof *j.scratch);
         if (!j.scratch) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
-        parallel_for(pool, l->shape[0], 64, t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
+        /* on the pool only when the scores are many: below MOE_ROUTE_PAR_MIN waking the pool's threads
+         * costs more than splitting the rows saves (a GPT's 512 tokens of 8 experts run inline) */
+        parallel_for(pool, l->shape[0], MOE_ROUTE_PAR_MIN / (j.E > 0 ? j.E : 1) + 1, t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
         free(j.scratch);
         return PDDE_OK;
     }
