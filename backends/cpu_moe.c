@@ -477,7 +477,7 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         if (!j.scratch) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
         /* on the pool only when the scores are many: below MOE_ROUTE_PAR_MIN waking the pool's threads
          * costs more than splitting the rows saves (a GPT's 512 tokens of 8 experts run inline) */
-        parallel_for(pool, l->shape[0], MOE_ROUTE_PAR_MIN / (j.E > 0 ? j.E : 1) + 1, t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
+        parallel_for(pool, l->shape[0], (MOE_ROUTE_PAR_MIN + j.E - 1) / (j.E > 0 ? j.E : 1), t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
         free(j.scratch);
         return PDDE_OK;
     }
