@@ -1690,8 +1690,13 @@ static pdde_status lower_buckets(lowering *L) {
     int n_layers = pg ? pg->n_layer_mesh : 0;
     int *run = malloc(((size_t)n_layers + 1) * sizeof *run);
     if (!run) return free(at), free(accum_only), lower_oom(L);
-    for (int l = 0; l < n_layers; l++)
-        run[l] = !l ? 0 : run[l - 1] + (pg->layer_mesh[l] && pg->layer_mesh[l - 1] && !mesh_same(pg->layer_mesh[l], pg->layer_mesh[l - 1]));
+    const pdde_mesh *last = NULL; /* (the last placed layer's: unplaced ones stay in the run, as lower_stages has them) */
+    for (int l = 0, r = 0; l < n_layers; l++) {
+        const pdde_mesh *m = pg->layer_mesh[l];
+        if (m && last && !mesh_same(m, last)) r++;
+        if (m) last = m;
+        run[l] = r;
+    }
 #define RUN_OF(t) ((t)->layer >= 0 && (t)->layer < n_layers ? run[(t)->layer] : -1)
     enum { KINDS = 8 };
     bucket_fill open[KINDS] = {{0}};
