@@ -94,6 +94,26 @@ __device__ __forceinline__ void ff_nn(float (&acc)[R][4 * NC], const float *a, i
     }
 }
 
+/* acc[i][4 c + e] += sum_{k < K} a[k lda + i] b[k ldb + c cs + e] (a stored transposed: its rows are the reduction's) */
+template <int R, int NC, int K>
+__device__ __forceinline__ void ff_tn(float (&acc)[R][4 * NC], const float *a, int lda, const float *b, int ldb, int cs) {
+#pragma unroll 4
+    for (int k = 0; k < K; k++) {
+        float x[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) x[i] = a[k * lda + i];
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            float4 y = ff_ld4(b + k * ldb + c * cs);
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                acc[i][4 * c] = fmaf(x[i], y.x, acc[i][4 * c]), acc[i][4 * c + 1] = fmaf(x[i], y.y, acc[i][4 * c + 1]);
+                acc[i][4 * c + 2] = fmaf(x[i], y.z, acc[i][4 * c + 2]), acc[i][4 * c + 3] = fmaf(x[i], y.w, acc[i][4 * c + 3]);
+            }
+        }
+    }
+}
+
 /* y (and its logsumexp: att_y, att_lse) of the query tile of block blockIdx.x (the late, heavy tiles first) */
 template <int D>
 __device__ __forceinline__ void ff_fwd(float *sm, const float *q, const float *k, const float *v, float *y, long long BH, long long T,
@@ -228,8 +248,11 @@ __device__ __forceinline__ void ff_dq(float *sm, const float *q, const float *k,
 
 /* dk, dv (out, att_out 1 and 2) of the key tile of block blockIdx.x: over the query tiles from its first key
  * on, S^T = K Q^T and dP^T = V dO^T, P^T from the queries' logsumexp, dS^T = P^T (dP^T - rowdot),
- * dv += P^T dO, dk += dS^T Q (scaled at the end) */
-template <int D>
+ * dv += P^T dO, dk += dS^T Q (scaled at the end). ONEPASS (path flash2): also dq += dS K of each query tile,
+ * added to out (att_out 0, zeroed before: k_flash_f32_zero_dq) with atomicAdd, so that no dq kernel
+ * recomputes S and dP (five products instead of seven; dq's sum order then depends on timing); blocks
+ * tile-major (key tile blockIdx.x / BH, the one with the most queries first), the heads of a tile apart. */
+template <int D, bool ONEPASS>
 __device__ __forceinline__ void ff_dkv(float *sm, const float *q, const float *k, const float *v, const float *y, const float *dy,
                                        const float *rowdot, float *out, long long BH, long long T, float scale, long long H) {
     constexpr int BK = PDDE_FF_BWD_ROWS(D), BQ = BK, RT = D == 64 ? 4 : 2, RG = BK / RT, CG = FF_T / RG, SC = BQ / CG,
@@ -237,7 +260,8 @@ __device__ __forceinline__ void ff_dkv(float *sm, const float *q, const float *k
     static_assert(RG * CG == FF_T && SC * CG == BQ && NC * 4 * CG == D && CG <= 32, "dk, dv's thread layout");
     float *ks = sm, *vs = ks + BK * LD, *qs = vs + BK * LD, *dos = qs + BQ * LD, *pss = dos + BQ * LD, *dss = pss + BK * LP;
     __shared__ float lse_s[BQ], dot_s[BQ];
-    long long tiles = (T + BK - 1) / BK, bh = blockIdx.x / tiles, kt = tiles - 1 - blockIdx.x % tiles;
+    long long tiles = (T + BK - 1) / BK, bh = ONEPASS ? blockIdx.x % BH : blockIdx.x / tiles;
+    long long kt = ONEPASS ? blockIdx.x / BH : tiles - 1 - blockIdx.x % tiles;
     long long ldi = H ? 3 * H * D : D, ldy = H ? H * D : D + 1, hb = att_in(bh * T, T, D, H);
     const float *qb = q + hb, *kb = k + hb, *vb = v + hb, *dyb = dy + att_y(bh * T, T, D, H);
     int rg = threadIdx.x / CG, cg = threadIdx.x % CG;
@@ -279,6 +303,24 @@ __device__ __forceinline__ void ff_dkv(float *sm, const float *q, const float *k
         __syncthreads();
         ff_nn<RT, NC, BQ>(dv, pss + rg * RT * LP, LP, dos + cg * 4, LD, 4 * CG);
         ff_nn<RT, NC, BQ>(dk, dss + rg * RT * LP, LP, qs + cg * 4, LD, 4 * CG);
+        if constexpr (ONEPASS) { /* dq of queries i0 + rg RT + i: sum over the tile's keys of dS^T[key][query] K[key] */
+            float dq[RT][4 * NC];
+#pragma unroll
+            for (int i = 0; i < RT; i++)
+#pragma unroll
+                for (int c = 0; c < 4 * NC; c++) dq[i][c] = 0.0f;
+            ff_tn<RT, NC, BK>(dq, dss + rg * RT, LP, ks + cg * 4, LD, 4 * CG);
+#pragma unroll
+            for (int i = 0; i < RT; i++) {
+                long long r = i0 + rg * RT + i;
+                if (r >= T) continue;
+                float *o = out + att_out(bh * T + r, 0, BH * T, T, D, H);
+#pragma unroll
+                for (int c = 0; c < NC; c++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) atomicAdd(o + c * 4 * CG + cg * 4 + e, scale * dq[i][4 * c + e]);
+            }
+        }
     }
 #pragma unroll
     for (int i = 0; i < RT; i++) {

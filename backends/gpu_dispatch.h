@@ -73,14 +73,14 @@ enum {
     PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_BACK_QKV,
     PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_FLASH_F32_FWD, PGD_K_FLASH_F32_FWD_D128, PGD_K_FLASH_F32_BACK_DQ, PGD_K_FLASH_F32_BACK_DQ_D128, PGD_K_FLASH_F32_BACK_DKV,
-    PGD_K_FLASH_F32_BACK_DKV_D128,
+    PGD_K_FLASH_F32_BACK_DKV_D128, PGD_K_FLASH_F32_ZERO_DQ, PGD_K_FLASH_F32_BACK2, PGD_K_FLASH_F32_BACK2_D128,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
     "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_back_qkv", "k_flash2_back_qkv_d128",
     "k_flash2_fwd", "k_flash2_fwd_qkv",
     "k_flash_f32_fwd", "k_flash_f32_fwd_d128", "k_flash_f32_back_dq", "k_flash_f32_back_dq_d128", "k_flash_f32_back_dkv",
-    "k_flash_f32_back_dkv_d128",
+    "k_flash_f32_back_dkv_d128", "k_flash_f32_zero_dq", "k_flash_f32_back2", "k_flash_f32_back2_d128",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -194,8 +194,8 @@ enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT
 enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
        PGD_FLASH_COPY = 8, /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */
        /* f32 q, k, v run on the backend's own f32 kernels (k_flash_f32_*, their shape in backends/flash_f32_tiles.h),
-        * and only where the path is named (flash or flash2: there is no f32 flash2, both take them); by default f32
-        * takes the backend's fallback (unfused) */
+        * and only where the path is named: flash (dq and dk, dv kernels) or flash2 (flash's forward, the one-pass
+        * backward k_flash_f32_back2, dq by atomics); by default f32 takes the backend's fallback (unfused) */
        PGD_FLASH_F32_NAMED = 16 };
 /* The CUDA backend's attention settings (its pgd_ctx where the sm_80 kernels are loaded; here so that
  * tests/test_attention_dispatch.c checks the paths they give): the tiled bf16 kernels by default (f32
@@ -938,10 +938,11 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
         else path = c, named = 1;
     }
-    /* (backends without flash2's kernels take flash, and so do f32 q, k, v (flash2's are bf16); so does packed
-     * qkv unless flash2 is named: flash2 there is not yet measured on a GPU) */
+    /* (backends without flash2's kernels take flash, and so do f32 q, k, v without f32 kernels of their own; so
+     * does packed qkv unless flash2 is named: flash2 there is not yet measured on a GPU) */
     const pdde_tensor *q = node->src[0];
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || q->dtype == PDDE_F32 || (!named && pgd_att_of(node).packed)))
+    int f32_own = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own) || (!named && pgd_att_of(node).packed)))
         path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         pgd_att at = pgd_att_of(node);
@@ -1123,8 +1124,9 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * read as they are (bf16 or f32), everything after in f32 (a backend's tensor-core kernels round P and
  * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. f32 on a backend with
  * its own f32 kernels (PGD_FLASH_F32_NAMED: CUDA's k_flash_f32_*) takes those, with their own rows a
- * group and threads (backends/flash_f32_tiles.h) and the same arguments. */
-static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied) {
+ * group and threads (backends/flash_f32_tiles.h) and the same arguments; onepass (its path flash2): the
+ * backward zeroes dq, then k_flash_f32_back2 a group per key tile adds dq with atomics beside dk, dv. */
+static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied, int onepass) {
     const pdde_tensor *q = node->src[0];
     pgd_att at = pgd_att_of(node);
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
@@ -1160,6 +1162,11 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D),
                       PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
     int nargs = (int)(sizeof args / sizeof args[0]) - !with_cp;
+    if (f32k && onepass) {
+        if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_F32_ZERO_DQ, rows * D, PGD_ARGS(PGD_P(po), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
+        if (!e) e = pgd_launch(g, PGD_K_FLASH_F32_BACK2 + d128, gx, 1, 1, bx, 1, nargs, args);
+        return e;
+    }
     if (!e) e = pgd_launch(g, k_dq + d128, gx, 1, 1, bx, 1, nargs, args);
     if (!e) e = pgd_launch(g, k_dkv + d128, gx, 1, 1, bx, 1, nargs, args); /* (f32: key tiles of rows_b rows, as many as dq's) */
     return e;
@@ -1176,7 +1183,8 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
     pgd_att at = pgd_att_of(node);
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
-    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
+    if (node->src[0]->dtype == PDDE_F32) return pgd_attention_flash(g, node, copied, 1); /* (f32: k_flash_f32_*, one-pass backward) */
+    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied, 0);
     if (!rows) return PDDE_OK;
     int64_t groups = BH * ((T + g->flash_rows - 1) / g->flash_rows), prep_groups = (rows + g->flash_threads / 32 - 1) / (g->flash_threads / 32);
     if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
@@ -1216,7 +1224,7 @@ static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
     int e, copied = 0;
     switch (pgd_attention_path(g, node)) {
     case PGD_ATT_UNFUSED: e = pgd_attention_unfused(g, node); break;
-    case PGD_ATT_FLASH: e = pgd_attention_flash(g, node, &copied); break;
+    case PGD_ATT_FLASH: e = pgd_attention_flash(g, node, &copied, 0); break;
     case PGD_ATT_FLASH2: e = pgd_attention_flash2(g, node, &copied); break;
     default: e = pgd_attention_rows(g, node); break;
     }

@@ -219,8 +219,12 @@ static void body_fdq() {
     else ff_dq<128>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
 }
 static void body_fdkv() {
-    if (L.D == 64) ff_dkv<64>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
-    else ff_dkv<128>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    if (L.D == 64) ff_dkv<64, false>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else ff_dkv<128, false>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+}
+static void body_fback2() { /* (k_flash_f32_back2: flash2's one pass, dq by atomics) */
+    if (L.D == 64) ff_dkv<64, true>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else ff_dkv<128, true>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
 }
 static void launch_f32(void (*body)(void), long long rows) {
     emu_launch(emu_dim{(unsigned)(L.BH * ((L.T + rows - 1) / rows)), 1, 1}, PDDE_FF_THREADS, body);
@@ -408,7 +412,9 @@ static void run_case(long long BH, long long T, int D, long long H) {
 
 /* The f32 kernels (k_flash_f32_*) on f32 q, k, v against float64 from the same values: y, lse, dq, dk, dv at
  * f32 round-off (the conformance suite's f32 bound, NMSE 1e-10); H > 0: then packed in qkv, whose outputs must
- * equal those of q, k, v apart bit for bit (the same arithmetic, only the addresses differ). */
+ * equal those of q, k, v apart bit for bit (the same arithmetic, only the addresses differ). Then flash2's
+ * one-pass backward (k_flash_f32_back2, after dq is zeroed): dq against float64, dk and dv equal to the
+ * two-kernel backward's bit for bit (the same products in the same order). */
 static void run_case_f32(long long BH, long long T, int D, long long H) {
     long long n = BH * T * D, Dy = D + 1, rows = BH * T;
     float scale = 1.0f / sqrtf((float)D);
@@ -491,6 +497,33 @@ static void run_case_f32(long long BH, long long T, int D, long long H) {
             bad += memcmp(&y[0][r * Dy + D], &y[1][att_lse(r, rows, D, H)], 4) != 0;
         }
         check("packed = apart", (double)bad, 0, label);
+    }
+    for (int pk = 0; pk < (H ? 2 : 1); pk++) { /* flash2's one pass, from the same forward */
+        long long Hk = pk ? H : 0;
+        float *o2 = new float[3 * n];
+        for (long long i = 0; i < 3 * n; i++) o2[i] = NAN;
+        for (long long r = 0; r < rows; r++) /* k_flash_f32_zero_dq */
+            for (int d = 0; d < D; d++) o2[att_out(r, 0, rows, T, D, Hk) + d] = 0.0f;
+        F_q = pk ? qkv : q, F_k = pk ? qkv + D : k, F_v = pk ? qkv + 2 * D : v;
+        L.y = y[pk], L.dy = pk ? pdy : dy, L.out = o2, L.H = Hk;
+        for (long long r = 0; r < rows; r++) { /* (rowdot of this layout's y, dy: the same values) */
+            float dot = 0.0f;
+            for (int d = 0; d < D; d++) dot += L.dy[att_y(r, T, D, Hk) + d] * L.y[att_y(r, T, D, Hk) + d];
+            rowdot[r] = dot;
+        }
+        launch_f32(body_fback2, PDDE_FF_BWD_ROWS(D));
+        long long same = 0;
+        for (long long r = 0; r < rows; r++)
+            for (int d = 0; d < D; d++) {
+                gout[r * D + d] = o2[att_out(r, 0, rows, T, D, Hk) + d];
+                for (int w = 1; w < 3; w++)
+                    same += memcmp(&o2[att_out(r, w, rows, T, D, Hk) + d], &out[pk][att_out(r, w, rows, T, D, Hk) + d], 4) != 0;
+            }
+        char label[96];
+        snprintf(label, sizeof label, "f32 flash2 BH %lld T %lld D %d%s", BH, T, D, pk ? " packed" : "");
+        check("dq", nmse(gout, rg, n), 1e-10, label);
+        check("dk, dv = flash's", (double)same, 0, label);
+        delete[] o2;
     }
     for (int pk = 0; pk < (H ? 2 : 1); pk++) delete[] y[pk], delete[] out[pk];
     delete[] q, delete[] k, delete[] v, delete[] dy, delete[] rowdot, delete[] gy, delete[] glse, delete[] gout;

@@ -6,8 +6,8 @@
  * at head sizes 64 and 128, forward and backward: by default flash2 apart and flash packed; named
  * flash2 takes flash2's packed kernels (k_flash2_*_qkv); named flash takes flash in both layouts; f32
  * q, k, v take the unfused path by default and the f32 tiled kernels (k_flash_f32_*) where flash or
- * flash2 is named (by PDDE_CUDA_ATTENTION or PDDE_ATTENTION), with their own grid
- * (backends/flash_f32_tiles.h). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
+ * flash2 is named (by PDDE_CUDA_ATTENTION or PDDE_ATTENTION; flash2: the one-pass backward after dq is
+ * zeroed), with their own grid (backends/flash_f32_tiles.h). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
  * many parameters as the launch passes, each of the launch's size. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
@@ -149,13 +149,13 @@ int main(void) {
     expect(ctx, NULL, 64, PDDE_F32, 0, NULL, NULL);
     expect(ctx, NULL, 32, PDDE_BF16, 1, NULL, NULL);
     expect(ctx, "flash2", 32, PDDE_BF16, 0, NULL, NULL);
-    /* f32 (no TF32): the f32 tiled kernels only where a tiled path is named, flash2 as flash (no f32 flash2) */
+    /* f32 (no TF32): the f32 tiled kernels only where a tiled path is named; flash2: flash's forward, the one-pass backward */
     const char *f32_b = "k_flash_rowdot k_flash_f32_back_dq k_flash_f32_back_dkv";
     const char *f32_b128 = "k_flash_rowdot k_flash_f32_back_dq_d128 k_flash_f32_back_dkv_d128";
     expect(ctx, "flash", 64, PDDE_F32, 0, "k_flash_f32_fwd", f32_b);
     expect(ctx, "flash", 64, PDDE_F32, 1, "k_flash_f32_fwd", f32_b);
-    expect(ctx, "flash2", 64, PDDE_F32, 0, "k_flash_f32_fwd", f32_b);
-    expect(ctx, "flash2", 128, PDDE_F32, 1, "k_flash_f32_fwd_d128", f32_b128);
+    expect(ctx, "flash2", 64, PDDE_F32, 0, "k_flash_f32_fwd", "k_flash_rowdot k_flash_f32_zero_dq k_flash_f32_back2");
+    expect(ctx, "flash2", 128, PDDE_F32, 1, "k_flash_f32_fwd_d128", "k_flash_rowdot k_flash_f32_zero_dq k_flash_f32_back2_d128");
     expect(ctx, "flash", 128, PDDE_F32, 0, "k_flash_f32_fwd_d128", f32_b128);
     expect(ctx, NULL, 64, PDDE_F32, 1, NULL, NULL);
     expect(ctx, NULL, 128, PDDE_F32, 0, NULL, NULL);
@@ -166,9 +166,9 @@ int main(void) {
     unsetenv("PDDE_ATTENTION");
     /* their grid: a group of PDDE_FF_THREADS per PDDE_FF_FWD_ROWS (forward) or PDDE_FF_BWD_ROWS (backward) rows of a head */
     static const int64_t dims[2] = {64, 128};
-    for (int di = 0; di < 2; di++) {
-        int64_t D = dims[di], BH = 2 * 3, T = 100; /* (attention()'s shape) */
-        setenv("PDDE_CUDA_ATTENTION", "flash", 1);
+    for (int di = 0; di < 4; di++) {
+        int64_t D = dims[di % 2], BH = 2 * 3, T = 100; /* (attention()'s shape) */
+        setenv("PDDE_CUDA_ATTENTION", di < 2 ? "flash" : "flash2", 1);
         pdde_graph *g = attention(ctx, (int)D, PDDE_F32, 0);
         char got[512];
         kernels_of(ctx, g, PDDE_OP_ATTENTION, got, sizeof got);
@@ -176,9 +176,11 @@ int main(void) {
                   launched_bx[0] == PDDE_FF_THREADS, "f32 D %lld forward: %s on %u groups of %u", (long long)D, got, launched_gx[0], launched_bx[0]);
         kernels_of(ctx, g, PDDE_OP_ATTENTION_BACK, got, sizeof got);
         unsigned want = (unsigned)(BH * ((T + PDDE_FF_BWD_ROWS(D) - 1) / PDDE_FF_BWD_ROWS(D)));
-        CHECK(n_launched == 3 && launched_gx[1] == want && launched_gx[2] == want && launched_bx[1] == PDDE_FF_THREADS &&
-                  launched_bx[2] == PDDE_FF_THREADS, "f32 D %lld backward: %s on %u and %u groups (want %u)", (long long)D, got,
-              launched_gx[1], launched_gx[2], want);
+        /* (flash: rowdot, dq, dk and dv; flash2: rowdot, the zeroing of dq, the one pass) */
+        CHECK(n_launched == 3 && launched_gx[2] == want && launched_bx[2] == PDDE_FF_THREADS &&
+                  (di >= 2 || (launched_gx[1] == want && launched_bx[1] == PDDE_FF_THREADS)),
+              "f32 D %lld %s backward: %s on %u and %u groups (want %u)", (long long)D, di < 2 ? "flash" : "flash2", got, launched_gx[1],
+              launched_gx[2], want);
         pdde_graph_free(g);
     }
     unsetenv("PDDE_CUDA_ATTENTION");
