@@ -98,6 +98,10 @@ typedef struct {
     cl_command_queue q;
     cl_mem scratch; /* per stream, so that two streams never share temporaries */
     size_t scratch_bytes;
+    /* a session's stream: the dispatcher's switches read once, when it is made (no operation reads the environment),
+     * and whether the device's kernels are built (the default stream checks both at each operation) */
+    int fixed, prepared;
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS) */
 } pdde_ocl_stream;
 
 typedef struct {
@@ -516,6 +520,7 @@ static pdde_status pdde_ocl_stream_create(void *dev, void **stream) {
         free(s);
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
+    s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_");
     *stream = s;
     return PDDE_OK;
 }
@@ -671,17 +676,22 @@ static int pdde_ocl_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M,
 
 /* The dispatcher's view of device d and stream (after its kernels are built). */
 static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx *out) {
-    pdde_status st = pdde_ocl_prepare(d);
-    if (st != PDDE_OK) return st;
+    pdde_ocl_stream *s = pdde_ocl_st(d, stream);
+    if (!s->prepared) {
+        pdde_status st = pdde_ocl_prepare(d);
+        if (st != PDDE_OK) return st;
+        s->prepared = s->fixed; /* (the device keeps its kernels until the family is freed, after its streams) */
+    }
     *out = (pgd_ctx){
-        .ctx = d->fam->ctx, .name = "opencl", .impl = d, .stream = pdde_ocl_st(d, stream),
+        .ctx = d->fam->ctx, .name = "opencl", .impl = d, .stream = s,
         .units = d->props.compute_units > 0 ? (unsigned)d->props.compute_units : 1, .max_block = (unsigned)d->wg,
         .item_per_element = d->item_per_element,
         .launch = pdde_ocl_cb_launch, .scratch = pdde_ocl_cb_scratch, .fill32 = pdde_ocl_cb_fill32,
         .copy = pdde_ocl_cb_copy,
         /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
-        .mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
+        /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
+        .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_"),
 #ifdef PDDE_HAVE_CLBLAST
         .gemm = pdde_ocl_cb_gemm,
 #endif
