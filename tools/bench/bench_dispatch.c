@@ -13,13 +13,21 @@
  * calling thread's CPU time: the host's own cost of enqueueing an op where a device (PoCL's threads)
  * runs the kernels. --device opencl runs pdde's step on the first OpenCL device (PoCL
  * here: its launch path, kernels and all; the torch peer stays on the CPU). Last line:
+ * --device null: a device of host memory whose ops go through the GPU dispatcher (backends/gpu_dispatch.h:
+ * argument packing, path selection) to launches that do nothing: the host's cost of the GPU path that is
+ * pdde's own (executor, dispatcher), without a vendor runtime's (its losses mean nothing). Last line:
  *   RESULT dispatch us_per_op=.. torch_us_per_op=.. ratio=.. torch_aten_us_per_op=.. ops_per_step=..
  *          cpu_us_per_op=.. host_us_per_op=.. device=..
  *
  *   bench_dispatch [--width W] [--depth L] [--batch B] [--steps N] [--reps R] [--device cpu|opencl]
  *                  [--threads T] [--no-torch] [--python /usr/bin/python3] */
-#include "pdde.h"
+#include "pdde_extension.h"
 #include "bench_common.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "backends/gpu_moe.h" /* (and gpu_dispatch.h: the null device's dispatcher) */
+#pragma GCC diagnostic pop
 
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +46,99 @@ static int64_t ops_run(const pdde_session *s) {
     for (int op = 0; op < PDDE_OP_COUNT; op++) n += pdde_session_op_runs(s, (pdde_op)op);
     return n;
 }
+
+/* ---- the null device: one device of host memory; compute runs the GPU dispatcher with launches that do nothing */
+static int null_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
+                       const pgd_arg *args) {
+    (void)impl, (void)stream, (void)k, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)nargs, (void)args;
+    return 0;
+}
+static int null_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out) {
+    (void)impl, (void)stream, (void)nbytes;
+    *out = (pgd_ptr){4096, 0};
+    return 0;
+}
+static int null_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, size_t count) {
+    (void)impl, (void)stream, (void)dst, (void)value, (void)count;
+    return 0;
+}
+static int null_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nbytes) {
+    (void)impl, (void)stream, (void)dst, (void)src, (void)nbytes;
+    return 0;
+}
+static int null_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA, pgd_ptr b,
+                     int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    (void)impl, (void)stream, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)a, (void)sA, (void)b, (void)sB, (void)c, (void)sC, (void)batch;
+    return 0;
+}
+static pdde_status null_init(pdde_context *ctx, void **family, int *n) {
+    *family = ctx, *n = 1;
+    return PDDE_OK;
+}
+static void null_free(void *family) { (void)family; }
+static pdde_status null_props(void *family, int index, pdde_device_props *out) {
+    (void)family, (void)index;
+    memset(out, 0, sizeof *out);
+    out->kind = PDDE_DEVICE_ACCEL;
+    strcpy(out->name, "null (host memory, launches that do nothing)");
+    strcpy(out->backend, "null");
+    out->memory_total = (uint64_t)1 << 30;
+    out->compute_units = 1;
+    return PDDE_OK;
+}
+static pdde_status null_open(void *family, int index, void **dev) {
+    (void)index;
+    *dev = family;
+    return PDDE_OK;
+}
+static void null_close(void *dev) { (void)dev; }
+static int null_supports(void *dev, const pdde_tensor *t) {
+    (void)dev;
+    return pgd_supports_op(t);
+}
+static pdde_status null_alloc(void *dev, size_t nbytes, void **handle) {
+    (void)dev;
+    *handle = calloc(1, nbytes ? nbytes : 1);
+    return *handle ? PDDE_OK : PDDE_ERR_OOM;
+}
+static void null_buffer_free(void *dev, void *handle) { (void)dev, free(handle); }
+static pdde_status null_write(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n) {
+    (void)dev, (void)stream;
+    memcpy((char *)handle + offset, src, n);
+    return PDDE_OK;
+}
+static pdde_status null_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
+    (void)dev, (void)stream;
+    memcpy(dst, (const char *)handle + offset, n);
+    return PDDE_OK;
+}
+static pdde_status null_stream_create(void *dev, void **stream) {
+    *stream = dev;
+    return PDDE_OK;
+}
+static void null_stream_free(void *dev, void *stream) { (void)dev, (void)stream; }
+static pdde_status null_sync(void *dev, void *stream) { (void)dev, (void)stream; return PDDE_OK; }
+static pgd_ctx null_dispatcher(void *dev) {
+    return (pgd_ctx){.ctx = dev, .name = "null", .units = 132, .max_block = 1024, .launch = null_launch, .scratch = null_scratch,
+                     .fill32 = null_fill32, .copy = null_copy, .gemm = null_gemm, .attention_default = PGD_ATT_UNFUSED};
+}
+static pdde_status null_compute(void *dev, void *stream, pdde_tensor *t) {
+    (void)stream;
+    pgd_ctx g = null_dispatcher(dev);
+    return pgd_compute_any(&g, t);
+}
+static pdde_status null_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
+    (void)stream;
+    pgd_ctx g = null_dispatcher(dev);
+    return pgd_compute_group(&g, nodes, n);
+}
+static const pdde_backend_iface null_backend = {
+    .api_version = PDDE_BACKEND_API_VERSION, .struct_size = sizeof(pdde_backend_iface), .name = "null", .init = null_init,
+    .free = null_free, .device_props = null_props, .device_open = null_open, .device_close = null_close, .supports_op = null_supports,
+    .buffer_alloc = null_alloc, .buffer_free = null_buffer_free, .write = null_write, .read = null_read,
+    .stream_create = null_stream_create, .stream_free = null_stream_free, .stream_sync = null_sync, .compute = null_compute,
+    .compute_group = null_compute_group,
+};
 
 typedef struct {
     int width, depth, batch, steps, reps, threads, torch;
@@ -86,7 +187,9 @@ int main(int argc, char **argv) {
     }
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = o.threads;
-    cp.backends = strcmp(o.device, "cpu") ? "cpu,opencl" : "cpu";
+    cp.backends = !strcmp(o.device, "opencl") ? "cpu,opencl" : !strcmp(o.device, "null") ? "cpu,null" : "cpu";
+    const pdde_backend_iface *extra[] = {&null_backend};
+    if (!strcmp(o.device, "null")) cp.extra_backends = extra, cp.n_extra_backends = 1;
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx)) { fprintf(stderr, "bench_dispatch: no context\n"); return 1; }
     int device = 0;
