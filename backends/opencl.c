@@ -110,6 +110,11 @@ typedef struct {
 
 struct pdde_ocl_family;
 
+/* The value a kernel's argument was last set to (size 0: not known), so that a launch sets only the arguments that
+ * changed (they keep their values on the kernel object between launches; PoCL copies each one it is given) */
+#define PDDE_OCL_ARGS 40
+typedef struct { uint64_t v; uint8_t size; } pdde_ocl_arg;
+
 typedef struct {
     struct pdde_ocl_family *fam;
     int index;
@@ -124,6 +129,7 @@ typedef struct {
     cl_context cl;
     cl_program prog;
     cl_kernel k[PGD_K_COUNT];
+    pdde_ocl_arg args[PGD_K_COUNT][PDDE_OCL_ARGS]; /* (under lock) */
     size_t wg;            /* the largest group of the row kernels: a power of two */
     int item_per_element; /* the program was built with PGD_ITEM_PER_ELEMENT */
     pdde_ocl_stream def;  /* the stream used when the core passes NULL */
@@ -183,6 +189,7 @@ static void pdde_ocl_device_release(pdde_ocl_family *f, pdde_ocl_device *d) {
     if (d->cl) f->cl.clReleaseContext(d->cl);
     memset(&d->def, 0, sizeof d->def);
     memset(d->k, 0, sizeof d->k);
+    memset(d->args, 0, sizeof d->args);
     d->prog = NULL;
     d->cl = NULL;
     d->ready = 0;
@@ -419,9 +426,17 @@ static pdde_status pdde_ocl_buffer_alloc(void *dev, size_t nbytes, void **handle
     return PDDE_OK;
 }
 
+/* A buffer released: the kernels' remembered arguments are forgotten (a buffer made later may get its handle, which
+ * a runtime may have translated when it was set). */
+static void pdde_ocl_args_forget(pdde_ocl_device *d) {
+    pthread_mutex_lock(&d->lock);
+    memset(d->args, 0, sizeof d->args);
+    pthread_mutex_unlock(&d->lock);
+}
+
 static void pdde_ocl_buffer_free(void *dev, void *handle) {
     pdde_ocl_device *d = dev;
-    if (handle) d->fam->cl.clReleaseMemObject((cl_mem)handle);
+    if (handle) d->fam->cl.clReleaseMemObject((cl_mem)handle), pdde_ocl_args_forget(d);
 }
 
 /* Host memory the runtime can copy by DMA (pinned where it pins): a CL_MEM_ALLOC_HOST_PTR buffer,
@@ -530,7 +545,7 @@ static void pdde_ocl_stream_free(void *dev, void *stream) {
     pdde_ocl_stream *s = stream;
     if (!s) return;
     d->fam->cl.clFinish(s->q);
-    if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch);
+    if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch), pdde_ocl_args_forget(d);
     d->fam->cl.clReleaseCommandQueue(s->q);
     free(s);
 }
@@ -588,6 +603,19 @@ static pdde_status pdde_ocl_stream_wait_event(void *dev, void *stream, void *eve
  * them on an OpenCL queue. A device address is a cl_mem and a byte offset, and each pointer argument
  * of a kernel is those two (the source is built with PGD_BUFFER_OFFSETS). */
 
+/* Argument n of kernel k set to the size bytes at v, unless it holds them already (caller holds d->lock). */
+static cl_int pdde_ocl_set_arg(pdde_ocl_device *d, int k, cl_uint n, size_t size, const void *v) {
+    pdde_ocl_arg *a = n < PDDE_OCL_ARGS ? &d->args[k][n] : NULL;
+    uint64_t bits = 0;
+    if (a && size <= sizeof bits) {
+        memcpy(&bits, v, size);
+        if (a->size == size && a->v == bits) return CL_SUCCESS;
+    }
+    cl_int e = d->fam->cl.clSetKernelArg(d->k[k], n, size, v);
+    if (a) a->size = e == CL_SUCCESS && size <= sizeof bits ? (uint8_t)size : 0, a->v = bits;
+    return e;
+}
+
 static int pdde_ocl_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, int nargs, const pgd_arg *args) {
     pdde_ocl_device *d = impl;
@@ -601,10 +629,10 @@ static int pdde_ocl_cb_launch(void *impl, void *stream, int k, unsigned gx, unsi
             const pgd_ptr *p = args[i].p;
             cl_mem m = (cl_mem)(uintptr_t)p->base; /* NULL gives the kernel a null pointer */
             cl_ulong off = p->off;
-            e = cl->clSetKernelArg(kern, n++, sizeof m, &m);
-            if (e == CL_SUCCESS) e = cl->clSetKernelArg(kern, n++, sizeof off, &off);
+            e = pdde_ocl_set_arg(d, k, n++, sizeof m, &m);
+            if (e == CL_SUCCESS) e = pdde_ocl_set_arg(d, k, n++, sizeof off, &off);
         } else {
-            e = cl->clSetKernelArg(kern, n++, args[i].size, args[i].p);
+            e = pdde_ocl_set_arg(d, k, n++, args[i].size, args[i].p);
         }
     }
     size_t global[3] = {(size_t)gx * bx, (size_t)gy * by, gz}, local[3] = {bx, by, 1};
@@ -621,7 +649,7 @@ static int pdde_ocl_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr 
     if (s->scratch_bytes < nbytes) {
         size_t want = nbytes < 65536 ? 65536 : nbytes;
         /* releasing is safe while queued kernels still use it: OpenCL keeps it alive until they finish */
-        if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch);
+        if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch), pdde_ocl_args_forget(d);
         s->scratch = NULL;
         s->scratch_bytes = 0;
         cl_int e = CL_SUCCESS;
