@@ -1,8 +1,7 @@
 /* bench_dispatch — the host's cost per executed op: a deep, narrow MLP (width 16, 48 layers, batch 8 by
  * default: relu(x W + b) per layer, cross-entropy, AdamW) trained step after step, so every kernel is
  * tiny and a step's time is the executor's and the backend's dispatch. pdde and PyTorch eager
- * (tools/bench/dispatch_torch.py: the same model, the same sizes, on the CPU, one thread each) in the
- * same run.
+ * (tools/bench/dispatch_torch.py: the same model, the same sizes, one thread each) in the same run.
  *
  * us_per_op: the median step's wall time over the nodes the step ran (pdde_session_op_runs: forward,
  * backward and update nodes; a multi-tensor update counts every node it takes). torch_us_per_op: torch's
@@ -10,16 +9,18 @@
  * the ratio of the steps; torch_aten_us_per_op: torch's step over the aten ops it dispatches (counted
  * once, untimed, with a TorchDispatchMode: its own granularity, AdamW's per-parameter ops included).
  * cpu_us_per_op: us_per_op on the process's CPU time, steadier on a loaded machine; host_us_per_op: on the
- * calling thread's CPU time: the host's own cost of enqueueing an op where a device (PoCL's threads)
- * runs the kernels. --device opencl runs pdde's step on the first OpenCL device (PoCL
- * here: its launch path, kernels and all; the torch peer stays on the CPU). Last line:
- * --device null: a device of host memory whose ops go through the GPU dispatcher (backends/gpu_dispatch.h:
- * argument packing, path selection) to launches that do nothing: the host's cost of the GPU path that is
- * pdde's own (executor, dispatcher), without a vendor runtime's (its losses mean nothing). Last line:
+ * calling thread's CPU time: the host's own cost of enqueueing an op where a device runs the kernels.
+ *
+ * --device: where pdde's step runs: cpu (default); opencl, the first OpenCL device (PoCL here: its launch
+ * path, CLBlast and kernels on the CPU's threads; the torch peer stays on the CPU); cuda, the first CUDA
+ * device (the torch peer there too; each step ends in reading the loss on both sides); null, a device of
+ * host memory whose ops go through the GPU dispatcher (backends/gpu_dispatch.h: argument packing, path
+ * selection) to launches that do nothing: the host's cost of the GPU path that is pdde's own (executor,
+ * dispatcher) without a vendor runtime's (its losses mean nothing). Last line:
  *   RESULT dispatch us_per_op=.. torch_us_per_op=.. ratio=.. torch_aten_us_per_op=.. ops_per_step=..
  *          cpu_us_per_op=.. host_us_per_op=.. device=..
  *
- *   bench_dispatch [--width W] [--depth L] [--batch B] [--steps N] [--reps R] [--device cpu|opencl]
+ *   bench_dispatch [--width W] [--depth L] [--batch B] [--steps N] [--reps R] [--device cpu|opencl|cuda|null]
  *                  [--threads T] [--no-torch] [--python /usr/bin/python3] */
 #include "pdde_extension.h"
 #include "bench_common.h"
@@ -149,8 +150,8 @@ typedef struct {
 static int run_torch(const options *o, double *step_us, double *ops) {
     char cmd[512];
     snprintf(cmd, sizeof cmd,
-             "OMP_NUM_THREADS=%d %s tools/bench/dispatch_torch.py --width %d --depth %d --batch %d --steps %d --reps %d --threads %d 2>&1",
-             o->threads, o->python, o->width, o->depth, o->batch, o->steps, o->reps, o->threads);
+             "OMP_NUM_THREADS=%d %s tools/bench/dispatch_torch.py --width %d --depth %d --batch %d --steps %d --reps %d --threads %d --device %s 2>&1",
+             o->threads, o->python, o->width, o->depth, o->batch, o->steps, o->reps, o->threads, strcmp(o->device, "cuda") ? "cpu" : "cuda");
     fflush(stdout);
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
@@ -187,7 +188,9 @@ int main(int argc, char **argv) {
     }
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = o.threads;
-    cp.backends = !strcmp(o.device, "opencl") ? "cpu,opencl" : !strcmp(o.device, "null") ? "cpu,null" : "cpu";
+    char backends[64];
+    snprintf(backends, sizeof backends, "cpu,%s", o.device);
+    cp.backends = backends;
     const pdde_backend_iface *extra[] = {&null_backend};
     if (!strcmp(o.device, "null")) cp.extra_backends = extra, cp.n_extra_backends = 1;
     pdde_context *ctx;

@@ -1,5 +1,6 @@
 """dispatch_torch.py — the PyTorch eager peer of bench_dispatch.c: the same deep, narrow MLP
-(relu(h W + b) per layer, a last W, cross-entropy, AdamW) trained on the CPU, step after step.
+(relu(h W + b) per layer, a last W, cross-entropy, AdamW) trained on the CPU (--device cuda: on the
+GPU, each step ending in reading the loss), step after step.
 
 Prints "TORCH step_us=<median step, us> ops=<aten ops one step dispatches>" (the ops counted once, in
 an untimed step, with a TorchDispatchMode). Run by bench_dispatch; alone:
@@ -20,6 +21,7 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
@@ -28,13 +30,13 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    W, L, B, K = a.width, a.depth, a.batch, 4
-    ws = [(torch.randn(W, W) * (2.0 / W) ** 0.5).requires_grad_(True) for _ in range(L)]
-    bs = [torch.zeros(W, requires_grad=True) for _ in range(L)]
-    wo = (torch.randn(W, K) * (2.0 / W) ** 0.5).requires_grad_(True)
+    W, L, B, K, dev = a.width, a.depth, a.batch, 4, torch.device(a.device)
+    ws = [(torch.randn(W, W) * (2.0 / W) ** 0.5).to(dev).requires_grad_(True) for _ in range(L)]
+    bs = [torch.zeros(W, device=dev, requires_grad=True) for _ in range(L)]
+    wo = (torch.randn(W, K) * (2.0 / W) ** 0.5).to(dev).requires_grad_(True)
     opt = torch.optim.AdamW(ws + bs + [wo], lr=1e-3)
-    x = torch.tensor([((i * 2654435761) % (1 << 32) % 1000) / 1000.0 - 0.5 for i in range(B * W)]).reshape(B, W)
-    t = torch.tensor([i % K for i in range(B)])
+    x = torch.tensor([((i * 2654435761) % (1 << 32) % 1000) / 1000.0 - 0.5 for i in range(B * W)]).reshape(B, W).to(dev)
+    t = torch.tensor([i % K for i in range(B)]).to(dev)
 
     def step():
         h = x
@@ -44,6 +46,8 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if dev.type == "cuda":
+            loss.item()  # (pdde's step ends reading its loss: the same synchronisation)
         return loss
 
     for _ in range(10):
