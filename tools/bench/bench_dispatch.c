@@ -11,6 +11,10 @@
  * cpu_us_per_op: us_per_op on the process's CPU time, steadier on a loaded machine; host_us_per_op: on the
  * calling thread's CPU time: the host's own cost of enqueueing an op where a device runs the kernels.
  *
+ * --gpt: the GPT of examples/gpt.h at tiny sizes instead (V 64, T 16, 4 layers, 2 heads, C 32, B 2;
+ * --bf16: under compute dtype bf16, as tools/gpu-check.sh runs it), the peer tools/bench/gpt_torch.py
+ * (torch_aten_us_per_op: nan; on cuda with --sdpa, and autocast under --bf16).
+ *
  * --device: where pdde's step runs: cpu (default); opencl, the first OpenCL device (PoCL here: its launch
  * path, CLBlast and kernels on the CPU's threads; the torch peer stays on the CPU); cuda, the first CUDA
  * device (the torch peer there too; each step ends in reading the loss on both sides); null, a device of
@@ -21,9 +25,10 @@
  *          cpu_us_per_op=.. host_us_per_op=.. device=..
  *
  *   bench_dispatch [--width W] [--depth L] [--batch B] [--steps N] [--reps R] [--device cpu|opencl|cuda|null]
- *                  [--threads T] [--no-torch] [--python /usr/bin/python3] */
+ *                  [--gpt] [--bf16] [--threads T] [--no-torch] [--python /usr/bin/python3] */
 #include "pdde_extension.h"
 #include "bench_common.h"
+#include "examples/gpt.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -142,13 +147,33 @@ static const pdde_backend_iface null_backend = {
 };
 
 typedef struct {
-    int width, depth, batch, steps, reps, threads, torch;
+    int width, depth, batch, steps, reps, threads, torch, gpt, bf16;
     const char *device, *python;
 } options;
 
-/* The torch peer: its median step (us) and its aten ops per step; 0 on success. */
+static const gpt_config tiny_gpt = {.vocab = 64, .ctx = 16, .layers = 4, .heads = 2, .width = 32, .batch = 2};
+
+/* The torch peer: its median step (us) and its aten ops per step (NaN: not counted); 0 on success. */
 static int run_torch(const options *o, double *step_us, double *ops) {
     char cmd[512];
+    int cuda = !strcmp(o->device, "cuda");
+    if (o->gpt) {
+        const gpt_config *c = &tiny_gpt;
+        snprintf(cmd, sizeof cmd,
+                 "OMP_NUM_THREADS=%d %s tools/bench/gpt_torch.py --vocab %d --layers %d --heads %d --width %d --ctx %d --batch %d "
+                 "--steps %d --warmup 10 --threads %d --device %s --dtype %s%s 2>/dev/null",
+                 o->threads, o->python, c->vocab, c->layers, c->heads, c->width, c->ctx, c->batch, o->steps * o->reps, o->threads,
+                 cuda ? "cuda" : "cpu", o->bf16 ? "bf16" : "f32", cuda ? " --sdpa" : "");
+        fflush(stdout);
+        FILE *p = popen(cmd, "r");
+        if (!p) return 1;
+        char line[512];
+        int got = 0;
+        double ms;
+        while (fgets(line, sizeof line, p))
+            if (strstr(line, "TORCH ") && sscanf(strstr(line, "step_ms="), "step_ms=%lf", &ms) == 1) got = 1, *step_us = ms * 1e3, *ops = NAN;
+        return pclose(p) != 0 || !got;
+    }
     snprintf(cmd, sizeof cmd,
              "OMP_NUM_THREADS=%d %s tools/bench/dispatch_torch.py --width %d --depth %d --batch %d --steps %d --reps %d --threads %d --device %s 2>&1",
              o->threads, o->python, o->width, o->depth, o->batch, o->steps, o->reps, o->threads, strcmp(o->device, "cuda") ? "cpu" : "cuda");
@@ -170,6 +195,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-torch")) { o.torch = 0; continue; }
+        if (!strcmp(a, "--gpt")) { o.gpt = 1; continue; }
+        if (!strcmp(a, "--bf16")) { o.bf16 = 1; continue; }
         if (!v) { fprintf(stderr, "bench_dispatch: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--width")) o.width = atoi(v);
@@ -207,18 +234,25 @@ int main(int argc, char **argv) {
     const int classes = 4;
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
-    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){o.batch, o.width});
-    pdde_tensor *tg = pdde_input(g, "target", PDDE_I32, 1, (int64_t[]){o.batch});
-    pdde_tensor *h = x;
-    for (int l = 0; l < o.depth; l++) {
+    pdde_tensor *x = NULL, *tg = NULL, *loss = NULL, *h = NULL;
+    gpt_model m;
+    if (o.gpt) {
+        if (o.bf16) pdde_graph_set_compute_dtype(g, PDDE_BF16);
+        gpt_build(g, &tiny_gpt, &m);
+        x = m.ids, tg = m.targets, loss = m.loss;
+    } else {
+        x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){o.batch, o.width});
+        tg = pdde_input(g, "target", PDDE_I32, 1, (int64_t[]){o.batch});
+        h = x;
+    }
+    for (int l = 0; l < o.depth && !o.gpt; l++) {
         char wn[32], bn[32];
         snprintf(wn, sizeof wn, "w%d", l), snprintf(bn, sizeof bn, "b%d", l);
         pdde_tensor *w = pdde_param(g, wn, 2, (int64_t[]){o.width, o.width}, sqrtf(2.0f / (float)o.width));
         pdde_tensor *b = pdde_param(g, bn, 1, (int64_t[]){o.width}, 0.0f);
         h = pdde_relu(g, pdde_bias_add(g, pdde_matmul(g, h, w, 0, 0), b));
     }
-    pdde_tensor *wo = pdde_param(g, "wo", 2, (int64_t[]){o.width, classes}, sqrtf(2.0f / (float)o.width));
-    pdde_tensor *loss = pdde_cross_entropy(g, pdde_matmul(g, h, wo, 0, 0), tg);
+    if (!o.gpt) loss = pdde_cross_entropy(g, pdde_matmul(g, h, pdde_param(g, "wo", 2, (int64_t[]){o.width, classes}, sqrtf(2.0f / (float)o.width)), 0, 0), tg);
     pdde_optimizer_params opt = PDDE_OPTIMIZER_PARAMS_INIT;
     opt.lr = 1e-3f;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
@@ -228,12 +262,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_dispatch: %s\n", pdde_last_error(ctx));
         return 1;
     }
-    float *xs = malloc(sizeof(float) * (size_t)o.batch * (size_t)o.width);
-    int32_t *ts = malloc(sizeof(int32_t) * (size_t)o.batch);
-    for (int i = 0; i < o.batch * o.width; i++) xs[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    for (int i = 0; i < o.batch; i++) ts[i] = i % classes;
-    int rc = pdde_session_write(s, x, xs, sizeof(float) * (size_t)o.batch * (size_t)o.width) ||
-             pdde_session_write(s, tg, ts, sizeof(int32_t) * (size_t)o.batch);
+    size_t nx = (size_t)pdde_tensor_numel(x), nt = (size_t)pdde_tensor_numel(tg);
+    float *xs = malloc(sizeof(float) * nx);
+    int32_t *ts = malloc(sizeof(int32_t) * (nx + nt + 1));
+    for (size_t i = 0; i < nx; i++) xs[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < nx + nt + 1; i++) ts[i] = (int32_t)((i * 7 + 3) % (size_t)(o.gpt ? tiny_gpt.vocab : classes));
+    int rc = o.gpt ? pdde_session_write(s, x, ts, sizeof(int32_t) * nx) || pdde_session_write(s, tg, ts + 1, sizeof(int32_t) * nt)
+                   : pdde_session_write(s, x, xs, sizeof(float) * nx) || pdde_session_write(s, tg, ts, sizeof(int32_t) * nt);
     for (int i = 0; i < 10 && !rc; i++) rc = pdde_session_run(s, PDDE_RUN_STEP); /* warm-up: kernels built, caches */
     int64_t ops0 = ops_run(s);
     double wall[64], cpu[64], host[64];
@@ -250,8 +285,13 @@ int main(int argc, char **argv) {
     double ops = (double)(ops_run(s) - ops0) / ((double)o.steps * o.reps);
     double step_us = bench_median(wall, o.reps) * 1e6, cpu_us = bench_median(cpu, o.reps) * 1e6, host_us = bench_median(host, o.reps) * 1e6;
     double us_per_op = step_us / ops;
-    printf("bench_dispatch: MLP width %d, depth %d, batch %d, AdamW; %s, %d thread(s); %d reps of %d steps\n", o.width, o.depth, o.batch,
-           o.device, o.threads, o.reps, o.steps);
+    if (o.gpt)
+        printf("bench_dispatch: GPT V %d T %d L %d H %d C %d B %d (%s), AdamW; %s, %d thread(s); %d reps of %d steps\n", tiny_gpt.vocab,
+               tiny_gpt.ctx, tiny_gpt.layers, tiny_gpt.heads, tiny_gpt.width, tiny_gpt.batch, o.bf16 ? "bf16" : "f32", o.device, o.threads,
+               o.reps, o.steps);
+    else
+        printf("bench_dispatch: MLP width %d, depth %d, batch %d, AdamW; %s, %d thread(s); %d reps of %d steps\n", o.width, o.depth, o.batch,
+               o.device, o.threads, o.reps, o.steps);
     float lv = pdde_session_loss(s);
     printf("  pdde   step %9.1f us  ops/step %6.0f  us/op %7.3f  (CPU time: process %7.3f, calling thread %7.3f us/op)  loss %.9g (%a)\n",
            step_us, ops, us_per_op, cpu_us / ops, host_us / ops, lv, lv);
