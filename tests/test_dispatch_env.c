@@ -5,10 +5,10 @@
  * every path). getenv is this program's own (it counts the PDDE_* names asked, then looks them up),
  * which the library, linked statically, calls.
  *
- * On the CPU and on the OpenCL device (skipped where there is none): a deep, narrow MLP trained a few
- * steps; the steps after the first ask for no PDDE_* variable; a session made after
- * PDDE_OPENCL_COLSUM2 is set reads it; the losses of two sessions of the same model are equal bit for
- * bit (the same switches, read once or not). */
+ * On the CPU and on the OpenCL and CUDA devices (each skipped where there is none): a deep, narrow MLP
+ * trained a few steps; the steps after the first ask for no PDDE_* variable; a session made after the
+ * device's COLSUM2 switch is set reads it; the losses of two sessions of the same model are equal bit
+ * for bit (the same switches, read once or not). */
 #define _GNU_SOURCE /* (setenv) */
 #include "pdde.h"
 #include "tests/test_util.h"
@@ -19,11 +19,12 @@
 
 extern char **environ;
 static int counting, pdde_asked, colsum2_asked;
+static const char *colsum2_var = "PDDE_OPENCL_COLSUM2"; /* (the device's own: PDDE_CUDA_COLSUM2 on CUDA) */
 
 /* (the library's getenv: this definition comes before the C library's at link time) */
 char *getenv(const char *name) {
     if (counting && !strncmp(name, "PDDE_", 5)) pdde_asked++;
-    if (!strcmp(name, "PDDE_OPENCL_COLSUM2")) colsum2_asked++;
+    if (!strcmp(name, colsum2_var)) colsum2_asked++;
     size_t n = strlen(name);
     for (char **e = environ; e && *e; e++)
         if (!strncmp(*e, name, n) && (*e)[n] == '=') return *e + n + 1;
@@ -73,7 +74,8 @@ static int train(pdde_context *ctx, int dev, float *loss, int *asked) {
 static void check_device(pdde_context *ctx, int dev, const char *what) {
     float a[STEPS], b[STEPS];
     int asked = -1, asked_b = -1;
-    unsetenv("PDDE_OPENCL_COLSUM2");
+    colsum2_var = strcmp(what, "cuda") ? "PDDE_OPENCL_COLSUM2" : "PDDE_CUDA_COLSUM2";
+    unsetenv(colsum2_var);
     int rc = train(ctx, dev, a, &asked);
     CHECK(rc == 0, "%s: training failed", what);
     if (rc) return;
@@ -81,12 +83,12 @@ static void check_device(pdde_context *ctx, int dev, const char *what) {
     CHECK(asked == 0, "%s: the steps after the first asked for %d PDDE_* variables (a getenv in a per-op path)", what, asked);
     CHECK(isfinite(a[STEPS - 1]) && a[STEPS - 1] < a[0], "%s: the loss did not fall: %g -> %g", what, a[0], a[STEPS - 1]);
     /* a variable set between sessions is read by the next one (the value "0": the same kernels, so equal losses) */
-    setenv("PDDE_OPENCL_COLSUM2", "0", 1);
+    setenv(colsum2_var, "0", 1);
     colsum2_asked = 0;
     rc = train(ctx, dev, b, &asked_b);
-    unsetenv("PDDE_OPENCL_COLSUM2");
+    unsetenv(colsum2_var);
     CHECK(rc == 0 && asked_b == 0, "%s: second session: rc %d, %d PDDE_* variables asked by its steps", what, rc, asked_b);
-    if (strcmp(what, "cpu")) CHECK(colsum2_asked > 0, "%s: a session made after PDDE_OPENCL_COLSUM2 was set did not read it", what);
+    if (strcmp(what, "cpu")) CHECK(colsum2_asked > 0, "%s: a session made after %s was set did not read it", what, colsum2_var);
     for (int i = 0; i < STEPS && !rc; i++)
         CHECK(!memcmp(&a[i], &b[i], sizeof a[i]), "%s: step %d: losses of two sessions differ: %.9g vs %.9g", what, i, a[i], b[i]);
 }
@@ -101,6 +103,9 @@ int main(void) {
     int cl = pdde_device_find(ctx, "opencl", 0);
     if (cl >= 0) check_device(ctx, cl, "opencl");
     else test_skip("opencl", "no OpenCL device: %s", pdde_last_error(ctx));
+    int cu = pdde_device_find(ctx, "cuda", 0);
+    if (cu >= 0) check_device(ctx, cu, "cuda");
+    else test_skip("cuda", "no CUDA device");
     pdde_context_free(ctx);
     return test_finish();
 }
