@@ -344,14 +344,12 @@ static int pgd_supports_op(const pdde_tensor *node) {
         pdde_dtype sdt = node->src[--nsrc]->dtype; /* the parameter's copy the update rewrites */
         if (sdt != PDDE_BF16 && sdt != PDDE_F16) return 0;
     }
-    for (int i = 0; i < nsrc; i++) {
-        int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
-                                   node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
-                       (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
-        int lowp_logits = i == 0 && (node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
-                          (node->src[0]->dtype == PDDE_BF16 || node->src[0]->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
-        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32) && !lowp_logits) return 0;
-    }
+    /* (the op's facts out of the loop: this runs at every op) */
+    int ce = node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK;
+    int ids = ce || node->op == PDDE_OP_EMBEDDING ? 1 : node->op == PDDE_OP_EMBEDDING_BACK ? node->nsrc - 2 : -1; /* [base,] ids, dy */
+    int lowp_logits = ce && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
+    for (int i = 0; i < nsrc; i++)
+        if (node->src[i]->dtype != (i == ids ? PDDE_I32 : PDDE_F32) && !(i == 0 && lowp_logits)) return 0;
     return 1;
 }
 
