@@ -125,7 +125,7 @@ text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
 	       END { print "    , 0};" }'
 
 ifneq ($(NVCC),)
-backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh
+backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx
@@ -155,7 +155,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -293,6 +293,11 @@ bench-gpt: all
 # Sharded checkpoints every few steps of gpt on 2 ranks: written synchronously against in the background.
 bench-checkpoint: all
 	@bash tools/bench/bench_checkpoint.sh $(BUILD)
+
+# The host's cost per executed op (a deep, narrow MLP: tiny kernels) against PyTorch eager on the CPU;
+# BENCH_DISPATCH_ARGS="--device opencl --no-torch" for the OpenCL launch path.
+bench-dispatch: $(BUILD)/bench_dispatch
+	@$(BUILD)/bench_dispatch $(BENCH_DISPATCH_ARGS)
 
 # Fused causal attention against the unfused reference at T = 256, 1024, 4096 on the CPU and OpenCL.
 bench-attention: $(BUILD)/bench_attention

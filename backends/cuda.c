@@ -294,6 +294,12 @@ typedef struct {
     int patch_pos;    /* the next patch of the open replay */
     int patch_failed; /* a launch could not be recorded or patched: the graph is not used again */
     int torn;         /* CAPTURE: closed inside an operation (a scratch grew): the graph holds part of it */
+    /* the dispatcher's switches (pcu_switches_read), read once when a session's stream is made (fixed), so that no
+     * operation reads the environment; the default stream reads them at each operation */
+    int fixed;
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS) */
+    int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
+    int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
 } pcu_stream;
 
 typedef struct {
@@ -304,6 +310,7 @@ typedef struct {
     pcu_mod mod;
     pcu_fn fn[PGD_K_CUDA_COUNT];
     pcublas_handle blas;
+    pcu_cstream blas_stream; /* the stream last given to cublasSetStream (NULL: none yet) */
     pcu_stream *default_stream;
     int sm_count;
     int has_flash; /* the module is the sm_80 one, with the tensor-core attention kernels */
@@ -872,10 +879,19 @@ static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
     return PDDE_OK;
 }
 
+/* The dispatcher's environment switches into s (each is described where it is used). */
+static void pcu_switches_read(pcu_stream *s) {
+    const char *lowp = getenv("PDDE_CUDA_GEMMEX_LOWP"), *single = getenv("PDDE_CUDA_GEMM_SINGLE");
+    s->mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_");
+    s->gemmex_lowp = lowp && !strcmp(lowp, "1");
+    s->gemm_single = single && !strcmp(single, "1");
+}
+
 static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
     if (!s) return;
     pcu_graph_flush(d, s);
     d->fam->cu.StreamSynchronize(s->s);
+    if (d->blas_stream == s->s) d->blas_stream = NULL; /* (a stream made later may get the same handle) */
     pcu_graph_free(d, s);
     if (s->scratch) d->fam->cu.MemFree(s->scratch);
     d->fam->cu.StreamDestroy(s->s);
@@ -1112,6 +1128,7 @@ static pdde_status pcu_stream_create(void *dev, void **stream) {
     pcu_stream *s = NULL;
     st = pcu_stream_new(d, &s);
     if (st) return st;
+    pcu_switches_read(s), s->fixed = 1;
     *stream = s;
     return PDDE_OK;
 }
@@ -1289,13 +1306,21 @@ static int pcu_cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_
     return PDDE_OK;
 }
 
+/* cuBLAS's handle on stream s (nonzero: it refused); set only where it changes (a call per GEMM otherwise) */
+static int pcu_blas_stream(pcu_dev *d, const pcu_stream *s) {
+    if (d->blas_stream == s->s) return 0;
+    if (d->fam->blas.SetStream(d->blas, s->s) != 0) return 1;
+    d->blas_stream = s->s;
+    return 0;
+}
+
 static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                        int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
     pcu_dev *d = impl;
     if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pcublas_api *bl = &d->fam->blas;
     if (!d->blas || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
-    if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
+    if (pcu_blas_stream(d, stream)) return 1;
     float one = 1.0f, zero = 0.0f;
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
     int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
@@ -1309,20 +1334,21 @@ static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int6
 
 /* PDDE_CUDA_GEMM_SINGLE=1 (off until measured): a GEMM of batch 1 goes to cublasGemmEx, as torch.matmul's does, not
  * to cublasGemmStridedBatchedEx with a batch of 1 (whose kernel choice may differ). */
-static int pcu_gemm_single_on(void) {
+static int pcu_gemm_single_on(const pcu_stream *s) {
+    if (s->fixed) return s->gemm_single;
     const char *env = getenv("PDDE_CUDA_GEMM_SINGLE");
     return env && !strcmp(env, "1");
 }
 
 /* cuBLAS's mixed-precision GEMM (row-major D = op(A) op(B) as column-major D^T = op(B)^T op(A)^T), f32 compute */
-static int pcu_blas_ex(pcu_dev *d, int in, int out, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA, pgd_ptr b,
-                       int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+static int pcu_blas_ex(pcu_dev *d, const pcu_stream *s, int in, int out, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
+                       int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
     const pcublas_api *bl = &d->fam->blas;
     float one = 1.0f, zero = 0.0f;
     int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
     const void *pb = (const void *)(uintptr_t)pgd_addr(b), *pa = (const void *)(uintptr_t)pgd_addr(a);
     void *pc = (void *)(uintptr_t)pgd_addr(c);
-    if (batch == 1 && bl->GemmEx && pcu_gemm_single_on())
+    if (batch == 1 && bl->GemmEx && pcu_gemm_single_on(s))
         return bl->GemmEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, pb, in, ldb, pa, in, lda, &zero, pc, out, (int)N,
                           PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
     return bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, pb, in, ldb, sB, pa, in, lda, sA, &zero, pc,
@@ -1335,9 +1361,9 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pcublas_api *bl = &d->fam->blas;
     if (!d->blas || !bl->GemmStridedBatchedEx || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
-    if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
+    if (pcu_blas_stream(d, stream)) return 1;
     int in = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
-    int st = pcu_blas_ex(d, in, PCUBLAS_R_32F, ta, tb, M, N, K, a, sA, b, sB, c, sC, batch);
+    int st = pcu_blas_ex(d, stream, in, PCUBLAS_R_32F, ta, tb, M, N, K, a, sA, b, sB, c, sC, batch);
     if (st != 0) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cublasGemmStridedBatchedEx (%s) failed: status %d", pdde_dtype_name(dt), st);
     return PDDE_OK;
 }
@@ -1345,7 +1371,8 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
 /* PDDE_CUDA_GEMMEX_LOWP=1 (off until measured): a matmul node with a bf16 / f16 output and no epilogue (a cast
  * folded into it) is one cublasGemmStridedBatchedEx writing that dtype, as torch.matmul runs it, tried before
  * cublasLt; else such nodes take cublasLt (unless PDDE_CUDA_LT=0) or the GEMM into f32 and a cast. */
-static int pcu_gemmex_lowp_on(void) {
+static int pcu_gemmex_lowp_on(const pcu_stream *s) {
+    if (s->fixed) return s->gemmex_lowp;
     const char *env = getenv("PDDE_CUDA_GEMMEX_LOWP");
     return env && !strcmp(env, "1");
 }
@@ -1356,11 +1383,11 @@ static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype d
     pcu_dev *d = impl;
     if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pcublas_api *bl = &d->fam->blas;
-    if (pcu_gemmex_lowp_on() && !bias.base && beta == 0.0f && dt == ddt && (dt == PDDE_BF16 || dt == PDDE_F16) && d->blas &&
+    if (pcu_gemmex_lowp_on(stream) && !bias.base && beta == 0.0f && dt == ddt && (dt == PDDE_BF16 || dt == PDDE_F16) && d->blas &&
         bl->GemmStridedBatchedEx && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX &&
-        bl->SetStream(d->blas, ((pcu_stream *)stream)->s) == 0) {
+        !pcu_blas_stream(d, stream)) {
         int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
-        int st = pcu_blas_ex(d, ty, ty, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch);
+        int st = pcu_blas_ex(d, stream, ty, ty, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch);
         if (st == 0) return PDDE_OK;
     }
     return d->lt ? pclt_cb_gemm_epi(impl, stream, dt, ddt, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch, bias, pc, beta) : 1;
@@ -1378,22 +1405,20 @@ static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     return pgd_supports_op(node) || (pcu_moe_enabled() && pgd_supports_moe(node));
 }
 
-/* The dispatcher's view of device d and stream (bound to this thread). */
-static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
-    int e = pcu_bind(d);
-    if (e) return e;
+/* The dispatcher's view of device d and stream s (the caller has made d's context current). */
+static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
+    if (!s->fixed) pcu_switches_read(s);
     *out = (pgd_ctx){
-        .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
+        .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = s,
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
-        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt || pcu_gemmex_lowp_on() ? pcu_cb_gemm_epi : NULL,
+        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt || s->gemmex_lowp ? pcu_cb_gemm_epi : NULL,
         .gemm_act = d->lt ? pclt_cb_gemm_act : NULL, .gemm_bgrad = d->lt ? pclt_cb_gemm_bgrad : NULL,
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
-        .mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_"), /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
+        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
     };
-    return PDDE_OK;
 }
 
 /* --------------------------------------------------------------------------------------------------
@@ -1406,8 +1431,7 @@ static int pcu_op_run(pcu_dev *d, pcu_stream *s, const pcu_op *op) {
         return PDDE_OK;
     }
     pgd_ctx g;
-    int st = pcu_dispatcher(d, s, &g);
-    if (st) return st;
+    pcu_dispatcher(d, s, &g);
     return op->kind == PCU_OP_NODE ? pgd_compute_any(&g, op->node) : pgd_compute_group(&g, op->nodes, op->n);
 }
 

@@ -910,6 +910,49 @@ extern "C" __global__ void k_att_repack(void *packed, void *flat, long long r0, 
     }
 }
 
+#include "cuda_flash_f32.cuh"
+
+/* f32 q, k, v (backends/cuda_flash_f32.cuh; the dispatcher sends them only where a tiled path is named:
+ * PGD_FLASH_F32_NAMED): the arguments of k_flash_* (D, bf16 and cp unused), a kernel per head size, in
+ * both modules (SIMT FMAs only: no compute capability 8.0 instruction); k_flash_f32_back2: flash2's
+ * one-pass backward (dk, dv and dq by atomics) */
+#define FF_MINBLOCKS 3 /* (the registers of three blocks an SM; without it ptxas caps sm_90's forward at 128 and spills) */
+#define FF_KERNELS(D, sfx)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_fwd##sfx(                                          \
+        const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
+        int bf16, long long H, void *cp) {                                                                             \
+        __shared__ __align__(16) float sm[FF_SMEM_FWD(D)];                                                             \
+        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        ff_fwd<D>(sm, (const float *)q, (const float *)k, (const float *)v, y, BH, T, scale, H);                       \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_back_dq##sfx(                                      \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        __shared__ __align__(16) float sm[FF_SMEM_DQ(D)];                                                              \
+        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        ff_dq<D>(sm, (const float *)q, (const float *)k, (const float *)v, y, dy, rowdot, out, BH, T, scale, H);       \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_back_dkv##sfx(                                     \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        __shared__ __align__(16) float sm[FF_SMEM_DKV(D)];                                                             \
+        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        ff_dkv<D, false>(sm, (const float *)q, (const float *)k, (const float *)v, y, dy, rowdot, out, BH, T, scale, H); \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_back2##sfx(                          \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        __shared__ __align__(16) float sm[FF_SMEM_DKV(D)];                                                             \
+        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        ff_dkv<D, true>(sm, (const float *)q, (const float *)k, (const float *)v, y, dy, rowdot, out, BH, T, scale, H);  \
+    }
+FF_KERNELS(64, )
+FF_KERNELS(128, _d128)
+/* dq's rows (out, att_out 0) zeroed for k_flash_f32_back2's atomics */
+extern "C" __global__ void k_flash_f32_zero_dq(float *out, long long rows, long long D, long long T, long long H) {
+    GRID_STRIDE(e, rows * D) out[att_out(e / D, 0, rows, T, D, H) + e % D] = 0.0f;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #include "cuda_flash.cuh"
 

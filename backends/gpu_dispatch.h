@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../pdde_extension.h" /* the backend vtable and the named op parameters */
+#include "flash_f32_tiles.h"   /* the f32 tiled attention kernels' launch shape (CUDA) */
 
 /* A device address: a buffer (the backend's buffer handle, as in pdde_tensor.data) and a byte offset into
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
@@ -65,16 +66,21 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
     "k_ce_fused", "k_colsum2", "k_adamw_chunks",
 };
-/* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
- * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
+/* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
+ * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
+ * PGD_K_COUNT kernels and are never sent these. */
 enum {
     PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_BACK_QKV,
     PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
+    PGD_K_FLASH_F32_FWD, PGD_K_FLASH_F32_FWD_D128, PGD_K_FLASH_F32_BACK_DQ, PGD_K_FLASH_F32_BACK_DQ_D128, PGD_K_FLASH_F32_BACK_DKV,
+    PGD_K_FLASH_F32_BACK_DKV_D128, PGD_K_FLASH_F32_ZERO_DQ, PGD_K_FLASH_F32_BACK2, PGD_K_FLASH_F32_BACK2_D128,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
     "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_back_qkv", "k_flash2_back_qkv_d128",
     "k_flash2_fwd", "k_flash2_fwd_qkv",
+    "k_flash_f32_fwd", "k_flash_f32_fwd_d128", "k_flash_f32_back_dq", "k_flash_f32_back_dq_d128", "k_flash_f32_back_dkv",
+    "k_flash_f32_back_dkv_d128", "k_flash_f32_zero_dq", "k_flash_f32_back2", "k_flash_f32_back2_d128",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -186,15 +192,20 @@ static inline unsigned pgd_mem_kernels_env(const char *prefix) {
  * a one-pass backward (k_flash2_*, where the backend has them: PGD_FLASH2; elsewhere it is flash). */
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
 enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
-       PGD_FLASH_COPY = 8 /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */ };
+       PGD_FLASH_COPY = 8, /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */
+       /* f32 q, k, v run on the backend's own f32 kernels (k_flash_f32_*, their shape in backends/flash_f32_tiles.h),
+        * and only where the path is named: flash (dq and dk, dv kernels) or flash2 (flash's forward, the one-pass
+        * backward k_flash_f32_back2, dq by atomics); by default f32 takes the backend's fallback (unfused) */
+       PGD_FLASH_F32_NAMED = 16 };
 /* The CUDA backend's attention settings (its pgd_ctx where the sm_80 kernels are loaded; here so that
  * tests/test_attention_dispatch.c checks the paths they give): the tiled bf16 kernels by default (f32
- * takes the unfused path); tools/gpu-check.sh measured them correct and 2.1x faster than the unfused
+ * takes the unfused path unless PDDE_CUDA_ATTENTION or PDDE_ATTENTION names flash or flash2: then its
+ * f32 tiled kernels, not yet measured on a GPU); tools/gpu-check.sh measured them correct and 2.1x faster than the unfused
  * graph on an H200, flash2 on q, k, v apart 1.34x flash (tools/bench/cuda_h200_results.md); packed qkv
  * takes flash unless flash2 is named (not yet measured there) */
 #define PGD_CUDA_ATTENTION_ENV "PDDE_CUDA_ATTENTION"
 #define PGD_CUDA_ATTENTION_DEFAULT PGD_ATT_FLASH2
-#define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY)
+#define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY | PGD_FLASH_F32_NAMED)
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -333,14 +344,12 @@ static int pgd_supports_op(const pdde_tensor *node) {
         pdde_dtype sdt = node->src[--nsrc]->dtype; /* the parameter's copy the update rewrites */
         if (sdt != PDDE_BF16 && sdt != PDDE_F16) return 0;
     }
-    for (int i = 0; i < nsrc; i++) {
-        int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
-                                   node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
-                       (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
-        int lowp_logits = i == 0 && (node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
-                          (node->src[0]->dtype == PDDE_BF16 || node->src[0]->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
-        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32) && !lowp_logits) return 0;
-    }
+    /* (the op's facts out of the loop: this runs at every op) */
+    int ce = node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK;
+    int ids = ce || node->op == PDDE_OP_EMBEDDING ? 1 : node->op == PDDE_OP_EMBEDDING_BACK ? node->nsrc - 2 : -1; /* [base,] ids, dy */
+    int lowp_logits = ce && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
+    for (int i = 0; i < nsrc; i++)
+        if (node->src[i]->dtype != (i == ids ? PDDE_I32 : PDDE_F32) && !(i == 0 && lowp_logits)) return 0;
     return 1;
 }
 
@@ -927,14 +936,17 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
         else path = c, named = 1;
     }
-    /* (backends without flash2's kernels take flash; so does packed qkv unless flash2 is named: flash2
-     * there is not yet measured on a GPU) */
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (!named && pgd_att_of(node).packed))) path = PGD_ATT_FLASH;
+    /* (backends without flash2's kernels take flash, and so do f32 q, k, v without f32 kernels of their own; so
+     * does packed qkv unless flash2 is named: flash2 there is not yet measured on a GPU) */
+    const pdde_tensor *q = node->src[0];
+    int f32_own = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own) || (!named && pgd_att_of(node).packed)))
+        path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
-        const pdde_tensor *q = node->src[0];
         pgd_att at = pgd_att_of(node);
         int64_t D = at.D;
-        int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) || (q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32));
+        int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) ||
+                    (q->dtype == PDDE_F32 && ((g->has_flash & PGD_FLASH_F32) || (named && (g->has_flash & PGD_FLASH_F32_NAMED))));
         /* (the CUDA kernels move 16 bytes at a time: packed rows start at multiples of D elements) */
         int aligned = at.q.off % 16 == 0 && at.k.off % 16 == 0 && at.v.off % 16 == 0 && (!at.packed || (D * (int64_t)at.esz) % 16 == 0);
         if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
@@ -1108,21 +1120,29 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * backward rowsum(dO * O) per row first, then dq a group per query tile (over the key tiles it sees) and
  * dk, dv a group per key tile (over the query tiles that see it): no atomics, deterministic. q, k, v are
  * read as they are (bf16 or f32), everything after in f32 (a backend's tensor-core kernels round P and
- * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. */
-static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied) {
+ * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. f32 on a backend with
+ * its own f32 kernels (PGD_FLASH_F32_NAMED: CUDA's k_flash_f32_*) takes those, with their own rows a
+ * group and threads (backends/flash_f32_tiles.h) and the same arguments; onepass (its path flash2): the
+ * backward zeroes dq, then k_flash_f32_back2 a group per key tile adds dq with atomics beside dk, dv. */
+static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied, int onepass) {
     const pdde_tensor *q = node->src[0];
     pgd_att at = pgd_att_of(node);
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
     int32_t bf16 = q->dtype == PDDE_BF16;
-    int64_t tiles = (T + g->flash_rows - 1) / g->flash_rows, groups = BH * tiles;
-    if (groups > (int64_t)UINT32_MAX / g->flash_threads)
+    int f32k = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
+    int64_t rows_f = f32k ? PDDE_FF_FWD_ROWS(D) : g->flash_rows, rows_b = f32k ? PDDE_FF_BWD_ROWS(D) : g->flash_rows;
+    int64_t rows_g = node->op == PDDE_OP_ATTENTION ? rows_f : rows_b, groups = BH * ((T + rows_g - 1) / rows_g);
+    unsigned bx = f32k ? PDDE_FF_THREADS : g->flash_threads;
+    if (groups > (int64_t)UINT32_MAX / bx)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-    unsigned gx = (unsigned)groups, bx = g->flash_threads;
+    unsigned gx = (unsigned)groups;
     int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
+    int k_fwd = f32k ? PGD_K_FLASH_F32_FWD : PGD_K_FLASH_FWD, k_dq = f32k ? PGD_K_FLASH_F32_BACK_DQ : PGD_K_FLASH_BACK_DQ,
+        k_dkv = f32k ? PGD_K_FLASH_F32_BACK_DKV : PGD_K_FLASH_BACK_DKV;
     /* kernels that take the output's bf16 copy (PGD_FLASH_COPY) store it themselves where the node has one
      * (PDDE_P_ATTENTION_LOWP_COPY); cp NULL: none */
     int with_cp = (g->has_flash & PGD_FLASH_COPY) != 0;
@@ -1132,7 +1152,7 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     pgd_arg cp_arg = PGD_P(cp);
     if (node->op == PDDE_OP_ATTENTION) {
         pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
-        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1, (int)(sizeof args / sizeof args[0]) - !with_cp, args);
+        return pgd_launch(g, k_fwd + d128, gx, 1, 1, bx, 1, (int)(sizeof args / sizeof args[0]) - !with_cp, args);
     }
     pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
@@ -1140,8 +1160,13 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D),
                       PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
     int nargs = (int)(sizeof args / sizeof args[0]) - !with_cp;
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1, nargs, args);
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1, nargs, args);
+    if (f32k && onepass) {
+        if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_F32_ZERO_DQ, rows * D, PGD_ARGS(PGD_P(po), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
+        if (!e) e = pgd_launch(g, PGD_K_FLASH_F32_BACK2 + d128, gx, 1, 1, bx, 1, nargs, args);
+        return e;
+    }
+    if (!e) e = pgd_launch(g, k_dq + d128, gx, 1, 1, bx, 1, nargs, args);
+    if (!e) e = pgd_launch(g, k_dkv + d128, gx, 1, 1, bx, 1, nargs, args); /* (f32: key tiles of rows_b rows, as many as dq's) */
     return e;
 }
 
@@ -1156,7 +1181,8 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
     pgd_att at = pgd_att_of(node);
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
-    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
+    if (node->src[0]->dtype == PDDE_F32) return pgd_attention_flash(g, node, copied, 1); /* (f32: k_flash_f32_*, one-pass backward) */
+    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied, 0);
     if (!rows) return PDDE_OK;
     int64_t groups = BH * ((T + g->flash_rows - 1) / g->flash_rows), prep_groups = (rows + g->flash_threads / 32 - 1) / (g->flash_threads / 32);
     if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
@@ -1196,7 +1222,7 @@ static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
     int e, copied = 0;
     switch (pgd_attention_path(g, node)) {
     case PGD_ATT_UNFUSED: e = pgd_attention_unfused(g, node); break;
-    case PGD_ATT_FLASH: e = pgd_attention_flash(g, node, &copied); break;
+    case PGD_ATT_FLASH: e = pgd_attention_flash(g, node, &copied, 0); break;
     case PGD_ATT_FLASH2: e = pgd_attention_flash2(g, node, &copied); break;
     default: e = pgd_attention_rows(g, node); break;
     }

@@ -99,6 +99,10 @@ typedef struct {
     cl_command_queue q;
     cl_mem scratch; /* per stream, so that two streams never share temporaries */
     size_t scratch_bytes;
+    /* a session's stream: the dispatcher's switches read once, when it is made (no operation reads the environment),
+     * and whether the device's kernels are built (the default stream checks both at each operation) */
+    int fixed, prepared;
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS) */
 } pdde_ocl_stream;
 
 typedef struct {
@@ -106,6 +110,11 @@ typedef struct {
 } pdde_ocl_event;
 
 struct pdde_ocl_family;
+
+/* The value a kernel's argument was last set to (size 0: not known), so that a launch sets only the arguments that
+ * changed (they keep their values on the kernel object between launches; PoCL copies each one it is given) */
+#define PDDE_OCL_ARGS 40
+typedef struct { uint64_t v; uint8_t size; } pdde_ocl_arg;
 
 typedef struct {
     struct pdde_ocl_family *fam;
@@ -121,6 +130,7 @@ typedef struct {
     cl_context cl;
     cl_program prog;
     cl_kernel k[PGD_K_COUNT];
+    pdde_ocl_arg args[PGD_K_COUNT][PDDE_OCL_ARGS]; /* (under lock) */
     size_t wg;            /* the largest group of the row kernels: a power of two */
     int item_per_element; /* the program was built with PGD_ITEM_PER_ELEMENT */
     pdde_ocl_stream def;  /* the stream used when the core passes NULL */
@@ -180,6 +190,7 @@ static void pdde_ocl_device_release(pdde_ocl_family *f, pdde_ocl_device *d) {
     if (d->cl) f->cl.clReleaseContext(d->cl);
     memset(&d->def, 0, sizeof d->def);
     memset(d->k, 0, sizeof d->k);
+    memset(d->args, 0, sizeof d->args);
     d->prog = NULL;
     d->cl = NULL;
     d->ready = 0;
@@ -416,9 +427,17 @@ static pdde_status pdde_ocl_buffer_alloc(void *dev, size_t nbytes, void **handle
     return PDDE_OK;
 }
 
+/* A buffer released: the kernels' remembered arguments are forgotten (a buffer made later may get its handle, which
+ * a runtime may have translated when it was set). */
+static void pdde_ocl_args_forget(pdde_ocl_device *d) {
+    pthread_mutex_lock(&d->lock);
+    memset(d->args, 0, sizeof d->args);
+    pthread_mutex_unlock(&d->lock);
+}
+
 static void pdde_ocl_buffer_free(void *dev, void *handle) {
     pdde_ocl_device *d = dev;
-    if (handle) d->fam->cl.clReleaseMemObject((cl_mem)handle);
+    if (handle) d->fam->cl.clReleaseMemObject((cl_mem)handle), pdde_ocl_args_forget(d);
 }
 
 /* Host memory the runtime can copy by DMA (pinned where it pins): a CL_MEM_ALLOC_HOST_PTR buffer,
@@ -517,6 +536,7 @@ static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_pro
         free(s);
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
+    s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_");
     *stream = s;
     return PDDE_OK;
 }
@@ -531,7 +551,7 @@ static void pdde_ocl_stream_free(void *dev, void *stream) {
     pdde_ocl_stream *s = stream;
     if (!s) return;
     d->fam->cl.clFinish(s->q);
-    if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch);
+    if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch), pdde_ocl_args_forget(d);
     d->fam->cl.clReleaseCommandQueue(s->q);
     free(s);
 }
@@ -602,6 +622,19 @@ static pdde_status pdde_ocl_stream_wait_event(void *dev, void *stream, void *eve
  * them on an OpenCL queue. A device address is a cl_mem and a byte offset, and each pointer argument
  * of a kernel is those two (the source is built with PGD_BUFFER_OFFSETS). */
 
+/* Argument n of kernel k set to the size bytes at v, unless it holds them already (caller holds d->lock). */
+static cl_int pdde_ocl_set_arg(pdde_ocl_device *d, int k, cl_uint n, size_t size, const void *v) {
+    pdde_ocl_arg *a = n < PDDE_OCL_ARGS ? &d->args[k][n] : NULL;
+    uint64_t bits = 0;
+    if (a && size <= sizeof bits) {
+        memcpy(&bits, v, size);
+        if (a->size == size && a->v == bits) return CL_SUCCESS;
+    }
+    cl_int e = d->fam->cl.clSetKernelArg(d->k[k], n, size, v);
+    if (a) a->size = e == CL_SUCCESS && size <= sizeof bits ? (uint8_t)size : 0, a->v = bits;
+    return e;
+}
+
 static int pdde_ocl_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                               unsigned by, int nargs, const pgd_arg *args) {
     pdde_ocl_device *d = impl;
@@ -615,10 +648,10 @@ static int pdde_ocl_cb_launch(void *impl, void *stream, int k, unsigned gx, unsi
             const pgd_ptr *p = args[i].p;
             cl_mem m = (cl_mem)(uintptr_t)p->base; /* NULL gives the kernel a null pointer */
             cl_ulong off = p->off;
-            e = cl->clSetKernelArg(kern, n++, sizeof m, &m);
-            if (e == CL_SUCCESS) e = cl->clSetKernelArg(kern, n++, sizeof off, &off);
+            e = pdde_ocl_set_arg(d, k, n++, sizeof m, &m);
+            if (e == CL_SUCCESS) e = pdde_ocl_set_arg(d, k, n++, sizeof off, &off);
         } else {
-            e = cl->clSetKernelArg(kern, n++, args[i].size, args[i].p);
+            e = pdde_ocl_set_arg(d, k, n++, args[i].size, args[i].p);
         }
     }
     size_t global[3] = {(size_t)gx * bx, (size_t)gy * by, gz}, local[3] = {bx, by, 1};
@@ -635,7 +668,7 @@ static int pdde_ocl_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr 
     if (s->scratch_bytes < nbytes) {
         size_t want = nbytes < 65536 ? 65536 : nbytes;
         /* releasing is safe while queued kernels still use it: OpenCL keeps it alive until they finish */
-        if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch);
+        if (s->scratch) d->fam->cl.clReleaseMemObject(s->scratch), pdde_ocl_args_forget(d);
         s->scratch = NULL;
         s->scratch_bytes = 0;
         cl_int e = CL_SUCCESS;
@@ -690,17 +723,22 @@ static int pdde_ocl_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M,
 
 /* The dispatcher's view of device d and stream (after its kernels are built). */
 static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx *out) {
-    pdde_status st = pdde_ocl_prepare(d);
-    if (st != PDDE_OK) return st;
+    pdde_ocl_stream *s = pdde_ocl_st(d, stream);
+    if (!s->prepared) {
+        pdde_status st = pdde_ocl_prepare(d);
+        if (st != PDDE_OK) return st;
+        s->prepared = s->fixed; /* (the device keeps its kernels until the family is freed, after its streams) */
+    }
     *out = (pgd_ctx){
-        .ctx = d->fam->ctx, .name = "opencl", .impl = d, .stream = pdde_ocl_st(d, stream),
+        .ctx = d->fam->ctx, .name = "opencl", .impl = d, .stream = s,
         .units = d->props.compute_units > 0 ? (unsigned)d->props.compute_units : 1, .max_block = (unsigned)d->wg,
         .item_per_element = d->item_per_element,
         .launch = pdde_ocl_cb_launch, .scratch = pdde_ocl_cb_scratch, .fill32 = pdde_ocl_cb_fill32,
         .copy = pdde_ocl_cb_copy,
         /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
-        .mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
+        /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
+        .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_"),
 #ifdef PDDE_HAVE_CLBLAST
         .gemm = pdde_ocl_cb_gemm,
 #endif

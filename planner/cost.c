@@ -196,6 +196,16 @@ static double cost_grouped_gemm_cpu(const pdde_device_spec *s, const pdde_cost_o
     return rate > 0 ? ceil(tiles / T) * T * (flops / tiles) / rate + (stream > 0 ? b / stream : 0) : 0;
 }
 
+/* Whether f32 attention op runs on the CUDA backend's f32 tiled kernels on device s: where its path is named as
+ * the dispatcher reads it (PDDE_CUDA_ATTENTION, else PDDE_ATTENTION: flash or flash2; backends/gpu_dispatch.h,
+ * pgd_attention_path), at head sizes 64 and 128 (op->k). By default f32 takes the unfused graph there. */
+static bool cost_cuda_f32_tiled(const pdde_device_spec *s, const pdde_cost_op *op) {
+    if (op->dtype != PDDE_F32 || strcmp(s->backend, "cuda") != 0 || (op->k != 64 && op->k != 128)) return false;
+    const char *v = getenv("PDDE_CUDA_ATTENTION");
+    if (!v || !*v) v = getenv("PDDE_ATTENTION");
+    return v && (!strcmp(v, "flash") || !strcmp(v, "flash2"));
+}
+
 /* *uncalibrated += 1 when the time comes from a peak figure instead of a measured curve. */
 static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op,
                            int *uncalibrated) {
@@ -224,6 +234,11 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
         int half = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION_HALF;
         if (op->softmax_bytes > 0 && (op->dtype == PDDE_BF16 || op->dtype == PDDE_F16) && s->kind != PDDE_DEVICE_CPU && s->n_curve[half])
             return cost_curve_time(s->curve[half], s->n_curve[half], op->softmax_bytes);
+        /* f32 on CUDA's f32 tiled kernels (where named): the causal half's FLOPs as FMAs in shared-memory tiles,
+         * at the f32 GEMM rate (cuBLAS's f32 GEMMs without TF32 run on the same cores), the softmax fused and no
+         * score ever in memory: not the fused_attention curves, which pdde-bench measures on the default path
+         * (the unfused graph, its scores written and read) */
+        if (op->softmax_bytes > 0 && s->kind != PDDE_DEVICE_CPU && cost_cuda_f32_tiled(s, op)) return flops / rate;
         int a = s->kind == PDDE_DEVICE_CPU ? cost_curve_class(s, (pdde_op_class)own) : own;
         if (op->softmax_bytes > 0 && s->n_curve[a])
             softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);

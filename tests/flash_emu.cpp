@@ -28,6 +28,8 @@ enum { EMU_THREADS = 128 }; /* a block (4 warps) */
 #include "cuda_emu.h"
 struct uint4 { uint32_t x, y, z, w; };
 static uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+struct float4 { float x, y, z, w; };
+static float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 /* ---- the warp-level primitives, after the PTX manual ---------------------------------------- */
 
@@ -145,6 +147,7 @@ static float atomicAdd(float *p, float v) {
 #include "../backends/cuda_att_layout.cuh"
 #include "../backends/cuda_flash.cuh"
 #include "../backends/cuda_flash2.cuh"
+#include "../backends/cuda_flash_f32.cuh"
 
 /* ---- the launches (as backends/cuda_kernels.cu's k_flash_* with the dispatcher's grid) ----------- */
 
@@ -200,6 +203,31 @@ static void launch2(void) { /* (k_flash2_prep zeroes dq: the dispatcher launches
     long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
     emu_launch(emu_dim{(unsigned)((rows + FL_WARPS - 1) / FL_WARPS), 1, 1}, EMU_THREADS, body_prep);
     emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_back2);
+}
+
+/* the f32 kernels (backends/cuda_flash_f32.cuh), as the dispatcher launches k_flash_f32_* (flash_f32_tiles.h) */
+static constexpr int ff_max(int a, int b) { return a > b ? a : b; }
+static float emu_smf[ff_max(ff_max(ff_max(FF_SMEM_FWD(64), FF_SMEM_DQ(64)), FF_SMEM_DKV(64)),
+                            ff_max(ff_max(FF_SMEM_FWD(128), FF_SMEM_DQ(128)), FF_SMEM_DKV(128)))] __attribute__((aligned(16)));
+static const float *F_q, *F_k, *F_v;
+static void body_ffwd() {
+    if (L.D == 64) ff_fwd<64>(emu_smf, F_q, F_k, F_v, L.y, L.BH, L.T, L.scale, L.H);
+    else ff_fwd<128>(emu_smf, F_q, F_k, F_v, L.y, L.BH, L.T, L.scale, L.H);
+}
+static void body_fdq() {
+    if (L.D == 64) ff_dq<64>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else ff_dq<128>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+}
+static void body_fdkv() {
+    if (L.D == 64) ff_dkv<64, false>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else ff_dkv<128, false>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+}
+static void body_fback2() { /* (k_flash_f32_back2: flash2's one pass, dq by atomics) */
+    if (L.D == 64) ff_dkv<64, true>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else ff_dkv<128, true>(emu_smf, F_q, F_k, F_v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+}
+static void launch_f32(void (*body)(void), long long rows) {
+    emu_launch(emu_dim{(unsigned)(L.BH * ((L.T + rows - 1) / rows)), 1, 1}, PDDE_FF_THREADS, body);
 }
 
 /* ---- the check ------------------------------------------------------------------------------- */
@@ -382,6 +410,126 @@ static void run_case(long long BH, long long T, int D, long long H) {
     delete[] ry, delete[] rg, delete[] p, delete[] gy, delete[] ryo, delete[] lse, delete[] rlse;
 }
 
+/* The f32 kernels (k_flash_f32_*) on f32 q, k, v against float64 from the same values: y, lse, dq, dk, dv at
+ * f32 round-off (the conformance suite's f32 bound, NMSE 1e-10); H > 0: then packed in qkv, whose outputs must
+ * equal those of q, k, v apart bit for bit (the same arithmetic, only the addresses differ). Then flash2's
+ * one-pass backward (k_flash_f32_back2, after dq is zeroed): dq against float64, dk and dv equal to the
+ * two-kernel backward's bit for bit (the same products in the same order). */
+static void run_case_f32(long long BH, long long T, int D, long long H) {
+    long long n = BH * T * D, Dy = D + 1, rows = BH * T;
+    float scale = 1.0f / sqrtf((float)D);
+    float *q = new float[n], *k = new float[n], *v = new float[n], *dy = new float[rows * Dy], *rowdot = new float[rows];
+    float *y[2], *out[2], *gy = new float[n], *glse = new float[rows], *gout = new float[3 * n];
+    for (long long i = 0; i < n; i++) q[i] = urand() * 2, k[i] = urand() * 2, v[i] = urand();
+    for (long long i = 0; i < rows * Dy; i++) dy[i] = urand();
+    double *ry = new double[n], *rlse = new double[rows], *rg = new double[3 * n], *p = new double[T];
+    for (long long i = 0; i < 3 * n; i++) rg[i] = 0;
+    for (long long h = 0; h < BH; h++) /* float64 reference */
+        for (long long i = 0; i < T; i++) {
+            const float *qi = q + (h * T + i) * D, *di = dy + (h * T + i) * Dy;
+            double m = -INFINITY, z = 0, dot = 0;
+            for (long long j = 0; j <= i; j++) {
+                double t = 0;
+                for (int d = 0; d < D; d++) t += (double)qi[d] * k[(h * T + j) * D + d];
+                p[j] = t * scale, m = fmax(m, p[j]);
+            }
+            for (long long j = 0; j <= i; j++) p[j] = exp(p[j] - m), z += p[j];
+            for (int d = 0; d < D; d++) {
+                double o = 0;
+                for (long long j = 0; j <= i; j++) o += p[j] / z * v[(h * T + j) * D + d];
+                ry[(h * T + i) * D + d] = o, dot += o * di[d];
+            }
+            rlse[h * T + i] = m + log(z);
+            for (long long j = 0; j <= i; j++) {
+                double pj = p[j] / z, dp = 0;
+                for (int d = 0; d < D; d++) dp += (double)di[d] * v[(h * T + j) * D + d];
+                double ds = pj * (dp - dot) * scale;
+                for (int d = 0; d < D; d++) {
+                    rg[(h * T + i) * D + d] += ds * k[(h * T + j) * D + d];
+                    rg[n + (h * T + j) * D + d] += ds * qi[d];
+                    rg[2 * n + (h * T + j) * D + d] += pj * di[d];
+                }
+            }
+        }
+    float *qkv = H ? new float[3 * n] : NULL, *pdy = H ? new float[n] : NULL;
+    for (long long r = 0; H && r < rows; r++) /* (as run_case packs them) */
+        for (int d = 0; d < D; d++) {
+            long long t = r % T, bh = r / T, pr = ((bh / H) * T + t) * 3 * H * D + (bh % H) * 3 * D, yr = ((bh / H) * T + t) * H * D + (bh % H) * D;
+            qkv[pr + d] = q[r * D + d], qkv[pr + D + d] = k[r * D + d], qkv[pr + 2 * D + d] = v[r * D + d];
+            pdy[yr + d] = dy[r * Dy + d];
+        }
+    for (int pk = 0; pk < (H ? 2 : 1); pk++) {
+        long long Hk = pk ? H : 0, ny = pk ? n + rows : rows * Dy;
+        y[pk] = new float[ny], out[pk] = new float[3 * n];
+        for (long long i = 0; i < ny; i++) y[pk][i] = NAN; /* (poisoned: every element must be written) */
+        for (long long i = 0; i < 3 * n; i++) out[pk][i] = NAN;
+        F_q = pk ? qkv : q, F_k = pk ? qkv + D : k, F_v = pk ? qkv + 2 * D : v;
+        L.y = y[pk], L.dy = pk ? pdy : dy, L.out = out[pk], L.rowdot = rowdot, L.BH = BH, L.T = T, L.D = D, L.scale = scale, L.H = Hk;
+        launch_f32(body_ffwd, PDDE_FF_FWD_ROWS(D));
+        for (long long r = 0; r < rows; r++) { /* k_flash_rowdot */
+            float dot = 0.0f;
+            for (int d = 0; d < D; d++) dot += L.dy[att_y(r, T, D, Hk) + d] * L.y[att_y(r, T, D, Hk) + d];
+            rowdot[r] = dot;
+        }
+        launch_f32(body_fdq, PDDE_FF_BWD_ROWS(D));
+        launch_f32(body_fdkv, PDDE_FF_BWD_ROWS(D));
+        for (long long r = 0; r < rows; r++) { /* gathered to [rows, D] apart */
+            for (int d = 0; d < D; d++) {
+                gy[r * D + d] = L.y[att_y(r, T, D, Hk) + d];
+                for (int w = 0; w < 3; w++) gout[w * n + r * D + d] = L.out[att_out(r, w, rows, T, D, Hk) + d];
+            }
+            glse[r] = L.y[att_lse(r, rows, D, Hk)];
+        }
+        char label[96];
+        snprintf(label, sizeof label, "f32 BH %lld T %lld D %d%s", BH, T, D, pk ? " packed" : "");
+        check("output", nmse(gy, ry, n), 1e-10, label);
+        check("lse", nmse(glse, rlse, rows), 1e-10, label);
+        check("dq", nmse(gout, rg, n), 1e-10, label);
+        check("dk", nmse(gout + n, rg + n, n), 1e-10, label);
+        check("dv", nmse(gout + 2 * n, rg + 2 * n, n), 1e-10, label);
+        if (!pk) continue;
+        long long bad = 0;
+        for (long long r = 0; r < rows; r++) {
+            for (int d = 0; d < D; d++) {
+                bad += memcmp(&y[0][r * Dy + d], &y[1][att_y(r, T, D, H) + d], 4) != 0;
+                for (int w = 0; w < 3; w++) bad += memcmp(&out[0][w * n + r * D + d], &out[1][att_out(r, w, rows, T, D, H) + d], 4) != 0;
+            }
+            bad += memcmp(&y[0][r * Dy + D], &y[1][att_lse(r, rows, D, H)], 4) != 0;
+        }
+        check("packed = apart", (double)bad, 0, label);
+    }
+    for (int pk = 0; pk < (H ? 2 : 1); pk++) { /* flash2's one pass, from the same forward */
+        long long Hk = pk ? H : 0;
+        float *o2 = new float[3 * n];
+        for (long long i = 0; i < 3 * n; i++) o2[i] = NAN;
+        for (long long r = 0; r < rows; r++) /* k_flash_f32_zero_dq */
+            for (int d = 0; d < D; d++) o2[att_out(r, 0, rows, T, D, Hk) + d] = 0.0f;
+        F_q = pk ? qkv : q, F_k = pk ? qkv + D : k, F_v = pk ? qkv + 2 * D : v;
+        L.y = y[pk], L.dy = pk ? pdy : dy, L.out = o2, L.H = Hk;
+        for (long long r = 0; r < rows; r++) { /* (rowdot of this layout's y, dy: the same values) */
+            float dot = 0.0f;
+            for (int d = 0; d < D; d++) dot += L.dy[att_y(r, T, D, Hk) + d] * L.y[att_y(r, T, D, Hk) + d];
+            rowdot[r] = dot;
+        }
+        launch_f32(body_fback2, PDDE_FF_BWD_ROWS(D));
+        long long same = 0;
+        for (long long r = 0; r < rows; r++)
+            for (int d = 0; d < D; d++) {
+                gout[r * D + d] = o2[att_out(r, 0, rows, T, D, Hk) + d];
+                for (int w = 1; w < 3; w++)
+                    same += memcmp(&o2[att_out(r, w, rows, T, D, Hk) + d], &out[pk][att_out(r, w, rows, T, D, Hk) + d], 4) != 0;
+            }
+        char label[96];
+        snprintf(label, sizeof label, "f32 flash2 BH %lld T %lld D %d%s", BH, T, D, pk ? " packed" : "");
+        check("dq", nmse(gout, rg, n), 1e-10, label);
+        check("dk, dv = flash's", (double)same, 0, label);
+        delete[] o2;
+    }
+    for (int pk = 0; pk < (H ? 2 : 1); pk++) delete[] y[pk], delete[] out[pk];
+    delete[] q, delete[] k, delete[] v, delete[] dy, delete[] rowdot, delete[] gy, delete[] glse, delete[] gout;
+    delete[] ry, delete[] rlse, delete[] rg, delete[] p, delete[] qkv, delete[] pdy;
+}
+
 int main(int argc, char **argv) {
     (void)argv;
     run_case(1, 67, 64, 0);   /* one head, T not a multiple of the tiles */
@@ -392,6 +540,9 @@ int main(int argc, char **argv) {
     run_case(2, 200, 64, 0);  /* flash2: several key tiles, query tiles ending mid-tile */
     run_case(1, 143, 128, 0); /* flash2 at D 128: three key tiles */
     run_case(4, 200, 64, 2);  /* flash2 packed: several key tiles of 2 batch rows of 2 heads */
+    run_case_f32(1, 67, 64, 0);   /* f32: one head, T not a multiple of the tiles */
+    run_case_f32(6, 150, 64, 3);  /* f32 packed (and apart): 2 batch rows of 3 heads, three forward tiles */
+    run_case_f32(2, 75, 128, 2);  /* f32 D 128, packed (and apart) */
     if (argc > 1) run_case(1, 300, 128, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -5,8 +5,10 @@
  * PGD_CUDA_FLASH, which backends/cuda.c's dispatcher takes, and its 64-row groups of 128 items). Checked, for q, k, v apart and packed in qkv (pdde_attention_qkv),
  * at head sizes 64 and 128, forward and backward: by default flash2 apart and flash packed; named
  * flash2 takes flash2's packed kernels (k_flash2_*_qkv); named flash takes flash in both layouts; f32
- * q, k, v take the unfused path (no tiled kernel). Every launch: the PTX (compute_80) has the kernel,
- * with as many parameters as the launch passes, each of the launch's size. */
+ * q, k, v take the unfused path by default and the f32 tiled kernels (k_flash_f32_*) where flash or
+ * flash2 is named (by PDDE_CUDA_ATTENTION or PDDE_ATTENTION; flash2: the one-pass backward after dq is
+ * zeroed), with their own grid (backends/flash_f32_tiles.h). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
+ * many parameters as the launch passes, each of the launch's size. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
 #include "tests/test_util.h"
@@ -19,13 +21,14 @@
 
 enum { MAX_LAUNCHES = 64 };
 static int launched[MAX_LAUNCHES], n_launched;
-static char *ptx;
+static unsigned launched_gx[MAX_LAUNCHES], launched_bx[MAX_LAUNCHES];
+static char *ptx, *ptx75;
 
 /* The parameter sizes (bytes) of PTX entry name, in order; their count, or -1 where there is no such entry. */
-static int ptx_params(const char *name, int *sizes, int max) {
+static int ptx_params(const char *text, const char *name, int *sizes, int max) {
     char want[128];
     snprintf(want, sizeof want, ".entry %s(", name);
-    const char *p = strstr(ptx, want);
+    const char *p = strstr(text, want);
     if (!p) return -1;
     const char *end = strchr(p, ')');
     int n = 0;
@@ -39,12 +42,15 @@ static int ptx_params(const char *name, int *sizes, int max) {
 
 static int rec_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
                       const pgd_arg *args) {
-    (void)impl, (void)stream, (void)gx, (void)gy, (void)gz, (void)bx, (void)by;
-    if (n_launched < MAX_LAUNCHES) launched[n_launched++] = k;
+    (void)impl, (void)stream, (void)gy, (void)gz, (void)by;
+    if (n_launched < MAX_LAUNCHES) launched_gx[n_launched] = gx, launched_bx[n_launched] = bx, launched[n_launched++] = k;
     const char *name = pgd_kernel_name(k);
-    int sizes[32], n = ptx_params(name, sizes, 32), same = n == nargs;
-    for (int i = 0; same && i < n; i++) same = sizes[i] == (int)(args[i].is_ptr ? 8 : args[i].size);
-    CHECK(same, "%s: the launch passes %d arguments, the PTX entry has %d parameters (or their sizes differ)", name, nargs, n);
+    for (int m = 0; m < 2; m++) { /* (the compute_75 module has every kernel too: the backend looks each up there) */
+        int sizes[32], n = ptx_params(m ? ptx75 : ptx, name, sizes, 32), same = n == nargs;
+        for (int i = 0; same && i < n; i++) same = sizes[i] == (int)(args[i].is_ptr ? 8 : args[i].size);
+        CHECK(same, "%s: the launch passes %d arguments, the %s PTX entry has %d parameters (or their sizes differ)", name, nargs,
+              m ? "compute_75" : "compute_80", n);
+    }
     return 0;
 }
 static int rec_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out) {
@@ -118,6 +124,11 @@ int main(void) {
     ptx = malloc(n + 1);
     ptx[0] = 0;
     for (int i = 0, at = 0; pdde_cuda_ptx_mma_parts[i]; i++) at += sprintf(ptx + at, "%s", pdde_cuda_ptx_mma_parts[i]);
+    n = 0;
+    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) n += strlen(pdde_cuda_ptx_parts[i]);
+    ptx75 = malloc(n + 1);
+    ptx75[0] = 0;
+    for (int i = 0, at = 0; pdde_cuda_ptx_parts[i]; i++) at += sprintf(ptx75 + at, "%s", pdde_cuda_ptx_parts[i]);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_ATTENTION");
@@ -138,8 +149,42 @@ int main(void) {
     expect(ctx, NULL, 64, PDDE_F32, 0, NULL, NULL);
     expect(ctx, NULL, 32, PDDE_BF16, 1, NULL, NULL);
     expect(ctx, "flash2", 32, PDDE_BF16, 0, NULL, NULL);
+    /* f32 (no TF32): the f32 tiled kernels only where a tiled path is named; flash2: flash's forward, the one-pass backward */
+    const char *f32_b = "k_flash_rowdot k_flash_f32_back_dq k_flash_f32_back_dkv";
+    const char *f32_b128 = "k_flash_rowdot k_flash_f32_back_dq_d128 k_flash_f32_back_dkv_d128";
+    expect(ctx, "flash", 64, PDDE_F32, 0, "k_flash_f32_fwd", f32_b);
+    expect(ctx, "flash", 64, PDDE_F32, 1, "k_flash_f32_fwd", f32_b);
+    expect(ctx, "flash2", 64, PDDE_F32, 0, "k_flash_f32_fwd", "k_flash_rowdot k_flash_f32_zero_dq k_flash_f32_back2");
+    expect(ctx, "flash2", 128, PDDE_F32, 1, "k_flash_f32_fwd_d128", "k_flash_rowdot k_flash_f32_zero_dq k_flash_f32_back2_d128");
+    expect(ctx, "flash", 128, PDDE_F32, 0, "k_flash_f32_fwd_d128", f32_b128);
+    expect(ctx, NULL, 64, PDDE_F32, 1, NULL, NULL);
+    expect(ctx, NULL, 128, PDDE_F32, 0, NULL, NULL);
+    expect(ctx, "unfused", 64, PDDE_F32, 0, NULL, NULL);
+    expect(ctx, "flash", 32, PDDE_F32, 0, NULL, NULL);
+    setenv("PDDE_ATTENTION", "flash", 1); /* (the generic switch names it too) */
+    expect(ctx, NULL, 64, PDDE_F32, 1, "k_flash_f32_fwd", f32_b);
+    unsetenv("PDDE_ATTENTION");
+    /* their grid: a group of PDDE_FF_THREADS per PDDE_FF_FWD_ROWS (forward) or PDDE_FF_BWD_ROWS (backward) rows of a head */
+    static const int64_t dims[2] = {64, 128};
+    for (int di = 0; di < 4; di++) {
+        int64_t D = dims[di % 2], BH = 2 * 3, T = 100; /* (attention()'s shape) */
+        setenv("PDDE_CUDA_ATTENTION", di < 2 ? "flash" : "flash2", 1);
+        pdde_graph *g = attention(ctx, (int)D, PDDE_F32, 0);
+        char got[512];
+        kernels_of(ctx, g, PDDE_OP_ATTENTION, got, sizeof got);
+        CHECK(n_launched == 1 && launched_gx[0] == BH * ((T + PDDE_FF_FWD_ROWS(D) - 1) / PDDE_FF_FWD_ROWS(D)) &&
+                  launched_bx[0] == PDDE_FF_THREADS, "f32 D %lld forward: %s on %u groups of %u", (long long)D, got, launched_gx[0], launched_bx[0]);
+        kernels_of(ctx, g, PDDE_OP_ATTENTION_BACK, got, sizeof got);
+        unsigned want = (unsigned)(BH * ((T + PDDE_FF_BWD_ROWS(D) - 1) / PDDE_FF_BWD_ROWS(D)));
+        /* (flash: rowdot, dq, dk and dv; flash2: rowdot, the zeroing of dq, the one pass) */
+        CHECK(n_launched == 3 && launched_gx[2] == want && launched_bx[2] == PDDE_FF_THREADS &&
+                  (di >= 2 || (launched_gx[1] == want && launched_bx[1] == PDDE_FF_THREADS)),
+              "f32 D %lld %s backward: %s on %u and %u groups (want %u)", (long long)D, di < 2 ? "flash" : "flash2", got, launched_gx[1],
+              launched_gx[2], want);
+        pdde_graph_free(g);
+    }
     unsetenv("PDDE_CUDA_ATTENTION");
     pdde_context_free(ctx);
-    free(ptx);
+    free(ptx), free(ptx75);
     return test_finish();
 }

@@ -118,6 +118,39 @@ static void test_compute(void) {
     hop.dtype = PDDE_F16;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 400e-6, 1e-12, 0), "f16 attention too");
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3 + 160e-6, 1e-12, 0), "f32 attention: its GEMMs and the fused curve");
+    /* f32 on CUDA where its f32 tiled kernels are named (PDDE_CUDA_ATTENTION, else PDDE_ATTENTION: flash or flash2) at
+     * head size 64 or 128: its GEMMs alone (the softmax fused, no scores in memory); by default, another head size or
+     * another backend: GEMMs and the fused curve */
+    const char *att_env[2] = {"PDDE_CUDA_ATTENTION", "PDDE_ATTENTION"};
+    char *att_was[2], was_backend[sizeof c->specs[0].backend];
+    for (int i = 0; i < 2; i++) att_was[i] = getenv(att_env[i]) ? strdup(getenv(att_env[i])) : NULL, unsetenv(att_env[i]);
+    memcpy(was_backend, c->specs[0].backend, sizeof was_backend);
+    snprintf(c->specs[0].backend, sizeof c->specs[0].backend, "cuda");
+    pdde_cost_op fop = op, fback = att_back, gemm_only;
+    fop.k = 64, fback.k = 128;
+    gemm_only = fop, gemm_only.softmax_bytes = 0;
+    double g64 = pdde_cost_compute_time(ctx, c, 0, &gemm_only); /* (the GEMM rate at k 64) */
+    gemm_only = fback, gemm_only.softmax_bytes = 0;
+    double g128 = pdde_cost_compute_time(ctx, c, 0, &gemm_only);
+    CHECK(g64 > 0 && g128 > 0, "the GEMMs' time: %g, %g s", g64, g128);
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fop), g64 + 160e-6, 1e-12, 0), "f32 attention on CUDA by default: GEMMs + fused curve");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fback), g128 + 60e-6, 1e-12, 0), "and its backward");
+    setenv("PDDE_CUDA_ATTENTION", "flash", 1);
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fop), g64, 1e-12, 0), "f32 attention on CUDA's f32 tiled kernels: its GEMMs: %g s",
+          pdde_cost_compute_time(ctx, c, 0, &fop));
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fback), g128, 1e-12, 0), "and the backward at head size 128: its GEMMs");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &att_back), 1e-3 + 60e-6, 1e-12, 0), "head size 1024 (no tiled kernel): the curve");
+    setenv("PDDE_CUDA_ATTENTION", "unfused", 1), setenv("PDDE_ATTENTION", "flash2", 1); /* (the CUDA switch first, as the dispatcher) */
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fop), g64 + 160e-6, 1e-12, 0), "PDDE_CUDA_ATTENTION=unfused wins");
+    unsetenv("PDDE_CUDA_ATTENTION");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fop), g64, 1e-12, 0), "PDDE_ATTENTION=flash2 names it too");
+    snprintf(c->specs[0].backend, sizeof c->specs[0].backend, "opencl");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &fop), g64 + 160e-6, 1e-12, 0), "another backend: GEMMs + fused curve");
+    for (int i = 0; i < 2; i++) {
+        if (att_was[i]) setenv(att_env[i], att_was[i], 1), free(att_was[i]);
+        else unsetenv(att_env[i]);
+    }
+    memcpy(c->specs[0].backend, was_backend, sizeof was_backend);
     c->specs[0].kind = PDDE_DEVICE_CPU;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hback), 1e-3 + 60e-6, 1e-12, 0), "a CPU's bf16 attention: not the half curve");
     c->specs[0].kind = PDDE_DEVICE_GPU;

@@ -2,7 +2,8 @@
  * backends/gemm_plan.h), without a GPU: a plan is found again for the same problem at other addresses of the
  * same alignment, never for a problem that differs in anything the plan fixes (dtypes, transposes, shape,
  * strides, batch, epilogue, bias, beta, entry point, any operand's alignment); a full cache replaces its least
- * recently used plan, not the plans in use. */
+ * recently used plan, not the plans in use; every kept plan is found in its own slot after replacements (the
+ * hash index). */
 #include "pdde.h"
 #include "backends/gemm_plan.h"
 #include "tests/test_util.h"
@@ -83,6 +84,15 @@ int main(void) {
     pgd_gemm_key k1 = pgd_gemm_key_of(&r);
     pgd_gemm_cache_slot(c, &k1, &fresh, &replace);
     CHECK(fresh, "the least recently used plan was the one replaced: fresh %d", fresh);
+    /* (through the hash index, after replacements too): every kept plan is found in its own slot */
+    bad = 0;
+    for (int i = 0; i < c->n; i++) {
+        pgd_gemm_key k = c->key[i];
+        bad += pgd_gemm_cache_slot(c, &k, &fresh, &replace) != i || fresh;
+    }
+    int s5 = pgd_gemm_cache_slot(c, &k5, &fresh, &replace);
+    CHECK(bad == 0 && !fresh && !memcmp(&c->key[s5], &k5, sizeof k5) && c->made == PGD_GEMM_PLANS + 2,
+          "%d kept plans not found in their slots; the replacing problem: fresh %d; made %lld", bad, fresh, c->made);
     free(c);
     return test_finish();
 }

@@ -13,7 +13,8 @@
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
-#   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the whole conformance suite on cuda,
+#   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; f32 attention's tiled kernels; the host's
+#   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
 #   and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
@@ -274,6 +275,15 @@ result "gpu_demo rank0=${took:-none} loss=$(grep -o 'validation loss [0-9.]*' "$
 step dlrm 150 make -s bench-dlrm BENCH_DLRM_ARGS="--reps 3"
 r=$(grep '^RESULT dlrm ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
 result "${r:-dlrm status=failed}"
+
+# ---- f32 attention's tiled kernels (off by default) against the unfused graph and PyTorch f32, alone and in GPT-2
+# (tools/bench/cuda_attention_f32.sh), and the host's cost per op against PyTorch eager (tools/bench/cuda_dispatch.sh)
+step attention_f32 240 env REPEATS=1 bash tools/bench/cuda_attention_f32.sh build
+grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+grep -q '^RESULT gpu_attention_f32 .*failed=0' "$out/step.out" || [ ! -s "$out/step.out" ] || failed=1
+step dispatch 200 bash tools/bench/cuda_dispatch.sh build
+grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+grep -q '^RESULT gpu_dispatch .*failed=0' "$out/step.out" || [ ! -s "$out/step.out" ] || failed=1
 
 # ---- with what time is left: the new kernels under compute-sanitizer, and where a bf16 step's time goes
 if command -v compute-sanitizer >/dev/null 2>&1; then
