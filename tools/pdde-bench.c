@@ -11,7 +11,8 @@
  * elementwise (add), row ops (layernorm), attention (causal softmax of [B, H, T, T] scores),
  * embedding (lookup) and optimizer (AdamW update), then, forward + backward and less the same graph
  * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm),
- * fused_attention (its forward run alone) and fused_attention_backward. The bytes of each point are what the cost model counts for the same node
+ * fused_attention (its forward run alone) and fused_attention_backward; on CPUs also ps_pull and ps_push (a
+ * parameter-server table's pull and push of a batch). The bytes of each point are what the cost model counts for the same node
  * (pdde_cost_program_from_graph), so a curve reads back what it measured.
  * On a device with memory of its own (a GPU), every run's time is less the session run's own cost (a
  * step pays it once, not per op; --run-overhead: on every accelerator), and the GEMM table goes on to

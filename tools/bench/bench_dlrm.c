@@ -10,14 +10,19 @@
  *                 slower than the CPU).
  * The pipelines' stages are sized by the planner's cost model on the cluster file (pdde-bench's
  * measurements; `make bench-dlrm` writes build/cluster.json with pdde-bench --quick when it is missing),
- * else by a measured balance; each stage's predicted and measured time per batch and its busy, starved
- * and blocked shares are printed. Then the table's heap bytes per touched id as ids grow from 10^4 to
+ * else by a measured balance (stage 1's price: the parsing of a line, timed on the data's first lines,
+ * and the table's pull by pdde-bench's ps_pull curve); each stage's predicted and measured time per
+ * batch and its busy, starved and blocked shares are printed, and the prediction of stages 1 and 3
+ * against the stages in turn (cpu only). Then the sparse stages alone (the dense stage empty) with 1, 2
+ * and half the cores' workers each, and the table's heap bytes per touched id as ids grow from 10^4 to
  * 10^7 (BENCH_DLRM_MAX_IDS lowers the top).
  *
  *   bench_dlrm [--batches N] [--reps R] [--batch B] [--cluster FILE]
  * Last line (medians of R): RESULT dlrm cpu_only=<samples/s> accel_only=<samples/s> hetero=<samples/s>
  *   hetero_ratio=<hetero / the better of cpu_only and accel_only> bytes_per_id=<largest measured>
- *   cpu_pipeline=<samples/s> cpu_pipeline_ratio=<cpu_pipeline / the same> load=<1-minute load average> */
+ *   cpu_pipeline=<samples/s> cpu_pipeline_ratio=<cpu_pipeline / the same> pull_pred_ms=<stage 1 predicted>
+ *   pull_ms=<stage 1 in turn> pull_pred_ratio=<the two's ratio> sparse_w1=<samples/s, sparse stages alone, 1 worker
+ *   each> sparse_w2=<2 workers> sparse_wmax=<sparse_wmax_n workers, at most 8; nan under 6 cores> load=<1-minute load average> */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/dlrm.h"
