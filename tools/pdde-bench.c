@@ -448,7 +448,15 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
  * in-process table of 2^20 rows of 16 floats with Adagrad (larger than the caches, as a recommender's
  * table is), the ids drawn at random from its rows; each point the median of runs, at the bytes
  * pdde_cost_ps_bytes counts. What the cost model's embedding and optimizer curves cannot see: a hash
- * probe per id, a cache miss per row. */
+ * probe per id, a cache miss per row. Timed by the thread's CPU clock: on a quiet machine the same as
+ * the wall clock (one thread, no waits), on a loaded one not inflated by other programs' turns, which
+ * take a larger share of a longer call. */
+static double thread_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void measure_ps(pdde_context *ctx, pdde_device_spec *sp) {
     enum { ROWS = 1 << 20, DIM = 16, FILL = 1 << 14 };
     static const int64_t sizes[] = {1 << 11, 1 << 13, 1 << 15};
@@ -480,11 +488,11 @@ static void measure_ps(pdde_context *ctx, pdde_device_spec *sp) {
                 batch[j] = (seed % ROWS) * 0xD6E8FEB86659FD93ull;
             }
             evict_caches();
-            double t0 = bench_now();
+            double t0 = thread_now();
             ok = !pdde_sparse_batch_pull(b, c, batch);
-            double t1 = bench_now();
+            double t1 = thread_now();
             ok = ok && !pdde_sparse_batch_push(b, c);
-            t[0][runs] = t1 - t0, t[1][runs] = bench_now() - t1;
+            t[0][runs] = t1 - t0, t[1][runs] = thread_now() - t1;
         }
         for (int k = 0; ok && k < 2; k++) {
             int cls = k ? PDDE_OPCLASS_PS_PUSH : PDDE_OPCLASS_PS_PULL, m = sp->n_curve[cls];

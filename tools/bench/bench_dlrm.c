@@ -21,7 +21,7 @@
  * Last line (medians of R): RESULT dlrm cpu_only=<samples/s> accel_only=<samples/s> hetero=<samples/s>
  *   hetero_ratio=<hetero / the better of cpu_only and accel_only> bytes_per_id=<largest measured>
  *   cpu_pipeline=<samples/s> cpu_pipeline_ratio=<cpu_pipeline / the same> pull_pred_ms=<stage 1 predicted>
- *   pull_ms=<stage 1 in turn> pull_pred_ratio=<the two's ratio> sparse_w1=<samples/s, sparse stages alone, 1 worker
+ *   pull_ms=<stage 1 in turn> pull_pred_ratio=<the two's ratio> pull_cpu_ms=<its CPU time> sparse_w1=<samples/s, sparse stages alone, 1 worker
  *   each> sparse_w2=<2 workers> sparse_wmax=<sparse_wmax_n workers, at most 8; nan under 6 cores> load=<1-minute load average> */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -315,11 +315,13 @@ int main(int argc, char **argv) {
     double cpu_dense_ms = ok[0] ? 1e3 * su[0].stage_s[1] / (double)su[0].batches : NAN;
     /* the cost model's single-worker stage times against the stages in turn on one thread (cpu only) */
     double pull_pred_ms = 1e3 * su[0].stages[0].predicted_s, pull_ms = ok[0] ? 1e3 * su[0].stage_s[0] / (double)su[0].batches : NAN;
-    if (ok[0] && cluster)
-        printf("cost model against the stages in turn: parse + pull %.2f ms predicted (parsing %.2f us a line), %.2f measured (%.2fx); "
-               "push %.2f predicted, %.2f measured (%.2fx)\n", pull_pred_ms, 1e6 * parse_s, pull_ms, pull_pred_ms / pull_ms,
-               1e3 * su[0].stages[2].predicted_s, 1e3 * su[0].stage_s[2] / (double)su[0].batches,
-               su[0].stages[2].predicted_s / (su[0].stage_s[2] / (double)su[0].batches));
+    double pull_cpu_ms = ok[0] ? 1e3 * su[0].stage_cpu[0] / (double)su[0].batches : NAN;
+    if (ok[0] && cluster) /* (CPU time: what a loaded machine's other programs do not inflate) */
+        printf("cost model against the stages in turn: parse + pull %.2f ms predicted (parsing %.2f us a line), %.2f measured (%.2fx; CPU time %.2f, %.2fx); "
+               "push %.2f predicted, %.2f measured (%.2fx; CPU time %.2f, %.2fx)\n", pull_pred_ms, 1e6 * parse_s, pull_ms, pull_pred_ms / pull_ms,
+               pull_cpu_ms, pull_pred_ms / pull_cpu_ms, 1e3 * su[0].stages[2].predicted_s, 1e3 * su[0].stage_s[2] / (double)su[0].batches,
+               su[0].stages[2].predicted_s / (su[0].stage_s[2] / (double)su[0].batches), 1e3 * su[0].stage_cpu[2] / (double)su[0].batches,
+               su[0].stages[2].predicted_s / (su[0].stage_cpu[2] / (double)su[0].batches));
     for (int k = 0; k < 4; k++) {
         printf("%-12s %9.0f samples/s", names[k], rate[k]);
         if (k >= 2) printf("  (stages 1, 3 on CPU threads; stage 2, dense, on %s)", k == 2 ? (accel >= 0 ? props.name : "-") : "the CPU");
@@ -358,8 +360,8 @@ int main(int argc, char **argv) {
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) { if (fscanf(la, "%lf", &load) != 1) load = NAN; fclose(la); }
     printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f cpu_pipeline=%.0f cpu_pipeline_ratio=%.2f "
-           "pull_pred_ms=%.2f pull_ms=%.2f pull_pred_ratio=%.2f sparse_w1=%.0f sparse_w2=%.0f sparse_wmax=%.0f sparse_wmax_n=%d load=%.1f\n",
-           cpu, acc, het, het / best, bpi, rate[3], rate[3] / best, pull_pred_ms, pull_ms, pull_pred_ms / pull_ms, sparse[0], sparse[1], sparse[2],
+           "pull_pred_ms=%.2f pull_ms=%.2f pull_pred_ratio=%.2f pull_cpu_ms=%.2f sparse_w1=%.0f sparse_w2=%.0f sparse_wmax=%.0f sparse_wmax_n=%d load=%.1f\n",
+           cpu, acc, het, het / best, bpi, rate[3], rate[3] / best, pull_pred_ms, pull_ms, pull_pred_ms / pull_ms, pull_cpu_ms, sparse[0], sparse[1], sparse[2],
            wmax > 2 ? wmax : 2, load);
     free(data.text), free(data.line);
     pdde_cluster_free(cluster);
