@@ -5,7 +5,8 @@
  *                 and stage 3 (push the rows' gradients) on CPU threads, stage 2 (dense) on the
  *                 accelerator, bounded queues between them (a batch is pulled while the one before it
  *                 trains and the one before that is pushed: a staleness of at most the slots, like
- *                 async mode);
+ *                 async mode; 4 slots, or a slot for every worker the sizing gives and 2 more;
+ *                 BENCH_SLOTS=N: N);
  *   cpu pipeline  the same pipeline with stage 2 on the CPU (what runs best where the accelerator is
  *                 slower than the CPU).
  * The pipelines' stages are sized by the planner's cost model on the cluster file (pdde-bench's
@@ -76,7 +77,7 @@ static pdde_status parse_batch(void *u, int64_t k, dlrm_sample *out) {
 }
 
 #define MAX_SLOTS 32
-#define SLOTS (getenv("BENCH_SLOTS") ? atoi(getenv("BENCH_SLOTS")) : 4)
+#define SLOTS (getenv("BENCH_SLOTS") ? atoi(getenv("BENCH_SLOTS")) : 4) /* (more where the sizing gives more workers) */
 
 /* One of the three configurations: the model with its dense layer on a device, its in-process table,
  * the slots of the batches in flight and (hetero) the pipeline. */
@@ -152,8 +153,8 @@ static void report_pipeline(const char *name, setup *su) {
     pdde_pipeline_stats_get(su->pl, &ps);
     double stage_cpu = 0;
     for (int k = 0; k < ps.n_stages; k++) stage_cpu += ps.stage[k].cpu_s;
-    printf("%sCPU: the stage threads %.2f cores, other threads (kernel pool, device runtime) %.2f, the whole process %.2f of %ld\n", prefix,
-           stage_cpu / ps.wall_s, (ps.process_cpu_s - stage_cpu) / ps.wall_s, ps.process_cpu_s / ps.wall_s, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("%sCPU: the stage threads %.2f cores, other threads (kernel pool, device runtime) %.2f, the whole process %.2f of %ld; %d slots\n", prefix,
+           stage_cpu / ps.wall_s, (ps.process_cpu_s - stage_cpu) / ps.wall_s, ps.process_cpu_s / ps.wall_s, sysconf(_SC_NPROCESSORS_ONLN), su->n_slots);
 }
 
 /* dense: the context's device index of the dense layer (-1: the CPU); pipelined: through the pipeline,
@@ -205,6 +206,24 @@ static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, 
     }
     su->st = st;
     if (!st) run(su, 4); /* warm up: kernels built, first rows created, the pipeline sized */
+    /* a slot for every worker the sizing gave and one waiting before each of the two queues (unless
+     * BENCH_SLOTS says): the same stages, sized again from the same predictions, with more slots */
+    pdde_pipeline_stats ps;
+    int want = 2;
+    if (su->pl && !su->st && !sparse_workers && !getenv("BENCH_SLOTS")) {
+        pdde_pipeline_stats_get(su->pl, &ps);
+        for (int k = 0; k < ps.n_stages; k++) want += ps.stage[k].workers;
+    }
+    if (su->pl && want > su->n_slots && want <= MAX_SLOTS) {
+        for (int i = su->n_slots; i < want && !st; i++) st = dlrm_slot_init(&su->slots[i], &su->m), su->slot_ptr[i] = &su->slots[i];
+        pdde_pipeline_free(su->pl), su->pl = NULL;
+        pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
+        plp.n_stages = 3, plp.stages = su->stages, plp.slots = su->slot_ptr, plp.n_slots = su->n_slots = want;
+        plp.max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (!st) st = pdde_pipeline_init(ctx, &plp, &su->pl);
+        su->st = st;
+        if (!st) run(su, 4);
+    }
     reset_counts(su);
     if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(ctx));
     return su->st;
