@@ -598,6 +598,21 @@ int pdde_session_micro_batches(const pdde_session *s);
  * norm themselves, the host reads the loss and norm after the step); without a norm, or under several
  * ranks, it also waits for the loss and norm before its first update (README "Non-finite guard"). */
 int64_t pdde_session_host_syncs(const pdde_session *s);
+/* PDDE_PROFILE=device (README "Checking a GPU"): per run, averaged over the runs after the first (the
+ * first alone while it is the only one). busy_ms is the union of the busiest device's node intervals
+ * on its clock, span_ms from its first node's start to its last one's end; the rest on the host's. */
+typedef struct {
+    int64_t runs;         /* runs averaged */
+    double wall_ms;       /* pdde_session_run's duration */
+    double busy_ms, span_ms;
+    double idle_pct;      /* 100 (wall - busy) / wall: the device waiting for the host, or the host for it */
+    double host_issue_ms; /* from the run's start to its last node enqueued, less host_wait_ms */
+    double ops;           /* device nodes (or multi-tensor groups) timed */
+    double host_wait_ms, host_waits; /* the host's waits for a device before that last node (the run's end waits too) */
+} pdde_device_profile;
+/* PDDE_ERR_STATE where the session does not time on the device */
+pdde_status pdde_session_device_profile(const pdde_session *s, pdde_device_profile *out);
+double pdde_session_device_op_ms(const pdde_session *s, pdde_op op); /* device ms of op's nodes per run (0: none) */
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
  * with torch.cuda.amp.GradScaler's constants: the backward pass starts from d loss = scale (initially

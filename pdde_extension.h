@@ -65,6 +65,13 @@ struct pdde_backend_iface {
      * device's default stream) and the device's index in its runtime (CUDA: the ordinal). A buffer
      * handle plus an offset is then the device address (CUDA: a CUdeviceptr). */
     pdde_status (*native)(void *dev, void *stream, void **native_stream, int *runtime_index);
+    /* optional: timing on the device (PDDE_PROFILE=device; any of the three NULL: the core times on the
+     * host, synchronising after each node). The _timed creators make a stream whose recorded events can
+     * be timed (OpenCL: a profiling queue) and such an event; event_elapsed gives the device's ms from e0
+     * to e1, both recorded on streams of this device and complete (stream_sync'ed). */
+    pdde_status (*stream_create_timed)(void *dev, void **stream);
+    pdde_status (*event_create_timed)(void *dev, void **event);
+    pdde_status (*event_elapsed)(void *dev, void *e0, void *e1, double *ms);
 };
 /* A context's device (a global index, as pdde_device_find gives): its backend and opened handle, for
  * extensions that work on a device outside a session (device collectives, their tests). */

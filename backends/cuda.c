@@ -1132,14 +1132,26 @@ static pdde_status pcu_stream_sync(void *dev, void *stream) {
     return PDDE_OK;
 }
 
-static pdde_status pcu_event_create(void *dev, void **event) {
-    pcu_dev *d = dev;
+static pdde_status pcu_event_open(pcu_dev *d, unsigned flags, void **event) {
     *event = NULL;
     int st = pcu_bind(d);
     if (st) return st;
     pcu_cevent e;
-    PCU_CHECK(d, d->fam->cu.EventCreate(&e, PCU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    PCU_CHECK(d, d->fam->cu.EventCreate(&e, flags), "cuEventCreate");
     *event = e;
+    return PDDE_OK;
+}
+
+static pdde_status pcu_event_create(void *dev, void **event) { return pcu_event_open(dev, PCU_EVENT_DISABLE_TIMING, event); }
+static pdde_status pcu_event_create_timed(void *dev, void **event) { return pcu_event_open(dev, 0, event); }
+
+static pdde_status pcu_event_elapsed(void *dev, void *e0, void *e1, double *ms) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    float f = 0;
+    PCU_CHECK(d, d->fam->cu.EventElapsedTime(&f, e0, e1), "cuEventElapsedTime");
+    *ms = f;
     return PDDE_OK;
 }
 
@@ -1634,6 +1646,9 @@ const pdde_backend_iface pdde_backend_cuda = {
     .host_alloc = pcu_host_alloc,
     .host_free = pcu_host_free,
     .compute_group = pcu_compute_group,
+    .stream_create_timed = pcu_stream_create, /* (every CUDA stream can time its events) */
+    .event_create_timed = pcu_event_create_timed,
+    .event_elapsed = pcu_event_elapsed,
 };
 
 #endif /* PDDE_NO_CUDA */

@@ -86,6 +86,7 @@
       (cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint, const cl_event *, cl_event *, cl_int *)) \
     X(cl_int, clEnqueueUnmapMemObject, (cl_command_queue, cl_mem, void *, cl_uint, const cl_event *, cl_event *)) \
     X(cl_int, clWaitForEvents, (cl_uint, const cl_event *))                                                 \
+    X(cl_int, clGetEventProfilingInfo, (cl_event, cl_profiling_info, size_t, void *, size_t *))              \
     X(cl_int, clReleaseEvent, (cl_event))
 
 typedef struct {
@@ -505,19 +506,24 @@ static pdde_status pdde_ocl_read(void *dev, void *stream, void *handle, size_t o
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueReadBuffer");
 }
 
-static pdde_status pdde_ocl_stream_create(void *dev, void **stream) {
-    pdde_ocl_device *d = dev;
+/* (timed: a profiling queue, whose markers carry the device's clock) */
+static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_properties props, void **stream) {
     *stream = NULL;
     pdde_ocl_stream *s = calloc(1, sizeof *s);
     if (!s) return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "opencl: out of host memory");
     cl_int e = CL_SUCCESS;
-    s->q = d->fam->cl.clCreateCommandQueue(d->cl, d->id, 0, &e);
+    s->q = d->fam->cl.clCreateCommandQueue(d->cl, d->id, props, &e);
     if (!s->q) {
         free(s);
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
     *stream = s;
     return PDDE_OK;
+}
+
+static pdde_status pdde_ocl_stream_create(void *dev, void **stream) { return pdde_ocl_stream_open(dev, 0, stream); }
+static pdde_status pdde_ocl_stream_create_timed(void *dev, void **stream) {
+    return pdde_ocl_stream_open(dev, CL_QUEUE_PROFILING_ENABLE, stream);
 }
 
 static void pdde_ocl_stream_free(void *dev, void *stream) {
@@ -568,6 +574,19 @@ static pdde_status pdde_ocl_event_sync(void *dev, void *event) {
     if (!ev->ev) return PDDE_OK;
     cl_int e = d->fam->cl.clWaitForEvents(1, &ev->ev);
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clWaitForEvents");
+}
+
+/* A marker completes when the commands before it have: its end is the time the queue reached it. */
+static pdde_status pdde_ocl_event_elapsed(void *dev, void *e0, void *e1, double *ms) {
+    pdde_ocl_device *d = dev;
+    const pdde_ocl_event *a = e0, *b = e1;
+    cl_ulong t0 = 0, t1 = 0;
+    if (!a->ev || !b->ev) return pdde_error(d->fam->ctx, PDDE_ERR_STATE, "opencl: event_elapsed: an event was never recorded");
+    cl_int e = d->fam->cl.clGetEventProfilingInfo(a->ev, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
+    if (e == CL_SUCCESS) e = d->fam->cl.clGetEventProfilingInfo(b->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    if (e != CL_SUCCESS) return pdde_ocl_fail(d, e, "clGetEventProfilingInfo (was the stream made by stream_create_timed?)");
+    *ms = 1e-6 * ((double)t1 - (double)t0);
+    return PDDE_OK;
 }
 
 static pdde_status pdde_ocl_stream_wait_event(void *dev, void *stream, void *event) {
@@ -733,6 +752,9 @@ const pdde_backend_iface pdde_backend_opencl = {
     .host_alloc = pdde_ocl_host_alloc,
     .host_free = pdde_ocl_host_free,
     .compute_group = pdde_ocl_compute_group,
+    .stream_create_timed = pdde_ocl_stream_create_timed,
+    .event_create_timed = pdde_ocl_event_create,
+    .event_elapsed = pdde_ocl_event_elapsed,
 };
 
 #endif /* PDDE_OCL_NO_HEADERS */

@@ -76,6 +76,7 @@ struct pdde_session {
     struct session_send *sends; /* per SEND node: host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
+    struct session_profile *devprof; /* PDDE_PROFILE=device: timed on the device (core/profile.c; NULL: off) */
     bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
     bool update_checked;        /* this run checked the loss and gradient norm before its first update */
     bool loss_read;             /* ...and read the loss then (loss_value): its end need not read it again */
@@ -114,9 +115,13 @@ static double monotonic_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static bool program_runs_itself(const pdde_program *P, const pdde_tensor *t);
+#include "profile.c" /* PDDE_PROFILE=device */
+
 /* The host waits for sd's stream (counted where it is a device's: pdde_session_host_syncs). */
 static pdde_status device_sync(pdde_session *s, session_device *sd) {
     if (!sd->host) s->host_syncs++;
+    if (s->devprof && !sd->host) return profile_wait(s, sd);
     return sd->iface->stream_sync(sd->dev, sd->stream);
 }
 
@@ -131,7 +136,8 @@ static int session_slot_for(pdde_session *s, int device) {
     sd->device = device;
     if (registry_device_get(s->ctx, s->ctx->registry, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
     sd->host = strcmp(sd->iface->name, "cpu") == 0;
-    if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
+    bool timed = s->devprof && profile_can_time(sd->iface); /* (PDDE_PROFILE=device) */
+    if ((timed ? sd->iface->stream_create_timed : sd->iface->stream_create)(sd->dev, &sd->stream) != PDDE_OK) return -1;
     return s->n_devs++;
 }
 
@@ -1170,7 +1176,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     s->schedule = g->opt;
     const char *prof = getenv("PDDE_PROFILE");
-    s->profile = prof && *prof && strcmp(prof, "0") != 0;
+    s->profile = prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "device") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
@@ -1204,7 +1210,9 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
+    if (st == PDDE_OK && prof && !strcmp(prof, "device")) st = profile_want(s);
     if (st == PDDE_OK) st = session_place(s);
+    if (st == PDDE_OK && s->devprof) st = profile_open(s);
 #ifdef PDDE_HAVE_COMM
     if (st == PDDE_OK && s->world && (!(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)) ||
                                       !(s->bucket_done = calloc((size_t)s->prog->n + 1, sizeof *s->bucket_done))))
@@ -1238,6 +1246,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
     if (s->profile) print_profile(s);
+    if (s->devprof) profile_print(s), profile_free(s);
     trace_close(s); /* (before the program: events name its nodes) */
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
@@ -1407,7 +1416,8 @@ static pdde_status check_loss(pdde_session *s, float loss, int micro) {
 /* Enqueues the read of f32 scalar t into *v (complete when its device's stream is synchronised). */
 static pdde_status enqueue_read_scalar(pdde_session *s, const pdde_tensor *t, float *v) {
     session_device *sd = &s->devs[s->slot[t->id]];
-    return sd->iface->read(sd->dev, sd->stream, t->data, t->offset, v, sizeof *v);
+    pdde_status st = s->devprof && !sd->host ? profile_wait(s, sd) : PDDE_OK; /* (a read may wait: PDDE_PROFILE=device times it) */
+    return st ? st : sd->iface->read(sd->dev, sd->stream, t->data, t->offset, v, sizeof *v);
 }
 
 /* The f32 scalars a and b (either may be NULL) read with one wait for each device holding one. */
@@ -1572,7 +1582,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
+    if ((s->profile || (s->trace && !s->devprof)) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -1628,7 +1638,7 @@ static pdde_status run_update_group(pdde_session *s, int n, int micro) {
         for (int k = 0; k < n && !st; k++)
             if (pdde_tensor_numel(u[k])) st = sd->iface->compute(sd->dev, sd->stream, u[k]);
     }
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
+    if ((s->profile || (s->trace && !s->devprof)) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -1648,10 +1658,12 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
             for (int k = 0; k < u->nsrc; k++) bind_micro(s, u->src[k], micro);
         }
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
+        int timed = s->devprof ? profile_node_begin(s, t, micro) : -1;
         st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
+        if (timed >= 0) profile_node_end(s, timed);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
         s->op_runs[t->op] += n_group;
-        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
+        if (s->trace && timed < 0) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         for (int g = 0; g < n_group && !st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT; g++)
             st = check_node(s, n_group > 1 ? s->update_group[g] : t, micro);
@@ -1802,6 +1814,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
+    if (s->devprof) profile_run_begin(s);
     s->update_checked = s->loss_read = false;
     s->skip_update = false;
     s->deferred_norm = NULL;
@@ -1825,6 +1838,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (sync == PDDE_OK && s->devs[d].copy_stream) sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].copy_stream);
         if (st == PDDE_OK) st = sync;
     }
+    if (s->devprof) profile_run_end(s, st);
     if (st == PDDE_OK && s->deferred_norm) /* (the kernels did nothing if the norm is not finite) */
         st = check_update_scalars(s, s->pass_has_loss ? s->loss : NULL, s->loss_value, s->deferred_norm, s->norm_value, s->deferred_micro);
     /* a rank without update nodes (a pipeline stage without parameters) never reached the check before
@@ -1911,7 +1925,8 @@ static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src
 
 static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
-    pdde_status st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
+    pdde_status st = s->devprof && !sd->host ? profile_wait(s, sd) : PDDE_OK; /* (the read's wait: PDDE_PROFILE=device times it) */
+    if (!st) st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
     return st ? st : device_sync(s, sd);
 }
 

@@ -9,7 +9,7 @@
 #   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, in pdde and in PyTorch (SDPA);
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
-#   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
+#   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
@@ -170,6 +170,11 @@ gpt_run() { # NAME ENV... -- ARGS...: one bench_cuda --gpt run; its tokens/s in 
 }
 gpt_run bf16 build/bench_cuda --gpt --dtype bf16 # (the defaults: what a user gets)
 mfu=$(field "$out/step.out" mfu_pct)
+# (where that step's time goes: each node timed by device events, no wait per node; the per-op table in the log)
+gpt_run bf16_device_profile PDDE_PROFILE=device build/bench_cuda --gpt --dtype bf16
+line=$(grep '^PROFILE device ' "$out/step.out" | tail -1)
+line=${line:-PROFILE device status=none}
+result "gpu_profile ${line#PROFILE device }"
 # (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
 gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16

@@ -15,7 +15,9 @@
  * pdde_attention (its path: PDDE_CUDA_ATTENTION) or, --unfused-graph, the attention as matmul, causal
  * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh (casts_per_step: the casts run
  * a step after the first, pdde_session_op_runs; PDDE_FOLD_CASTS sets whether weights' bf16 copies are kept
- * and casts folded into their producers).
+ * and casts folded into their producers). PDDE_PROFILE=device adds a "PROFILE device busy_ms=.. wall_ms=..
+ * idle_pct=.. host_issue_ms=.. ops=.. host_wait_ms=.." line (pdde_session_device_profile: per step, the first left out;
+ * the per-op table goes to stderr when the session is freed).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
  * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line. --packed:
  * one f32 leaf qkv [B, T, H*3*D] and pdde_attention_qkv (the GPT block's layout) instead.
@@ -354,6 +356,10 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         printf("GPT dtype=%s attention=%s ms=%.2f tok_s=%.0f mfu_pct=%.2f loss0=%.5f loss=%.5f casts_per_step=%.0f\n", pdde_dtype_name(dt),
                unfused_graph ? "graph" : path && *path ? path : "default", ms, tok_s, 100.0 * tok_s * flops_tok / 989e12,
                loss0, loss, casts);
+        pdde_device_profile pr; /* PDDE_PROFILE=device: where the step's time goes on the device */
+        if (pdde_session_device_profile(s, &pr) == PDDE_OK)
+            printf("PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f\n", pr.busy_ms,
+                   pr.wall_ms, pr.idle_pct, pr.host_issue_ms, pr.ops, pr.host_wait_ms);
     }
     free(x);
     free(y);
@@ -455,7 +461,7 @@ int main(int argc, char **argv) {
         bench_gemm(o.backend, &o.model);
         return 0;
     }
-    if (gpt_only || attention_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
+    if (gpt_only || attention_only) { /* PDDE_PROFILE=1 or =device adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
         if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph, &o);
         else bench_attention(ctx, dev, dt, packed);
         pdde_context_free(ctx);
