@@ -576,6 +576,21 @@ static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m) {
     return st || sd->host ? st : device_sync(s, sd);
 }
 
+static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim, int dim, int n, size_t esz, bool pack);
+
+/* A prefetched gather along a dim other than 0 arrived rank by rank (block r of the result at r x the
+ * input's size): its blocks into their places along that dim. */
+static pdde_status unpack_gathered(pdde_session *s, pdde_tensor *t) {
+    size_t bytes = pdde_tensor_nbytes(t);
+    char *tmp = malloc(bytes + 1), *out = (char *)t->data + t->offset;
+    if (!tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    memcpy(tmp, out, bytes);
+    blocks_along(tmp, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]), pdde_dtype_size(t->dtype),
+                 false);
+    free(tmp);
+    return PDDE_OK;
+}
+
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
  * run did not start it, it runs it now. */
 static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
@@ -587,6 +602,7 @@ static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     }
     pdde_status st = pdde_comm_wait(*started, -1);
     if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    if (!st && node_info(s, c)->prefetch && node_info(s, c)->dim > 0) st = unpack_gathered(s, c);
     return st ? comm_error(s, t, st, "") : PDDE_OK;
 }
 
@@ -790,6 +806,17 @@ static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
     return t->op == PDDE_OP_ALLREDUCE
                ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)info->reduce, req)
                : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)info->reduce, req);
+}
+
+/* ZeRO-3's gather of a parameter that lowering starts a layer ahead (host memory), started without
+ * waiting in every pass that runs it; its COMM_WAIT completes it (and puts the blocks of a gather along
+ * another dim than 0 in their places). */
+static pdde_status start_gather(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+    pdde_status st = pdde_comm_iallgather(s->axis_comm[node_info(s, t)->axis], (char *)x->data + x->offset, (char *)t->data + t->offset,
+                                          (size_t)pdde_tensor_numel(x), t->dtype, req);
+    return st ? comm_error(s, t, st, " (prefetched)") : PDDE_OK;
 }
 
 /* A reshard, blocking; on device memory through host memory (the transport reads host buffers). */
@@ -1139,7 +1166,8 @@ static void scaler_init(pdde_session *s);
 static pdde_status scaler_write(pdde_session *s);
 
 #ifdef PDDE_HAVE_COMM
-/* Gradient buckets and early (overlapped) reductions take host memory only, so a rank whose
+/* Gradient buckets, early (overlapped) reductions and ZeRO-3's prefetched gathers take host memory
+ * only, so a rank whose
  * data-parallel gradients live on a device reduces them one by one at the update; its peers must issue
  * the same collectives in the same order. Where the ranks of an axis group differ in that (a CPU rank
  * beside a PoCL rank), every rank of the world lowers again without buckets and early reductions.
@@ -1156,7 +1184,7 @@ static pdde_status session_agree_collectives(pdde_session *s, pdde_graph *g, pdd
     if (!st) st = pdde_comm_allreduce(s->world, &differ, &differ, 1, PDDE_F32, PDDE_REDUCE_MAX);
     if (st || differ == 0 || !lowered) return st; /* (the communicator said why) */
     program_free(s->prog), s->prog = NULL;
-    lp->gradient_bucket_bytes = -1, lp->overlap_gradients = false;
+    lp->gradient_bucket_bytes = -1, lp->overlap_gradients = false, lp->no_zero3_prefetch = true;
     return program_lower(g, lp, &s->prog);
 }
 #endif
@@ -1180,7 +1208,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
-                            p.gradient_bucket_bytes, NULL};
+                            p.gradient_bucket_bytes, NULL, false};
     lp.no_cpu_fallback = program_no_cpu_fallback(&p);
     pdde_status st = PDDE_OK;
     if (p.world) {
@@ -1201,7 +1229,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
 #ifdef PDDE_HAVE_COMM
-    if (s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients)) {
+    if (s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients || !lp.no_zero3_prefetch)) {
         pdde_status agreed = session_agree_collectives(s, g, &lp, st == PDDE_OK);
         if (st == PDDE_OK) st = agreed;
     }
@@ -1568,6 +1596,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
         pdde_status st = copy_flush(s, &pending);
         if (st) return bucket_error(s, t, pending, st);
     }
+    if (collective && in->prefetch) return start_gather(s, t);
     if (collective && in->early) return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
     if (collective) s->gradient_collectives += in->data_parallel;
     if (collective) return run_reshard(s, t);

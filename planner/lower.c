@@ -1887,6 +1887,97 @@ static pdde_status lower_schedule(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * ZeRO-3's prefetch (FSDP's forward and backward prefetch, depth 1). Each pass runs its layers in turn
+ * (forward in layer order, backward in reverse); a parameter's gather for a layer's first reader is
+ * started instead at the start of the layer that runs before it in the same pass, so it travels while
+ * that layer computes, and a COMM_WAIT takes its place (its readers read the wait). The gathered copy
+ * is alive one layer earlier: the memory plan sees it from the order, the search's estimate adds a
+ * layer. Gathers of host memory only (the executor's non-blocking collectives), not the first layer's
+ * of a pass, not across interleaved chunks (another pass), never before what they read;
+ * every rank of an axis lowers the same order, so the collectives stay matched. Uneven shares' phantom
+ * micro-batches (which run a pass' collectives alone) keep the gathers blocking. */
+
+/* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. Lowering and the search's estimate read it here. */
+PDDE_PRIVATE bool lower_prefetch_on(void) {
+    const char *env = getenv("PDDE_ZERO3_PREFETCH");
+    return !env || strcmp(env, "0") != 0;
+}
+
+/* A ZeRO-3 gather of a parameter's value for a forward or backward reader (not a gather of updated
+ * shards, a bucket or an early reduction). */
+static bool param_gather(const lowering *L, const pdde_tensor *c) {
+    const pdde_program_node *in = &L->P->info[c->id];
+    return c->op == PDDE_OP_ALLGATHER && in->axis >= 0 && !in->write_back && !in->early && !in->bucket && !in->bucket_members && c->nsrc == 1 &&
+           (c->phase == PDDE_PHASE_FORWARD || c->phase == PDDE_PHASE_BACKWARD) && gathered_param(c->src[0], c);
+}
+
+static pdde_status lower_zero3_prefetch(lowering *L) {
+    pdde_program *P = L->P;
+    /* (uneven shares: a rank with the largest share makes no phantoms, but its peers do) */
+    if (!P->world_size || L->p->no_zero3_prefetch || !lower_prefetch_on() || (L->g->planner && L->g->planner->shares)) return PDDE_OK;
+    int n = P->n_order, n_nodes = P->n;
+    int *at = malloc(((size_t)n_nodes + 1) * sizeof *at);          /* by node id: its place in the order */
+    int *to = malloc(((size_t)n + 1) * sizeof *to);                /* by place: where a moved gather starts (-1: stays) */
+    int *seg_start = malloc(((size_t)n + 1) * sizeof *seg_start); /* by place: the first place of the segment before its own */
+    pdde_tensor **wait_of = calloc((size_t)n_nodes + 1, sizeof *wait_of);
+    pdde_tensor **order = malloc((2 * (size_t)n + 1) * sizeof *order);
+    pdde_status st = at && to && seg_start && wait_of && order ? PDDE_OK : lower_oom(L);
+    for (int i = 0; i <= n_nodes && !st; i++) at[i] = -1;
+    for (int i = 0; i < n && !st; i++) at[P->order[i]->id] = i, to[i] = -1;
+    /* the segments of each phase: runs of its nodes of one layer (leaves aside) */
+    for (int ph = PDDE_PHASE_FORWARD; ph <= PDDE_PHASE_BACKWARD && !st; ph++) {
+        int cur = -1, prev = -1, layer = INT32_MIN;
+        for (int i = 0; i < n; i++) {
+            const pdde_tensor *t = P->order[i];
+            if ((int)t->phase != ph || t->op == PDDE_OP_NONE) continue;
+            if (t->layer != layer) prev = cur, cur = i, layer = t->layer;
+            seg_start[i] = prev;
+        }
+    }
+    bool moved = false;
+    for (int i = 0; i < n && !st; i++) {
+        pdde_tensor *c = P->order[i];
+        if (c->op != PDDE_OP_ALLGATHER || !param_gather(L, c)) continue;
+        const pdde_tensor *x = c->src[0];
+        if (!registry_device_is_host(L->ctx->registry, c->device) || !registry_device_is_host(L->ctx->registry, x->device)) {
+            P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
+            continue;
+        }
+        int from = seg_start[i];
+        if (from < 0 || P->info[P->order[from]->id].chunk != P->info[c->id].chunk) continue;
+        if (x->op != PDDE_OP_NONE && at[x->id] >= from) from = at[x->id] + 1; /* (after what it reads) */
+        while (from < i && to[from] < 0 && P->order[from]->op == PDDE_OP_ALLGATHER && param_gather(L, P->order[from]))
+            from++; /* (after that layer's own blocking gathers: the first layer of a pass waits for those) */
+        if (from >= i) continue;
+        pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
+        if (!w) { st = lower_oom(L); break; }
+        w->flags |= PDDE_TENSOR_VIEW, w->layer = c->layer;
+        P->info[w->id].chunk = P->info[c->id].chunk;
+        P->info[c->id].early = P->info[c->id].prefetch = true;
+        wait_of[c->id] = w, to[i] = from, moved = true;
+    }
+    /* the moved gathers start before the node at their new place (in their own order), and their waits
+     * take their places; readers read the waits */
+    int k = 0;
+    for (int j = 0; j < n && !st && moved; j++) seg_start[j] = -1; /* (now: the first gather moved to place j, chained in at) */
+    for (int i = n - 1; i >= 0 && !st && moved; i--)
+        if (to[i] >= 0) at[P->order[i]->id] = seg_start[to[i]], seg_start[to[i]] = i;
+    for (int j = 0; j < n && !st && moved; j++) {
+        for (int i = seg_start[j]; i >= 0; i = at[P->order[i]->id]) order[k++] = P->order[i];
+        pdde_tensor *t = P->order[j];
+        order[k++] = to[j] >= 0 ? wait_of[t->id] : t;
+    }
+    for (int i = 0; i < k; i++)
+        for (int s = 0; order[i]->op != PDDE_OP_COMM_WAIT && s < order[i]->nsrc; s++) {
+            pdde_tensor *x = order[i]->src[s];
+            if (x && x->id < n_nodes && wait_of[x->id]) order[i]->src[s] = wait_of[x->id];
+        }
+    if (!st && moved) free(P->order), P->order = order, P->n_order = P->cap_order = k, order = NULL;
+    free(at), free(to), free(seg_start), free(wait_of), free(order);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Entry points */
 
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out) {
@@ -1918,6 +2009,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);
+    if (!st) st = lower_zero3_prefetch(&L);
     for (int i = 0; !st && i < P->n_order; i++)
         if (P->order[i]->flags & PDDE_TENSOR_LOSS) P->loss = P->order[i];
     free(L.gshape), free(L.done), free(L.first_done);
@@ -1957,11 +2049,13 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
         else if (is_collective(t->op) && in->axis >= 0) {
             fprintf(f, "  over %s [", P->mesh->names[in->axis]);
             for (int r = 0; r < P->mesh->shape[in->axis]; r++) fprintf(f, r ? " %d" : "%d", P->group[in->axis][r]);
-            fprintf(f, "] %zu bytes%s", in->bytes, in->early ? ", started early" : "");
+            fprintf(f, "] %zu bytes%s", in->bytes, in->prefetch ? ", prefetched" : in->early ? ", started early" : "");
             if (in->bucket_members) fprintf(f, ", a bucket of %d", in->bucket_members);
             else if (t->nsrc == 1 && t->src[0]) fprintf(f, ", of %s", t->src[0]->name); /* (a reshard step: what it reads) */
         } else if (t->op == PDDE_OP_COPY)
             fprintf(f, "  from device %d", t->src[0]->device);
+        else if (t->op == PDDE_OP_COMM_WAIT)
+            fprintf(f, "  completes %s", t->src[0]->name);
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
         fputc('\n', f);
     }
@@ -1979,7 +2073,7 @@ PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
 
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
     pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
-                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes, NULL};
+                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes, NULL, false};
     if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
         lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
     return lp;

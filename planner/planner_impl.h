@@ -263,6 +263,8 @@ typedef struct {
     int reduce;         /* allreduce, reduce_scatter: a pdde_reduce_op */
     bool early;         /* a gradient reduction started right after its gradient is final, in the
                            step's last backward pass; its comm_wait completes it */
+    bool prefetch;      /* (with early) ZeRO-3's gather of a parameter started a layer ahead of its
+                           readers, in every pass that runs it; its comm_wait completes it */
     bool write_back;    /* allgather of an updated slice (src[1]) into the whole parameter (src[0]) */
     /* point to point (send, recv) */
     int peer;           /* the other rank (in the world) */
@@ -373,6 +375,7 @@ typedef struct {
     int64_t gradient_bucket_bytes; /* pdde_session_params': 0 = GRADIENT_BUCKET_BYTES, < 0 = no buckets */
     const char *fusion_backend;    /* the fusions' defaults as on this backend's devices (lower_fusion_on; the cost
                                       model's program for a cluster device); NULL: each node's device's own */
+    bool no_zero3_prefetch;     /* ZeRO-3's gathers stay blocking where their readers are (else lower_prefetch_on) */
 } pdde_lower_params;
 
 /* Whether lowering's graph fusion `name` (PDDE_FUSE_*, PDDE_BF16_*, PDDE_ATT_LOWP) is on for a node on a
@@ -386,6 +389,9 @@ PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 
 /* Whether ZeRO-3 gathers a parameter again for backward (PDDE_ZERO3_REGATHER, default on; planner/lower.c). */
 PDDE_PRIVATE bool lower_regather_on(void);
+/* Whether ZeRO-3 starts a layer's gathers while the layer before it computes (PDDE_ZERO3_PREFETCH,
+ * default on; planner/lower.c). */
+PDDE_PRIVATE bool lower_prefetch_on(void);
 /* Lowers g for one rank. The program is freed with program_free. */
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);
 PDDE_PRIVATE void program_free(pdde_program *p);

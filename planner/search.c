@@ -260,6 +260,7 @@ typedef struct {
     double r_flops, r_bytes, r_ops, r_tp_n;        /* forward work done again for recompute */
     double send;                                  /* bytes sent on to later stages */
     int n_send;
+    int n_layers;                                 /* layers (ZeRO-3's prefetch hides all but the first's gathers) */
 } stage_work;
 
 /* Adds layers [a, b) with their first k recomputed. */
@@ -269,6 +270,7 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     w->params += prof_sum(p, PROF_PARAMS, a, b), w->tp_ar += prof_sum(p, PROF_TP_AR, a, b), w->tp_n += prof_sum(p, PROF_TP_N, a, b);
     w->bflops += prof_sum(p, PROF_BFLOPS, a, b), w->bbytes += prof_sum(p, PROF_BBYTES, a, b), w->bops += prof_sum(p, PROF_BOPS, a, b);
     w->tensors += prof_sum(p, PROF_TENSORS, a, b);
+    w->n_layers += b - a;
     w->layer_params = fmax(w->layer_params, prof_max(p, p->max_params, a, b));
     w->kept += prof_sum(p, PROF_OUT, a, a + k) + prof_sum(p, PROF_ACTS, a + k, b);
     /* a recomputed layer's activations exist during its own backward: the stage's largest bounds it (so
@@ -278,6 +280,10 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     w->r_ops += prof_sum(p, PROF_OPS, a, a + k), w->r_tp_n += prof_sum(p, PROF_TP_N, a, a + k);
     if (e->pp > 1 && b < p->n_layers) w->send += p->out[b - 1], w->n_send++;
 }
+
+/* Whether lowering prefetches ZeRO-3's gathers (lower_zero3_prefetch): on, and equal shares (uneven
+ * ones' phantom micro-batches keep them blocking). */
+static bool zero3_prefetched(const plan_eval *e) { return lower_prefetch_on() && !e->shares; }
 
 /* Bytes one device of stage s holds. */
 static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
@@ -293,8 +299,10 @@ static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
                             : fmin(m, (double)(e->pp - s));
     /* ZeRO-3: the parameters gathered whole over dp where they are used, in each micro-batch's arena:
      * a layer's at a time, gathered again for backward (lowering's regathering), else every layer's
-     * from its forward to its backward (PDDE_ZERO3_REGATHER=0) */
-    double gathered = e->zero >= 3 && e->dp > 1 ? (lower_regather_on() ? w->layer_params / e->tp : params) : 0;
+     * from its forward to its backward (PDDE_ZERO3_REGATHER=0); with the prefetch the next layer's
+     * too (PDDE_ZERO3_PREFETCH) */
+    double layers = zero3_prefetched(e) ? 2 : 1;
+    double gathered = e->zero >= 3 && e->dp > 1 ? (lower_regather_on() ? fmin(layers * w->layer_params / e->tp, params) : params) : 0;
     return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro + alive * gathered;
 }
 
@@ -344,7 +352,12 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
     }
     double wbytes = w->params / e->tp;
     if (w->n_send) t += 2 * (w->send / ((double)e->units * e->m) / e->pp_bw + w->n_send * e->pp_lat);
-    t += zero3_gather_s(e, d, wbytes); /* parameters gathered for forward and again for backward */
+    /* parameters gathered for forward and again for backward; with the prefetch each layer's gathers
+     * travel while the layer before it computes: the first layer's of a pass wait, the others where
+     * they outlast that compute */
+    double gather = zero3_gather_s(e, d, wbytes);
+    if (gather > 0 && zero3_prefetched(e) && w->n_layers > 1) gather -= fmin(gather * (w->n_layers - 1) / w->n_layers, t);
+    t += gather;
     *fwd_s = fwd;
     return t;
 }

@@ -157,6 +157,8 @@ static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
         bool collective = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0;
         if (in->bucket) {
             k = sim_bucket_member(s, t, micro);
+        } else if (collective && in->prefetch) { /* ZeRO-3's gather started a layer ahead, in every pass: its wait completes it */
+            k = s->started[t->id] = sim_collective_op(s, t, micro, 1);
         } else if (collective && in->early) { /* started in the step's last backward pass only; else its wait runs it */
             if (early) k = s->started[t->id] = sim_collective_op(s, t, micro, 1);
         } else if (collective && t->op == PDDE_OP_ALLTOALL && t->nsrc > 1) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2` and the MoE GPT `--moe-experts 8 --dp 4 --ep 2
 # --zero 3` train as one process does (each step's loss within 1e-6 relative), the same bits with
-# PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value), and with the
+# PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
+# PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff), and with the
 # regathering each rank's session holds less: its activation arena ("activations X MB (plan)", every
 # rank) and all it allocated (--metrics memory_bytes, rank 0). Run from the repository root.
 . tests/script_util.sh zero3
@@ -26,17 +27,25 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
     "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
     local ref; ref=$(losses "$tmp/$name.one.json")
     check "$name: one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
-    for on in 1 0; do # (1: the default, the variable unset)
-        local env=(env -u PDDE_ZERO3_REGATHER); [ $on = 0 ] && env=(env PDDE_ZERO3_REGATHER=0)
-        "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" \
+    for on in 1 0 p; do # (1: the defaults, the variables unset; 0: no regathering; p: no prefetch)
+        local env=(env -u PDDE_ZERO3_REGATHER -u PDDE_ZERO3_PREFETCH) ckpt=()
+        [ $on = 0 ] && env=(env -u PDDE_ZERO3_PREFETCH PDDE_ZERO3_REGATHER=0)
+        [ $on = p ] && env=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=0)
+        [ $on != 0 ] && ckpt=(--stop-after 4 --ckpt-dir "$tmp/$name.$on.ckpt")
+        "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" "${ckpt[@]}" \
             --metrics "$tmp/$name.$on.json" >"$tmp/$name.$on.log" 2>&1
         local rc=$?
-        check "$name, regathering $on: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$on.log"))" $rc
+        check "$name, variant $on: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$on.log"))" $rc
     done
     local l1 l0; l1=$(losses "$tmp/$name.1.json"); l0=$(losses "$tmp/$name.0.json")
     close "$l1" "$ref"
     check "$name: losses '$l1' equal one process's '$ref' (1e-6)" $?
     check "$name: PDDE_ZERO3_REGATHER=0 gives the same bits ('$l0')" $([ -n "$l1" ] && [ "$l1" = "$l0" ] && echo 0 || echo 1)
+    local lp; lp=$(losses "$tmp/$name.p.json")
+    check "$name: PDDE_ZERO3_PREFETCH=0 gives the same bits ('$lp')" $([ -n "$l1" ] && [ "$l1" = "$lp" ] && echo 0 || echo 1)
+    local out; out=$("$build/pdde-ckpt" diff "$tmp/$name.1.ckpt" "$tmp/$name.p.ckpt" 2>&1)
+    local rc=$?
+    check "$name: the parameters and optimizer state after 4 steps the same bits with and without the prefetch ($(echo "$out" | tail -1))" $rc
     local a1 a0 m1 m0; a1=$(arenas "$tmp/$name.1.log"); a0=$(arenas "$tmp/$name.0.log")
     m1=$(allocated "$tmp/$name.1.json"); m0=$(allocated "$tmp/$name.0.json")
     python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]; m1, m0 = int(sys.argv[3]), int(sys.argv[4])
