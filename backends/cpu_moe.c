@@ -16,16 +16,8 @@
  * f32) and accumulates in f32. Routing (top-k, gate, counts) and the balance loss read f32 logits only. */
 
 static float *half_widen(const pdde_tensor *t);
+static void half_to_f32(const uint16_t *h, float *f, int64_t n, pdde_dtype dt);
 static void f32_to_half(const float *f, uint16_t *h, int64_t n, pdde_dtype dt);
-
-/* element i of an f32 or bf16 tensor's data, as f32; and a value stored so (bf16: rounded as a cast) */
-static inline float moe_ld(const void *p, pdde_dtype dt, int64_t i) {
-    return dt == PDDE_BF16 ? pdde_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-static inline void moe_st(void *p, pdde_dtype dt, int64_t i, float v) {
-    if (dt == PDDE_BF16) ((uint16_t *)p)[i] = pdde_f32_to_bf16(v);
-    else ((float *)p)[i] = v;
-}
 #define MOE_DATA(t) ((void *)((char *)(t)->data + (t)->offset))
 
 typedef struct {
@@ -98,6 +90,8 @@ static void moe_scores(const float *l, int64_t E, bool sigmoid, float *s) {
     for (int64_t e = 0; e < E; e++) z += s[e] = expf(l[e] - m);
     for (int64_t e = 0; e < E; e++) s[e] = (float)(s[e] / z);
 }
+
+#define MOE_ROUTE_PAR_MIN (1 << 13) /* scores (rows x experts) below which routing stays on the calling thread */
 
 /* scratch: E + 2k floats per row of logits (allocated once by cpu_moe: a task cannot fail) */
 typedef struct { const pdde_tensor *t; int64_t E, k; bool sigmoid, normalize; float *scratch; } moe_route_job;
@@ -182,6 +176,65 @@ static void moe_gate_task(void *arg, int64_t begin, int64_t end) {
 
 /* ---- the permutation ---- */
 
+/* The row kernels of the permutation, per dtype as loops the compiler vectorises: a bf16 value widens
+ * by a shift (exact), a bf16 result rounds as pdde_f32_to_bf16 does (f32_to_half), through chunks of
+ * MOE_CHUNK f32 values on the stack. */
+#define MOE_CHUNK 256
+
+/* x[i0 .. i0+n) of an f32 or bf16 row as f32: x itself (f32) or widened into buf */
+static const float *moe_chunk_f32(const void *x, pdde_dtype dt, int64_t i0, int64_t n, float *buf) {
+    if (dt == PDDE_F32) return (const float *)x + i0;
+    half_to_f32((const uint16_t *)x + i0, buf, n, dt);
+    return buf;
+}
+
+/* y = s x (s NULL: y = x), y and x f32 or bf16 rows of C */
+CPU_KERNEL static void moe_row_scale(void *y, pdde_dtype ydt, const float *s, const void *x, pdde_dtype xdt, int64_t C) {
+    float xb[MOE_CHUNK], yb[MOE_CHUNK];
+    for (int64_t i0 = 0; i0 < C; i0 += MOE_CHUNK) {
+        int64_t n = C - i0 < MOE_CHUNK ? C - i0 : MOE_CHUNK;
+        const float *xf = moe_chunk_f32(x, xdt, i0, n, xb);
+        float *yf = ydt == PDDE_F32 ? (float *)y + i0 : yb;
+        if (s) {
+            float sv = *s;
+            for (int64_t i = 0; i < n; i++) yf[i] = sv * xf[i];
+        } else if (yf != xf) {
+            memcpy(yf, xf, (size_t)n * sizeof *yf);
+        }
+        if (ydt != PDDE_F32) f32_to_half(yf, (uint16_t *)y + i0, n, ydt);
+    }
+}
+
+/* y += s x: y f32, x an f32 or bf16 row of C */
+CPU_KERNEL static void moe_row_axpy(float *y, float s, const void *x, pdde_dtype xdt, int64_t C) {
+    if (xdt == PDDE_F32) {
+        const float *xf = x;
+        for (int64_t i = 0; i < C; i++) y[i] += s * xf[i];
+        return;
+    }
+    const uint16_t *h = x;
+    for (int64_t i = 0; i < C; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        y[i] += s * f;
+    }
+}
+
+/* <a, b> of two f32 or bf16 rows of C, the products and sums in double (8 partial sums) */
+CPU_KERNEL static double moe_row_dot(const void *a, pdde_dtype adt, const void *b, pdde_dtype bdt, int64_t C) {
+    float ab[MOE_CHUNK], bb[MOE_CHUNK];
+    double acc[8] = {0};
+    for (int64_t i0 = 0; i0 < C; i0 += MOE_CHUNK) {
+        int64_t n = C - i0 < MOE_CHUNK ? C - i0 : MOE_CHUNK, i = 0;
+        const float *af = moe_chunk_f32(a, adt, i0, n, ab), *bf = moe_chunk_f32(b, bdt, i0, n, bb);
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++) acc[l] += (double)af[i + l] * bf[i + l];
+        for (; i < n; i++) acc[0] += (double)af[i] * bf[i];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 typedef struct { const pdde_tensor *t; const moe_layout *L; int64_t k, C; } moe_perm_job;
 
 /* dispatch: row(n, j) = x[n] (* w[n, j]); over tokens n */
@@ -189,19 +242,17 @@ static void moe_dispatch_task(void *arg, int64_t begin, int64_t end) {
     const moe_perm_job *j = arg;
     const pdde_tensor *t = j->t, *xt = t->src[0];
     const float *w = t->nsrc > 2 ? F32(t->src[2]) : NULL;
-    const void *x = MOE_DATA(xt);
-    void *y = MOE_DATA(t);
-    size_t esz = pdde_dtype_size(t->dtype);
+    const char *x = MOE_DATA(xt);
+    char *y = MOE_DATA(t);
+    size_t esz = pdde_dtype_size(t->dtype), xsz = pdde_dtype_size(xt->dtype);
     for (int64_t n = begin; n < end; n++)
         for (int64_t c = 0; c < j->k; c++) {
             int32_t r = j->L->row[n * j->k + c];
             if (r < 0) continue;
-            if (!w && xt->dtype == t->dtype) { /* a row moved as it is (f32 or bf16: exact) */
-                memcpy((char *)y + (size_t)r * (size_t)j->C * esz, (const char *)x + (size_t)(n * j->C) * esz, (size_t)j->C * esz);
-                continue;
-            }
-            float s = w ? w[n * j->k + c] : 1.0f;
-            for (int64_t i = 0; i < j->C; i++) moe_st(y, t->dtype, (int64_t)r * j->C + i, s * moe_ld(x, xt->dtype, n * j->C + i));
+            char *yr = y + (size_t)r * (size_t)j->C * esz;
+            const char *xn = x + (size_t)(n * j->C) * xsz;
+            if (!w && xt->dtype == t->dtype) memcpy(yr, xn, (size_t)j->C * esz); /* a row moved as it is (f32 or bf16: exact) */
+            else moe_row_scale(yr, t->dtype, w ? w + n * j->k + c : NULL, xn, xt->dtype, j->C);
         }
 }
 
@@ -210,18 +261,18 @@ static void moe_dispatch_task(void *arg, int64_t begin, int64_t end) {
 static void moe_combine_task(void *arg, int64_t begin, int64_t end) {
     const moe_perm_job *j = arg;
     const pdde_tensor *t = j->t, *et = t->src[0];
-    const void *ye = MOE_DATA(et);
+    const char *ye = MOE_DATA(et);
+    size_t esz = pdde_dtype_size(et->dtype);
     if (t->op == PDDE_OP_MOE_COMBINE_BACK_W) {
         const pdde_tensor *dt = t->src[2];
-        const void *dy = MOE_DATA(dt);
+        const char *dy = MOE_DATA(dt);
+        size_t dsz = pdde_dtype_size(dt->dtype);
         for (int64_t n = begin; n < end; n++)
             for (int64_t c = 0; c < j->k; c++) {
                 int32_t r = j->L->row[n * j->k + c];
-                double d = 0;
-                if (r >= 0)
-                    for (int64_t i = 0; i < j->C; i++)
-                        d += (double)moe_ld(dy, dt->dtype, n * j->C + i) * moe_ld(ye, et->dtype, (int64_t)r * j->C + i);
-                F32(t)[n * j->k + c] = (float)d;
+                F32(t)[n * j->k + c] = r < 0 ? 0.0f
+                                             : (float)moe_row_dot(dy + (size_t)(n * j->C) * dsz, dt->dtype,
+                                                                  ye + (size_t)r * (size_t)j->C * esz, et->dtype, j->C);
             }
         return;
     }
@@ -232,13 +283,7 @@ static void moe_combine_task(void *arg, int64_t begin, int64_t end) {
         for (int64_t c = 0; c < j->k; c++) {
             int32_t r = j->L->row[n * j->k + c];
             if (r < 0) continue;
-            float s = w ? w[n * j->k + c] : 1.0f;
-            if (et->dtype == PDDE_F32) {
-                const float *er = (const float *)ye + (int64_t)r * j->C;
-                for (int64_t i = 0; i < j->C; i++) yn[i] += s * er[i];
-            } else {
-                for (int64_t i = 0; i < j->C; i++) yn[i] += s * moe_ld(ye, et->dtype, (int64_t)r * j->C + i);
-            }
+            moe_row_axpy(yn, w ? w[n * j->k + c] : 1.0f, ye + (size_t)r * (size_t)j->C * esz, et->dtype, j->C);
         }
     }
 }
@@ -257,6 +302,8 @@ typedef struct {
     const void *a, *b;       /* forward: the rows x and the weights; back_w: the rows a, b (at the layout's offsets) */
     pdde_dtype dt;           /* a's and b's: f32, or bf16 (oneDNN's bf16 GEMM, f32 sums) */
     float *c;                /* the output (f32) */
+    uint16_t *lowp;          /* forward with a bf16 result: each tile of c rounded into it once computed (else NULL) */
+    pdde_dtype lowp_dt;
     int failed;              /* a GEMM returned an error */
 } moe_gemm_job;
 
@@ -286,27 +333,32 @@ static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
             const char *W = (const char *)j->b + (size_t)(e * j->K * j->M + (tb ? j0 * j->K : j0)) * esz;
             float *Cm = j->c + (off + i0) * j->M + j0;
             if (attention_gemm(j->dt, 0, tb, m, n, j->K, 1.0f, A, j->K, W, tb ? j->K : j->M, 0.0f, Cm, j->M)) ((moe_gemm_job *)j)->failed = 1;
+            for (int64_t r = 0; j->lowp && r < m; r++) /* (while the tile is in cache, on this thread) */
+                f32_to_half(Cm + r * j->M, j->lowp + (off + i0 + r) * j->M + j0, n, j->lowp_dt);
         }
     }
     attention_threads_leave(prev);
 }
 
 /* a: the rows as the layout places them; b: the weights (forward) or the other rows (back_w), both of
- * dtype dt; c: the f32 output */
+ * dtype dt; c: the f32 output; lowp: NULL, or (forward) the bf16 result c is rounded into */
 static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const moe_layout *L, const void *a,
-                                const void *b, pdde_dtype dt, float *c) {
+                                const void *b, pdde_dtype dt, float *c, uint16_t *lowp) {
     bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
-    moe_gemm_job j = {.t = t, .L = L, .a = a, .b = b, .dt = dt, .c = c};
+    moe_gemm_job j = {.t = t, .L = L, .a = a, .b = b, .dt = dt, .c = c, .lowp = back_w ? NULL : lowp, .lowp_dt = t->dtype};
     if (back_w) j.K = t->shape[1], j.M = t->shape[2];
     else j.K = t->src[0]->shape[t->src[0]->ndim - 1], j.M = t->shape[t->ndim - 1];
     if (!back_w) { /* rows no expert uses (past a capacity's counts, or a dropless tail) are zero */
         float *y = j.c;
         int64_t used_end = 0;
-        for (int64_t e = 0; e < L->E; e++) {
-            if (L->offset[e] > used_end) memset(y + used_end * j.M, 0, (size_t)((L->offset[e] - used_end) * j.M) * sizeof *y);
-            used_end = L->offset[e] + L->rows[e];
+        for (int64_t e = 0; e <= L->E; e++) {
+            int64_t next = e < L->E ? L->offset[e] : L->R;
+            if (next > used_end) {
+                memset(y + used_end * j.M, 0, (size_t)((next - used_end) * j.M) * sizeof *y);
+                if (j.lowp) memset(j.lowp + used_end * j.M, 0, (size_t)((next - used_end) * j.M) * sizeof *j.lowp); /* (bf16 zero) */
+            }
+            if (e < L->E) used_end = L->offset[e] + L->rows[e];
         }
-        if (L->R > used_end) memset(y + used_end * j.M, 0, (size_t)((L->R - used_end) * j.M) * sizeof *y);
     }
     if (j.M == 0 || (back_w && j.K == 0)) return PDDE_OK;
     int64_t total_rows = 0, used_rows = 0, threads = pool ? pool->n_threads : 1;
@@ -383,7 +435,7 @@ static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *po
     }
     L.R = n;
     if (n == El * S) { /* no padding: the rows where they are */
-        st = cpu_moe_gemm(ctx, pool, t, &L, xa, b, dt, out);
+        st = cpu_moe_gemm(ctx, pool, t, &L, xa, b, dt, out, NULL);
         goto done;
     }
     ca = malloc((size_t)(n * K + 1) * esz);
@@ -394,7 +446,7 @@ static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *po
         memcpy(ca + (size_t)(i * K) * esz, (const char *)xa + (size_t)(used[i] * K) * esz, (size_t)K * esz);
         if (back_w) memcpy(cb + (size_t)(i * M) * esz, (const char *)b + (size_t)(used[i] * M) * esz, (size_t)M * esz);
     }
-    st = cpu_moe_gemm(ctx, pool, t, &L, ca, back_w ? (const void *)cb : b, dt, back_w ? out : cc);
+    st = cpu_moe_gemm(ctx, pool, t, &L, ca, back_w ? (const void *)cb : b, dt, back_w ? out : cc, NULL);
     if (!st && !back_w) {
         memset(out, 0, (size_t)pdde_tensor_numel(t) * sizeof *out);
         for (int64_t i = 0; i < n; i++) memcpy(out + used[i] * M, cc + i * M, (size_t)M * sizeof *cc);
@@ -423,7 +475,9 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         }
         j.scratch = malloc((size_t)(l->shape[0] * (j.E + 2 * j.k) + 1) * sizeof *j.scratch);
         if (!j.scratch) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
-        parallel_for(pool, l->shape[0], 64, t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
+        /* on the pool only when the scores are many: below MOE_ROUTE_PAR_MIN waking the pool's threads
+         * costs more than splitting the rows saves (a GPT's 512 tokens of 8 experts run inline) */
+        parallel_for(pool, l->shape[0], (MOE_ROUTE_PAR_MIN + j.E - 1) / (j.E > 0 ? j.E : 1), t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
         free(j.scratch);
         return PDDE_OK;
     }
@@ -468,15 +522,15 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         pdde_status st = PDDE_OK;
         if ((widen && (!wa || !wb)) || (t->dtype != PDDE_F32 && !wc))
             st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
-        else if (x->ndim == 3)
+        else if (x->ndim == 3) {
             st = cpu_moe_gemm_by_expert(ctx, pool, t, A, B, dt, Cm);
-        else {
+            if (!st && wc) f32_to_half(wc, (uint16_t *)MOE_DATA(t), pdde_tensor_numel(t), t->dtype);
+        } else { /* (a bf16 result rounded tile by tile, by the thread that computed it) */
             moe_layout L;
             st = moe_layout_init(ctx, t, t->src[2], E, cap, x->shape[0], false, &L);
-            if (!st) st = cpu_moe_gemm(ctx, pool, t, &L, A, B, dt, Cm);
+            if (!st) st = cpu_moe_gemm(ctx, pool, t, &L, A, B, dt, Cm, wc ? (uint16_t *)MOE_DATA(t) : NULL);
             if (!st) moe_layout_free(&L);
         }
-        if (!st && wc) f32_to_half(wc, (uint16_t *)MOE_DATA(t), pdde_tensor_numel(t), t->dtype);
         free(wa), free(wb), free(wc);
         return st;
     }
