@@ -263,6 +263,13 @@ test-asan:
 	PDDE_TEST_TIMEOUT=900 PDDE_TEST_SANITIZE="-fsanitize=address,undefined" $(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
+# The tests whose threads share a parameter-server table (test_dlrm_pipe) under ThreadSanitizer, on the
+# portable library (no ifunc kernels: their resolvers run before TSan starts).
+test-tsan:
+	@mkdir -p $(BUILD)/tsan
+	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -pthread -I. tests/test_dlrm_pipe.c pdde.c -o $(BUILD)/tsan/test_dlrm_pipe -lm -ldl
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/test_dlrm_pipe
+
 # The graph-building fuzzer (tests/fuzz_graph.c) for FUZZ_SECONDS (600) under AddressSanitizer and
 # UBSan, on the portable library (pdde's own kernels, all instrumented): clang's libFuzzer where
 # $(FUZZ_CC) has it (corpus and crashing inputs in build/fuzz), else the seeded random driver.

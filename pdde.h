@@ -1283,6 +1283,11 @@ typedef enum {
      * by its softmax bytes; measured up to T = 1024 [the two above] */
     PDDE_OPCLASS_FUSED_ATTENTION_HALF,
     PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD,
+    /* A parameter-server table's calls, by pdde_cost_ps_bytes (pdde-bench times the in-process table):
+     * a batch's pull (its ids made unique, hash probes into a table larger than the caches, the rows
+     * copied out) [embedding] and its push (the probes and the optimizer's row updates) [optimizer] */
+    PDDE_OPCLASS_PS_PULL,
+    PDDE_OPCLASS_PS_PUSH,
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
@@ -1620,6 +1625,12 @@ pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path);
 pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path);
 /* The server an id belongs to among n_servers (a hash of the id, not id % n). */
 int pdde_ps_shard_of(uint64_t id, int n_servers);
+/* The cost model's price (planner/cost.c) of a pdde_sparse_batch_pull (push = 0) or _push (1, the table
+ * optimizer opt) of n ids of rows of dim floats: the bytes its curve is read at (ids, rows read and
+ * written, optimizer state), and its seconds on device id by the ps_pull / ps_push curve, else the
+ * embedding / optimizer one (NaN as pdde_cost_compute_time). */
+double pdde_cost_ps_bytes(int push, double n, int dim, pdde_ps_optimizer opt);
+double pdde_cost_ps_time(pdde_context *ctx, const pdde_cluster *c, int device_id, int push, double n, int dim, pdde_ps_optimizer opt);
 
 /* Jobs: ranks [0, n_servers) of a world communicator are servers, the rest workers. Every worker
  * pushes to every server once a step (an empty push when it has no rows there), so a server knows

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -112,32 +113,66 @@ static void ps_map_remove(ps_map *m, uint64_t key) {
 static size_t ps_map_bytes(const ps_map *m) { return m->cap * (sizeof *m->keys + sizeof *m->vals); }
 
 /* ------------------------------------------------------------------------------------------------
- * Tables. A row is [u64 id][u32 last step][u32 optimizer step][dim values][state], stored in chunks
- * of PS_CHUNK rows so growth never copies rows and never overshoots by more than one chunk. */
+ * Tables. A row is [u64 id][u32 last step][u32 optimizer step][dim values][state]. The rows are spread
+ * over PS_STRIPES stripes by a hash of the id, each with its own index, admission counts, rows and
+ * reader-writer lock, so that threads pull and push at once: pulls of rows that exist share a stripe;
+ * a push, or a pull that creates rows, holds it alone. A call takes one stripe at a time, so a pull
+ * reads each row whole and a push updates row by row (a pull beside it may see some of its rows
+ * updated and others not yet, as an asynchronous server's pull may). A stripe stores its rows in
+ * chunks of PS_CHUNK rows: growth never copies rows, and the table holds at most a chunk a stripe
+ * more than its rows. */
 
-#define PS_CHUNK 4096
+#define PS_STRIPES 16
+#define PS_CHUNK 256
 #define PS_ROW_META 16
 
-struct pdde_ps_table {
-    pdde_context *ctx;
-    pdde_ps_table_params p;
-    int state;              /* state floats per row: 0 (SGD), dim (Adagrad), 2 dim (Adam) */
-    size_t row_bytes;
-    ps_map index;           /* id -> row */
+typedef struct {
+    pthread_rwlock_t lock;
+    ps_map index;           /* id -> row of this stripe */
     ps_map seen;            /* admission: id -> times pulled, for ids not admitted yet */
     ps_map first;           /* a push's scratch: id -> its first position (kept: a push allocates nothing) */
     float *sum;             /* a push's scratch: gradients of repeated ids summed */
     size_t sum_cap;
     char **chunks;
     size_t n_chunks, chunk_cap;
-    int64_t rows, step, evicted;
+    int64_t rows, evicted;
+} ps_stripe;
+
+/* A call's grouping of its ids by stripe; kept in a free list so a call allocates nothing once warm. */
+typedef struct ps_scratch {
+    struct ps_scratch *next;
+    uint32_t *order;        /* positions of the call's ids, stripe by stripe */
+    uint8_t *stripe;        /* each id's stripe */
+    size_t cap;
+} ps_scratch;
+
+struct pdde_ps_table {
+    pdde_context *ctx;
+    pdde_ps_table_params p;
+    int state;              /* state floats per row: 0 (SGD), dim (Adagrad), 2 dim (Adam) */
+    size_t row_bytes;
+    _Atomic int64_t step;   /* pushes so far (a row's last step is stamped from it) */
+    ps_stripe s[PS_STRIPES];
+    pthread_mutex_t scratch_lock;
+    ps_scratch *scratch;
 };
 
-static char *ps_row(const pdde_ps_table *t, uint32_t r) {
-    return t->chunks[r / PS_CHUNK] + (size_t)(r % PS_CHUNK) * t->row_bytes;
+static int ps_stripe_of(uint64_t id) { /* (a hash of its own: a server's shard would otherwise fill one stripe) */
+    return (int)(ps_mix(id ^ 0x2545f4914f6cdd1dull) % PS_STRIPES);
+}
+static char *ps_row(const pdde_ps_table *t, const ps_stripe *s, uint32_t r) {
+    return s->chunks[r / PS_CHUNK] + (size_t)(r % PS_CHUNK) * t->row_bytes;
 }
 static float *ps_row_vals(char *row) { return (float *)(row + PS_ROW_META); }
 static uint64_t ps_row_id(const char *row) { uint64_t id; memcpy(&id, row, 8); return id; }
+/* A row's last step: stamped by pulls that share the stripe, hence atomic. */
+static void ps_row_stamp(char *row, int64_t step) { __atomic_store_n((uint32_t *)(void *)(row + 8), (uint32_t)step, __ATOMIC_RELAXED); }
+static uint32_t ps_row_last(char *row) { return __atomic_load_n((uint32_t *)(void *)(row + 8), __ATOMIC_RELAXED); }
+static int64_t ps_step(const pdde_ps_table *t) { return atomic_load_explicit(&((pdde_ps_table *)t)->step, memory_order_relaxed); }
+/* (const calls lock too: the locks are not the table's contents) */
+static void ps_rdlock(const ps_stripe *s) { pthread_rwlock_rdlock(&((ps_stripe *)s)->lock); }
+static void ps_wrlock(const ps_stripe *s) { pthread_rwlock_wrlock(&((ps_stripe *)s)->lock); }
+static void ps_unlock(const ps_stripe *s) { pthread_rwlock_unlock(&((ps_stripe *)s)->lock); }
 
 pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p, pdde_ps_table **out) {
     *out = NULL;
@@ -156,43 +191,79 @@ pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p,
     if (t->p.eps == 0) t->p.eps = 1e-8f;
     t->state = p->optimizer == PDDE_PS_SGD ? 0 : p->optimizer == PDDE_PS_ADAGRAD ? p->dim : 2 * p->dim;
     t->row_bytes = PS_ROW_META + (size_t)(p->dim + t->state) * sizeof(float);
+    atomic_init(&t->step, 0);
+    for (int k = 0; k < PS_STRIPES; k++) pthread_rwlock_init(&t->s[k].lock, NULL);
+    pthread_mutex_init(&t->scratch_lock, NULL);
     *out = t;
     return PDDE_OK;
 }
 
-static void ps_table_clear(pdde_ps_table *t) {
-    for (size_t i = 0; i < t->n_chunks; i++) free(t->chunks[i]);
-    free(t->chunks);
-    t->chunks = NULL, t->n_chunks = t->chunk_cap = 0;
-    ps_map_free(&t->index), ps_map_free(&t->seen), ps_map_free(&t->first);
-    free(t->sum), t->sum = NULL, t->sum_cap = 0;
-    t->rows = 0;
+static void ps_stripe_clear(ps_stripe *s) {
+    for (size_t i = 0; i < s->n_chunks; i++) free(s->chunks[i]);
+    free(s->chunks);
+    s->chunks = NULL, s->n_chunks = s->chunk_cap = 0;
+    ps_map_free(&s->index), ps_map_free(&s->seen), ps_map_free(&s->first);
+    free(s->sum), s->sum = NULL, s->sum_cap = 0;
+    s->rows = 0;
 }
 
 void pdde_ps_table_free(pdde_ps_table *t) {
     if (!t) return;
-    ps_table_clear(t);
+    for (int k = 0; k < PS_STRIPES; k++) ps_stripe_clear(&t->s[k]), pthread_rwlock_destroy(&t->s[k].lock);
+    for (ps_scratch *sc = t->scratch, *next; sc; sc = next) next = sc->next, free(sc->order), free(sc->stripe), free(sc);
+    pthread_mutex_destroy(&t->scratch_lock);
     free(t);
 }
 
-/* A new row for id (index entry included); NULL when out of memory. */
-static char *ps_new_row(pdde_ps_table *t, uint64_t id) {
-    if (t->rows >= (int64_t)UINT32_MAX - 1) return NULL;
-    uint32_t r = (uint32_t)t->rows;
-    if (r / PS_CHUNK >= t->n_chunks) {
-        if (t->n_chunks == t->chunk_cap) {
-            size_t cap = t->chunk_cap ? 2 * t->chunk_cap : 16;
-            char **c = realloc(t->chunks, cap * sizeof *c);
-            if (!c) return NULL;
-            t->chunks = c, t->chunk_cap = cap;
-        }
-        if (!(t->chunks[t->n_chunks] = malloc(PS_CHUNK * t->row_bytes))) return NULL;
-        t->n_chunks++;
+static void ps_scratch_put(pdde_ps_table *t, ps_scratch *sc) {
+    pthread_mutex_lock(&t->scratch_lock);
+    sc->next = t->scratch, t->scratch = sc;
+    pthread_mutex_unlock(&t->scratch_lock);
+}
+
+/* A scratch with ids[0..n) grouped by stripe: order[first[k] .. first[k + 1]) are the positions of
+ * stripe k's ids, in their order. NULL when out of memory. */
+static ps_scratch *ps_group(pdde_ps_table *t, size_t n, const uint64_t *ids, size_t first[PS_STRIPES + 1]) {
+    if (n >= UINT32_MAX) return NULL;
+    pthread_mutex_lock(&t->scratch_lock);
+    ps_scratch *sc = t->scratch;
+    if (sc) t->scratch = sc->next;
+    pthread_mutex_unlock(&t->scratch_lock);
+    if (!sc && !(sc = calloc(1, sizeof *sc))) return NULL;
+    if (n > sc->cap) {
+        size_t cap = n < 1024 ? 1024 : n;
+        uint32_t *o = realloc(sc->order, cap * sizeof *o);
+        if (o) sc->order = o;
+        uint8_t *k = o ? realloc(sc->stripe, cap) : NULL;
+        if (!k) { ps_scratch_put(t, sc); return NULL; }
+        sc->stripe = k, sc->cap = cap;
     }
-    if (!ps_map_insert(&t->index, id, r)) return NULL;
-    t->rows++;
-    char *row = ps_row(t, r);
-    uint32_t meta[2] = {(uint32_t)t->step, 0};
+    size_t pos[PS_STRIPES] = {0};
+    for (size_t i = 0; i < n; i++) pos[sc->stripe[i] = (uint8_t)ps_stripe_of(ids[i])]++;
+    first[0] = 0;
+    for (int k = 0; k < PS_STRIPES; k++) first[k + 1] = first[k] + pos[k], pos[k] = first[k];
+    for (size_t i = 0; i < n; i++) sc->order[pos[sc->stripe[i]]++] = (uint32_t)i;
+    return sc;
+}
+
+/* A new row for id in stripe s (index entry included; the caller holds s alone); NULL when out of memory. */
+static char *ps_new_row(pdde_ps_table *t, ps_stripe *s, uint64_t id) {
+    if (s->rows >= (int64_t)UINT32_MAX - 1) return NULL;
+    uint32_t r = (uint32_t)s->rows;
+    if (r / PS_CHUNK >= s->n_chunks) {
+        if (s->n_chunks == s->chunk_cap) {
+            size_t cap = s->chunk_cap ? 2 * s->chunk_cap : 16;
+            char **c = realloc(s->chunks, cap * sizeof *c);
+            if (!c) return NULL;
+            s->chunks = c, s->chunk_cap = cap;
+        }
+        if (!(s->chunks[s->n_chunks] = malloc(PS_CHUNK * t->row_bytes))) return NULL;
+        s->n_chunks++;
+    }
+    if (!ps_map_insert(&s->index, id, r)) return NULL;
+    s->rows++;
+    char *row = ps_row(t, s, r);
+    uint32_t meta[2] = {(uint32_t)ps_step(t), 0};
     memcpy(row, &id, 8), memcpy(row + 8, meta, 8);
     float *v = ps_row_vals(row);
     if (t->p.init_std > 0) ps_init_row(v, t->p.dim, t->p.init_std, t->p.seed, id);
@@ -201,69 +272,98 @@ static char *ps_new_row(pdde_ps_table *t, uint64_t id) {
     return row;
 }
 
-/* The row of id, created if admitted (create: count this touch towards admission). NULL with *oom
- * false: not admitted. */
-static char *ps_touch(pdde_ps_table *t, uint64_t id, bool count, bool *oom) {
+/* The row of id in stripe s (the caller holds it alone), created if admitted (count: this touch
+ * counts towards admission). NULL with *oom false: not admitted. */
+static char *ps_touch(pdde_ps_table *t, ps_stripe *s, uint64_t id, bool count, bool *oom) {
     *oom = false;
-    uint32_t *r = ps_map_find(&t->index, id);
+    uint32_t *r = ps_map_find(&s->index, id);
     char *row;
-    if (r) row = ps_row(t, *r);
+    if (r) row = ps_row(t, s, *r);
     else {
         if (t->p.admit_after > 1) {
             if (!count) return NULL;
-            uint32_t *seen = ps_map_find(&t->seen, id);
-            if (!seen && !(seen = ps_map_insert(&t->seen, id, 0))) { *oom = true; return NULL; }
+            uint32_t *seen = ps_map_find(&s->seen, id);
+            if (!seen && !(seen = ps_map_insert(&s->seen, id, 0))) { *oom = true; return NULL; }
             if (++*seen < (uint32_t)t->p.admit_after) return NULL;
-            ps_map_remove(&t->seen, id);
+            ps_map_remove(&s->seen, id);
         }
-        if (!(row = ps_new_row(t, id))) { *oom = true; return NULL; }
+        if (!(row = ps_new_row(t, s, id))) { *oom = true; return NULL; }
     }
-    uint32_t last = (uint32_t)t->step;
-    memcpy(row + 8, &last, 4);
+    ps_row_stamp(row, ps_step(t));
     return row;
 }
 
+static pdde_status ps_oom(const pdde_ps_table *t, const ps_stripe *s) {
+    return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory at %lld rows of a stripe (of %d)", (long long)s->rows, PS_STRIPES);
+}
+
 pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, float *out) {
-    for (size_t i = 0; i < n; i++) {
-        bool oom;
-        char *row = ps_touch(t, ids[i], true, &oom);
-        if (oom) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory at %lld rows", (long long)t->rows);
-        if (row) memcpy(out + i * t->p.dim, ps_row_vals(row), (size_t)t->p.dim * sizeof(float));
-        else memset(out + i * t->p.dim, 0, (size_t)t->p.dim * sizeof(float));
+    size_t first[PS_STRIPES + 1], C = (size_t)t->p.dim;
+    ps_scratch *sc = ps_group(t, n, ids, first);
+    if (!sc) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory (a pull of %zu ids)", n);
+    pdde_status st = PDDE_OK;
+    for (int k = 0; k < PS_STRIPES && !st; k++) {
+        ps_stripe *s = &t->s[k];
+        size_t miss = first[k];
+        int64_t step = ps_step(t);
+        ps_rdlock(s);
+        for (size_t j = first[k]; j < first[k + 1]; j++) {
+            uint32_t i = sc->order[j], *r = ps_map_find(&s->index, ids[i]);
+            if (!r) { sc->order[miss++] = i; continue; } /* (miss <= j: the misses move to the front) */
+            char *row = ps_row(t, s, *r);
+            ps_row_stamp(row, step);
+            memcpy(out + i * C, ps_row_vals(row), C * sizeof(float));
+        }
+        ps_unlock(s);
+        if (miss == first[k]) continue;
+        /* ids without a row: created, or counted towards admission, holding the stripe alone */
+        ps_wrlock(s);
+        for (size_t j = first[k]; j < miss && !st; j++) {
+            uint32_t i = sc->order[j];
+            bool oom;
+            char *row = ps_touch(t, s, ids[i], true, &oom);
+            if (oom) st = ps_oom(t, s);
+            else if (row) memcpy(out + i * C, ps_row_vals(row), C * sizeof(float));
+            else memset(out + i * C, 0, C * sizeof(float));
+        }
+        ps_unlock(s);
     }
-    return PDDE_OK;
+    ps_scratch_put(t, sc);
+    return st;
 }
 
 pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out) {
-    uint32_t *r = ps_map_find(&t->index, id);
-    if (!r) return PDDE_ERR_NOT_FOUND;
-    memcpy(out, ps_row_vals(ps_row(t, *r)), (size_t)t->p.dim * sizeof(float));
-    return PDDE_OK;
+    const ps_stripe *s = &t->s[ps_stripe_of(id)];
+    ps_rdlock(s);
+    uint32_t *r = ps_map_find(&s->index, id);
+    if (r) memcpy(out, ps_row_vals(ps_row(t, s, *r)), (size_t)t->p.dim * sizeof(float));
+    ps_unlock(s);
+    return r ? PDDE_OK : PDDE_ERR_NOT_FOUND;
 }
 
-/* Drops rows untouched for evict_after steps: the last row moves into each hole. */
-static void ps_evict(pdde_ps_table *t) {
-    for (int64_t i = 0; i < t->rows;) {
-        char *row = ps_row(t, (uint32_t)i);
-        uint32_t last;
-        memcpy(&last, row + 8, 4);
-        if ((int64_t)(uint32_t)t->step - (int64_t)last < t->p.evict_after) { i++; continue; }
-        ps_map_remove(&t->index, ps_row_id(row));
-        int64_t end = --t->rows;
+/* Drops stripe s's rows untouched for evict_after steps at step (the caller holds s alone): the
+ * stripe's last row moves into each hole. */
+static void ps_evict(pdde_ps_table *t, ps_stripe *s, int64_t step) {
+    for (int64_t i = 0; i < s->rows;) {
+        char *row = ps_row(t, s, (uint32_t)i);
+        if ((int64_t)(uint32_t)step - (int64_t)ps_row_last(row) < t->p.evict_after) { i++; continue; }
+        ps_map_remove(&s->index, ps_row_id(row));
+        int64_t end = --s->rows;
         if (i != end) {
-            char *tail = ps_row(t, (uint32_t)end);
+            char *tail = ps_row(t, s, (uint32_t)end);
             memcpy(row, tail, t->row_bytes);
-            *ps_map_find(&t->index, ps_row_id(row)) = (uint32_t)i;
+            *ps_map_find(&s->index, ps_row_id(row)) = (uint32_t)i;
         }
-        t->evicted++;
+        s->evicted++;
     }
-    while (t->n_chunks > ((size_t)t->rows + PS_CHUNK - 1) / PS_CHUNK) free(t->chunks[--t->n_chunks]);
+    while (s->n_chunks > ((size_t)s->rows + PS_CHUNK - 1) / PS_CHUNK) free(s->chunks[--s->n_chunks]);
 }
 
 static void ps_end_step(pdde_ps_table *t) {
-    t->step++;
+    int64_t step = atomic_fetch_add_explicit(&t->step, 1, memory_order_relaxed) + 1;
     int64_t every = t->p.evict_after / 8 > 0 ? t->p.evict_after / 8 : 1;
-    if (t->p.evict_after > 0 && t->step % every == 0) ps_evict(t);
+    if (t->p.evict_after > 0 && step % every == 0)
+        for (int k = 0; k < PS_STRIPES; k++) ps_wrlock(&t->s[k]), ps_evict(t, &t->s[k], step), ps_unlock(&t->s[k]);
 }
 
 static void ps_apply(pdde_ps_table *t, char *row, const float *g, float scale) {
@@ -298,46 +398,57 @@ static void ps_apply(pdde_ps_table *t, char *row, const float *g, float scale) {
     }
 }
 
-/* Sums the gradients of repeated ids first: an optimizer step per row, not per occurrence. */
-static pdde_status ps_push_or_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals, float scale, bool add) {
-    int C = t->p.dim;
-    ps_map *first = &t->first;
+/* A push's (or add's) ids of stripe s, at positions pos[0..m) of the call (the caller holds s alone).
+ * Sums the gradients of repeated ids first: an optimizer step per row, not per occurrence. */
+static pdde_status ps_stripe_update(pdde_ps_table *t, ps_stripe *s, const uint64_t *ids, const float *vals, const uint32_t *pos, size_t m,
+                                    float scale, bool add) {
+    size_t C = (size_t)t->p.dim, n_dup = 0;
+    ps_map *first = &s->first;
     if (first->cap) memset(first->vals, 0xff, first->cap * sizeof *first->vals), first->n = 0;
-    size_t n_dup = 0;
-    pdde_status st = PDDE_OK;
-    for (size_t i = 0; i < n && !st; i++) { /* find duplicates (rare): keep the first position */
-        uint32_t *f = ps_map_find(first, ids[i]);
-        if (!f) { if (!ps_map_insert(first, ids[i], (uint32_t)i)) st = PDDE_ERR_OOM; }
-        else n_dup++;
+    for (size_t j = 0; j < m; j++) { /* find duplicates (rare): keep the first position */
+        if (ps_map_find(first, ids[pos[j]])) n_dup++;
+        else if (!ps_map_insert(first, ids[pos[j]], (uint32_t)j)) return ps_oom(t, s);
     }
-    if (!st && n_dup) {
-        if (n * C > t->sum_cap) {
-            float *sum = realloc(t->sum, n * C * sizeof *sum);
-            if (sum) t->sum = sum, t->sum_cap = n * C;
-            else st = PDDE_ERR_OOM;
-        }
-        if (!st) {
-            memcpy(t->sum, vals, n * (size_t)C * sizeof(float));
-            for (size_t i = 0; i < n; i++) {
-                uint32_t f = *ps_map_find(first, ids[i]);
-                if (f != i) for (int c = 0; c < C; c++) t->sum[(size_t)f * C + c] += vals[i * C + c];
-            }
-            vals = t->sum;
+    if (n_dup && m * C > s->sum_cap) {
+        float *sum = realloc(s->sum, m * C * sizeof *sum);
+        if (!sum) return ps_oom(t, s);
+        s->sum = sum, s->sum_cap = m * C;
+    }
+    if (n_dup) {
+        for (size_t j = 0; j < m; j++) memcpy(s->sum + j * C, vals + pos[j] * C, C * sizeof(float));
+        for (size_t j = 0; j < m; j++) {
+            uint32_t f = *ps_map_find(first, ids[pos[j]]);
+            if (f != j) for (size_t c = 0; c < C; c++) s->sum[f * C + c] += vals[pos[j] * C + c];
         }
     }
-    for (size_t i = 0; i < n && !st; i++) {
-        if (n_dup && *ps_map_find(first, ids[i]) != i) continue;
+    for (size_t j = 0; j < m; j++) {
+        if (n_dup && *ps_map_find(first, ids[pos[j]]) != j) continue;
+        const float *g = n_dup ? s->sum + j * C : vals + pos[j] * C;
         bool oom;
-        char *row = ps_touch(t, ids[i], add, &oom);
-        if (oom) st = PDDE_ERR_OOM;
-        else if (row && add) {
+        char *row = ps_touch(t, s, ids[pos[j]], add, &oom);
+        if (oom) return ps_oom(t, s);
+        if (row && add) {
             float *w = ps_row_vals(row);
-            for (int c = 0; c < C; c++) w[c] += vals[i * C + c];
-        } else if (row) ps_apply(t, row, vals + i * C, scale);
+            for (size_t c = 0; c < C; c++) w[c] += g[c];
+        } else if (row) ps_apply(t, row, g, scale);
     }
-    if (st) return pdde_error(t->ctx, st, "ps table: out of memory at %lld rows", (long long)t->rows);
-    ps_end_step(t);
     return PDDE_OK;
+}
+
+static pdde_status ps_push_or_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals, float scale, bool add) {
+    size_t first[PS_STRIPES + 1];
+    ps_scratch *sc = ps_group(t, n, ids, first);
+    if (!sc) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory (a push of %zu ids)", n);
+    pdde_status st = PDDE_OK;
+    for (int k = 0; k < PS_STRIPES && !st; k++) {
+        if (first[k] == first[k + 1]) continue;
+        ps_wrlock(&t->s[k]);
+        st = ps_stripe_update(t, &t->s[k], ids, vals, sc->order + first[k], first[k + 1] - first[k], scale, add);
+        ps_unlock(&t->s[k]);
+    }
+    ps_scratch_put(t, sc);
+    if (!st) ps_end_step(t);
+    return st;
 }
 
 pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *grads, float scale) {
@@ -349,30 +460,45 @@ pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, c
 
 pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals) {
     int C = t->p.dim;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t *r = ps_map_find(&t->index, ids[i]);
-        char *row = r ? ps_row(t, *r) : ps_new_row(t, ids[i]); /* (no admission: the caller means it) */
-        if (!row) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory at %lld rows", (long long)t->rows);
-        uint32_t meta[2] = {(uint32_t)t->step, 0};
-        memcpy(row + 8, meta, 8);
-        memcpy(ps_row_vals(row), vals + i * C, (size_t)C * sizeof(float));
-        memset(ps_row_vals(row) + C, 0, (size_t)t->state * sizeof(float));
+    pdde_status st = PDDE_OK;
+    for (size_t i = 0; i < n && !st; i++) { /* (not a hot path: a lock per id) */
+        ps_stripe *s = &t->s[ps_stripe_of(ids[i])];
+        ps_wrlock(s);
+        uint32_t *r = ps_map_find(&s->index, ids[i]);
+        char *row = r ? ps_row(t, s, *r) : ps_new_row(t, s, ids[i]); /* (no admission: the caller means it) */
+        if (!row) st = ps_oom(t, s);
+        else {
+            uint32_t meta[2] = {(uint32_t)ps_step(t), 0};
+            memcpy(row + 8, meta, 8);
+            memcpy(ps_row_vals(row), vals + i * C, (size_t)C * sizeof(float));
+            memset(ps_row_vals(row) + C, 0, (size_t)t->state * sizeof(float));
+        }
+        ps_unlock(s);
     }
-    return PDDE_OK;
+    return st;
 }
 
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
     memset(out, 0, sizeof *out);
-    out->rows = t->rows, out->step = t->step, out->evicted = t->evicted;
-    out->not_admitted = (int64_t)t->seen.n;
-    out->bytes = sizeof *t + t->n_chunks * PS_CHUNK * t->row_bytes + t->chunk_cap * sizeof(char *) +
-                 ps_map_bytes(&t->index) + ps_map_bytes(&t->seen) + ps_map_bytes(&t->first) + t->sum_cap * sizeof(float);
+    out->step = ps_step(t);
+    out->bytes = sizeof *t;
+    for (int k = 0; k < PS_STRIPES; k++) {
+        const ps_stripe *s = &t->s[k];
+        ps_rdlock(s);
+        out->rows += s->rows, out->evicted += s->evicted, out->not_admitted += (int64_t)s->seen.n;
+        out->bytes += s->n_chunks * PS_CHUNK * t->row_bytes + s->chunk_cap * sizeof(char *) + ps_map_bytes(&s->index) +
+                      ps_map_bytes(&s->seen) + ps_map_bytes(&s->first) + s->sum_cap * sizeof(float);
+        ps_unlock(s);
+    }
+    pthread_mutex_lock((pthread_mutex_t *)&t->scratch_lock);
+    for (const ps_scratch *sc = t->scratch; sc; sc = sc->next) out->bytes += sizeof *sc + sc->cap * (sizeof *sc->order + 1);
+    pthread_mutex_unlock((pthread_mutex_t *)&t->scratch_lock);
 }
 
 /* File: "PDDEPS02" u32 dim u32 optimizer u32 row_bytes u32 0 i64 step i64 rows, rows x row_bytes,
  * i64 pending, pending x (u64 id, u32 times pulled): the admission filter's counts of ids not admitted
  * yet, so a restart goes on counting; u32 crc32 of everything before it. "PDDEPS01" files (before the
- * counts were saved) load with no counts. */
+ * counts were saved) load with no counts. The rows are in no particular order. */
 #define PS_MAGIC "PDDEPS02"
 #define PS_MAGIC_V1 "PDDEPS01"
 
@@ -382,23 +508,31 @@ pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
         return pdde_error(t->ctx, PDDE_ERR_INVALID_ARG, "ps table: path too long: %s", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return pdde_error(t->ctx, PDDE_ERR_IO, "ps table: cannot create %s: %s", tmp, strerror(errno));
+    /* every stripe held alone: one consistent snapshot (pulls beside it would stamp rows) */
+    for (int k = 0; k < PS_STRIPES; k++) ps_wrlock(&t->s[k]);
+    int64_t rows = 0, pending = 0;
+    for (int k = 0; k < PS_STRIPES; k++) rows += t->s[k].rows, pending += (int64_t)t->s[k].seen.n;
     uint32_t head[4] = {(uint32_t)t->p.dim, (uint32_t)t->p.optimizer, (uint32_t)t->row_bytes, 0};
-    int64_t nums[2] = {t->step, t->rows};
+    int64_t nums[2] = {ps_step(t), rows};
     uint32_t crc = 0;
     bool ok = true;
 #define PS_PUT(p, n) do { ok = ok && fwrite((p), 1, (n), f) == (n); crc = crc32_update(crc, (p), (n)); } while (0)
     PS_PUT(PS_MAGIC, 8);
     PS_PUT(head, sizeof head);
     PS_PUT(nums, sizeof nums);
-    for (int64_t i = 0; i < t->rows; i++) PS_PUT(ps_row(t, (uint32_t)i), t->row_bytes);
-    int64_t pending = (int64_t)t->seen.n;
+    for (int k = 0; k < PS_STRIPES; k++)
+        for (int64_t i = 0; i < t->s[k].rows; i++) PS_PUT(ps_row(t, &t->s[k], (uint32_t)i), t->row_bytes);
     PS_PUT(&pending, sizeof pending);
-    for (size_t i = 0; i < t->seen.cap; i++)
-        if (t->seen.vals[i] != PS_EMPTY) {
-            PS_PUT(&t->seen.keys[i], sizeof t->seen.keys[i]);
-            PS_PUT(&t->seen.vals[i], sizeof t->seen.vals[i]);
-        }
+    for (int k = 0; k < PS_STRIPES; k++) {
+        const ps_map *seen = &t->s[k].seen;
+        for (size_t i = 0; i < seen->cap; i++)
+            if (seen->vals[i] != PS_EMPTY) {
+                PS_PUT(&seen->keys[i], sizeof seen->keys[i]);
+                PS_PUT(&seen->vals[i], sizeof seen->vals[i]);
+            }
+    }
 #undef PS_PUT
+    for (int k = PS_STRIPES - 1; k >= 0; k--) ps_unlock(&t->s[k]);
     ok = ok && fwrite(&crc, 4, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0) ok = false;
     if (!ok || rename(tmp, path) != 0) {
@@ -432,12 +566,13 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
         crc = crc32_update(crc32_update(crc32_update(0, magic, 8), head, sizeof head), nums, sizeof nums);
         for (int64_t i = 0; i < nums[1] && !st; i++) {
             char *row = malloc(t->row_bytes), *dst;
+            ps_stripe *s = NULL;
             if (!row) st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
             else if (fread(row, 1, t->row_bytes, f) != t->row_bytes)
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated at row %lld of %lld", path, (long long)i, (long long)nums[1]);
-            else if (ps_map_find(&n->index, ps_row_id(row)))
+            else if (ps_map_find(&(s = &n->s[ps_stripe_of(ps_row_id(row))])->index, ps_row_id(row)))
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s holds id %llu twice", path, (unsigned long long)ps_row_id(row));
-            else if (!(dst = ps_new_row(n, ps_row_id(row))))
+            else if (!(dst = ps_new_row(n, s, ps_row_id(row))))
                 st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
             else {
                 memcpy(dst, row, t->row_bytes);
@@ -454,11 +589,12 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
         for (int64_t i = 0; i < pending && !st; i++) {
             uint64_t id;
             uint32_t times;
+            ps_stripe *s = NULL;
             if (fread(&id, sizeof id, 1, f) != 1 || fread(&times, sizeof times, 1, f) != 1)
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated at admission count %lld of %lld", path, (long long)i, (long long)pending);
-            else if (ps_map_find(&n->index, id) || ps_map_find(&n->seen, id))
+            else if (ps_map_find(&(s = &n->s[ps_stripe_of(id)])->index, id) || ps_map_find(&s->seen, id))
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s counts id %llu twice (or has a row for it)", path, (unsigned long long)id);
-            else if (!ps_map_insert(&n->seen, id, times))
+            else if (!ps_map_insert(&s->seen, id, times))
                 st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
             else crc = crc32_update(crc32_update(crc, &id, sizeof id), &times, sizeof times);
         }
@@ -466,11 +602,17 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
             st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: checksum mismatch", path);
     }
     fclose(f);
-    if (!st) { /* swap the contents in */
-        ps_table_clear(t);
-        t->index = n->index, t->seen = n->seen, t->chunks = n->chunks, t->n_chunks = n->n_chunks, t->chunk_cap = n->chunk_cap;
-        t->rows = n->rows, t->step = nums[0];
-        memset(&n->index, 0, sizeof n->index), memset(&n->seen, 0, sizeof n->seen), n->chunks = NULL, n->n_chunks = n->chunk_cap = 0;
+    if (!st) { /* swap the contents in, every stripe held alone */
+        for (int k = 0; k < PS_STRIPES; k++) {
+            ps_stripe *s = &t->s[k], *from = &n->s[k];
+            ps_wrlock(s);
+            ps_stripe_clear(s);
+            s->index = from->index, s->seen = from->seen, s->chunks = from->chunks, s->n_chunks = from->n_chunks, s->chunk_cap = from->chunk_cap;
+            s->rows = from->rows;
+            memset(&from->index, 0, sizeof from->index), memset(&from->seen, 0, sizeof from->seen), from->chunks = NULL, from->n_chunks = from->chunk_cap = 0;
+            ps_unlock(s);
+        }
+        atomic_store(&t->step, nums[0]);
     }
     pdde_ps_table_free(n);
     return st;
@@ -791,9 +933,10 @@ struct pdde_ps_client {
     pdde_context *ctx;
     pdde_comm *comm;           /* NULL: local table */
     pdde_ps_params p;
-    pdde_ps_table *local;      /* single-process mode */
-    pthread_mutex_t lock;
-    int64_t clock, pushes;
+    pdde_ps_table *local;      /* single-process mode (the table takes its own locks: threads share it) */
+    pthread_mutex_t lock;      /* one request at a time to the servers */
+    int64_t clock;
+    _Atomic int64_t pushes;
     /* per server scratch of one request */
     size_t *count;
     uint64_t **ids;
@@ -975,11 +1118,11 @@ static pdde_status ps_geo_exchange(pdde_ps_client *c) {
 }
 
 pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) {
+    if (!c->comm) return pdde_ps_table_pull(c->local, n, ids, out);
     pthread_mutex_lock(&c->lock);
     pdde_status st;
     int C = c->p.table.dim;
-    if (!c->comm) st = pdde_ps_table_pull(c->local, n, ids, out);
-    else if (c->p.mode == PDDE_PS_GEO) {
+    if (c->p.mode == PDDE_PS_GEO) {
         st = ps_geo_fetch(c, n, ids);
         for (size_t i = 0; i < n && !st; i++)
             memcpy(out + i * C, c->geo_cur + (size_t)*ps_map_find(&c->geo_index, ids[i]) * C, C * sizeof(float));
@@ -989,11 +1132,15 @@ pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids
 }
 
 pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) {
+    if (!c->comm) {
+        pdde_status st = pdde_ps_table_push(c->local, n, ids, grads, 1.0f);
+        if (!st) c->pushes++;
+        return st;
+    }
     pthread_mutex_lock(&c->lock);
     pdde_status st = PDDE_OK;
     int C = c->p.table.dim;
-    if (!c->comm) st = pdde_ps_table_push(c->local, n, ids, grads, 1.0f);
-    else if (c->p.mode == PDDE_PS_GEO) { /* local SGD on the copy; the exchange every geo_steps */
+    if (c->p.mode == PDDE_PS_GEO) { /* local SGD on the copy; the exchange every geo_steps */
         st = ps_geo_fetch(c, n, ids);
         float lr = c->p.table.lr;
         for (size_t i = 0; i < n && !st; i++) {
@@ -1012,8 +1159,9 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
 }
 
 pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
+    if (!c->comm) return pdde_ps_table_set(c->local, n, ids, vals);
     pthread_mutex_lock(&c->lock);
-    pdde_status st = c->comm ? ps_request(c, PS_SET, n, ids, vals, NULL) : pdde_ps_table_set(c->local, n, ids, vals);
+    pdde_status st = ps_request(c, PS_SET, n, ids, vals, NULL);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

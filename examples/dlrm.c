@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
             pdde_device_props dp;
             int cpu_id = dlrm_cluster_device(cluster, "cpu"), dense_id = cpu_id;
             if (!pdde_device_get_props(ctx, layer_dev[1], &dp)) dense_id = dlrm_cluster_device(cluster, dp.backend);
-            if (dlrm_stages_predict(ctx, cluster, g, &m, o.optimizer, cpu_id, dense_id, stages) < 3 && lead)
+            if (dlrm_stages_predict(ctx, cluster, g, &m, o.optimizer, cpu_id, dense_id, 0, stages) < 3 && lead)
                 printf("pipeline: %s cannot time every stage (run pdde-bench on this machine): sized from a measured balance\n", o.cluster);
         }
         pdde_cluster_free(cluster);

@@ -196,6 +196,25 @@ static inline int dlrm_reader_next(dlrm_reader *r, dlrm_sample *s) {
     return 0;
 }
 
+/* Seconds to parse one line on this thread: the median of 5 passes over lines[0..n) by the thread's CPU
+ * clock, as pdde-bench times the table's calls (a calibration of stage 1, which parses as well as
+ * pulls where it reads text; dlrm_stages_predict). */
+static inline double dlrm_parse_seconds(const char *const *lines, int n) {
+    dlrm_reader r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.path, sizeof r.path, "calibration");
+    char buf[DLRM_LINE_MAX + 1];
+    dlrm_sample s;
+    double t[5];
+    for (int pass = 0; pass < 5; pass++) {
+        double t0 = dlrm_seconds(CLOCK_THREAD_CPUTIME_ID);
+        for (int i = 0; i < n; i++) snprintf(buf, sizeof buf, "%s", lines[i]), dlrm_parse_line(&r, buf, &s);
+        t[pass] = dlrm_seconds(CLOCK_THREAD_CPUTIME_ID) - t0;
+        for (int j = pass; j > 0 && t[j] < t[j - 1]; j--) { double x = t[j]; t[j] = t[j - 1], t[j - 1] = x; }
+    }
+    return n > 0 ? t[2] / n : 0;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Synthetic data: every field f has `vocab` ids with a true weight normal(0, 0.5) (id k of field f has
  * weight w(f, k)), drawn by popularity (a Zipf-like law: low k far more often); the 13 integers are
@@ -365,22 +384,18 @@ static inline void dlrm_stages_fill(dlrm_stages *d, pdde_pipeline_stage st[3]) {
 }
 
 /* Each stage's seconds per batch on one worker (pdde_pipeline_stage.predicted_s) from the planner's
- * cost model on cluster c (a pdde-bench file; pdde_cluster_detect's has no rates): "pull" a lookup of
- * the batch's B x 26 rows and "push" the table optimizer's update of as many rows, timed by the
- * embedding and optimizer curves of the CPU device cpu_id (the bytes counted as for the graph's own
- * lookup and update nodes); "dense" the model's step (pdde_cost_program_from_graph of g) simulated on
+ * cost model on cluster c (a pdde-bench file; pdde_cluster_detect's has no rates): "pull" the batch's
+ * B lines parsed (parse_s a line: dlrm_parse_seconds; 0 where the samples come parsed) and its B x 26
+ * ids pulled, "push" their rows' update by the table optimizer, both by pdde_cost_ps_time on the CPU
+ * device cpu_id (pdde-bench's ps_pull / ps_push curves: the hash probes and cache misses of a table
+ * larger than the caches); "dense" the model's step (pdde_cost_program_from_graph of g) simulated on
  * device dense_id. A stage the cluster cannot time (no curve or peak figure for its device) is left
  * at 0, so the pipeline measures a balance instead; returns how many stages were predicted (0..3). */
 static inline int dlrm_stages_predict(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, const dlrm_model *m,
-                                      pdde_ps_optimizer table_optimizer, int cpu_id, int dense_id, pdde_pipeline_stage st[3]) {
-    double rows = (double)m->cfg.batch * DLRM_SPARSE, row_bytes = (double)m->cfg.dim * sizeof(float);
-    double state = table_optimizer == PDDE_PS_SGD ? 0 : table_optimizer == PDDE_PS_ADAGRAD ? 1 : 2; /* per value */
-    pdde_cost_op lookup = {.kind = PDDE_COST_COMPUTE, .name = "pull rows", .op_class = PDDE_OPCLASS_EMBEDDING,
-                           .bytes = rows * (2 * row_bytes + sizeof(uint64_t))}; /* ids read, rows read and written */
-    pdde_cost_op update = {.kind = PDDE_COST_COMPUTE, .name = "push rows", .op_class = PDDE_OPCLASS_OPTIMIZER,
-                           .bytes = rows * row_bytes * (1 + 2 * (1 + state))}; /* gradients read, values and state read and written */
-    st[0].predicted_s = pdde_cost_compute_time(ctx, c, cpu_id, &lookup);
-    st[2].predicted_s = pdde_cost_compute_time(ctx, c, cpu_id, &update);
+                                      pdde_ps_optimizer table_optimizer, int cpu_id, int dense_id, double parse_s, pdde_pipeline_stage st[3]) {
+    double ids = (double)m->cfg.batch * DLRM_SPARSE;
+    st[0].predicted_s = (double)m->cfg.batch * parse_s + pdde_cost_ps_time(ctx, c, cpu_id, 0, ids, m->cfg.dim, table_optimizer);
+    st[2].predicted_s = pdde_cost_ps_time(ctx, c, cpu_id, 1, ids, m->cfg.dim, table_optimizer);
     st[1].predicted_s = NAN;
     pdde_cost_program *p = NULL;
     pdde_cost_result *r = NULL;

@@ -22,7 +22,7 @@ static const char *const cluster_class_names[PDDE_OPCLASS_COUNT] = {"gemm", "ele
                                                                      "embedding", "optimizer", "loss", "gelu",
                                                                      "row_backward", "fused_attention",
                                                                      "fused_attention_backward", "fused_attention_half",
-                                                                     "fused_attention_half_backward"};
+                                                                     "fused_attention_half_backward", "ps_pull", "ps_push"};
 static const char *const cluster_kind_names[] = {"cpu", "gpu", "accel"};
 static const char *const cluster_link_names[] = {"shm", "pcie", "nvlink", "net"};
 static const char *const cluster_coll_names[PDDE_COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter",

@@ -138,6 +138,8 @@ static int cost_curve_class(const pdde_device_spec *s, int k) {
     case PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
     case PDDE_OPCLASS_FUSED_ATTENTION_HALF: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
     case PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD);
+    case PDDE_OPCLASS_PS_PULL: return PDDE_OPCLASS_EMBEDDING;
+    case PDDE_OPCLASS_PS_PUSH: return PDDE_OPCLASS_OPTIMIZER;
     default: return k;
     }
 }
@@ -389,6 +391,22 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
 double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op) {
     int unc = 0;
     return cost_compute(ctx, c, device_id, op, &unc);
+}
+
+/* A table's pull reads an id and a row and writes the row out; a push reads the gradient and reads
+ * and writes the row's values and optimizer state (Adagrad: one float a value, Adam: two). The
+ * ps_pull / ps_push curves are measured at these bytes, so they read back what was measured: the
+ * probes, which no byte count sees, are in the curve's time. */
+double pdde_cost_ps_bytes(int push, double n, int dim, pdde_ps_optimizer opt) {
+    double row = (double)dim * sizeof(float), state = opt == PDDE_PS_SGD ? 0 : opt == PDDE_PS_ADAGRAD ? 1 : 2;
+    return push ? n * row * (1 + 2 * (1 + state)) : n * (2 * row + sizeof(uint64_t));
+}
+
+double pdde_cost_ps_time(pdde_context *ctx, const pdde_cluster *c, int device_id, int push, double n, int dim, pdde_ps_optimizer opt) {
+    pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = push ? PDDE_OPCLASS_PS_PUSH : PDDE_OPCLASS_PS_PULL,
+                       .bytes = pdde_cost_ps_bytes(push, n, dim, opt)};
+    snprintf(op.name, sizeof op.name, "ps %s", push ? "push" : "pull");
+    return pdde_cost_compute_time(ctx, c, device_id, &op);
 }
 
 static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, const char *backend, pdde_cost_program **out);

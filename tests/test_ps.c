@@ -936,7 +936,7 @@ static pdde_status pipe_train(pdde_context *ctx, const dlrm_config *cfg, const p
     dlrm_stages d = {&m, s, c, NULL, source_batch, src};
     pdde_pipeline_stage stages[3];
     dlrm_stages_fill(&d, stages);
-    if (!st && cluster && dlrm_stages_predict(ctx, cluster, g, &m, pp->table.optimizer, 0, 1, stages) != 3)
+    if (!st && cluster && dlrm_stages_predict(ctx, cluster, g, &m, pp->table.optimizer, 0, 1, 0, stages) != 3)
         st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "the cost model predicted %g %g %g s for the stages", stages[0].predicted_s,
                         stages[1].predicted_s, stages[2].predicted_s);
     if (!st && n_slots) {

@@ -11,7 +11,8 @@
  * elementwise (add), row ops (layernorm), attention (causal softmax of [B, H, T, T] scores),
  * embedding (lookup) and optimizer (AdamW update), then, forward + backward and less the same graph
  * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm),
- * fused_attention (its forward run alone) and fused_attention_backward. The bytes of each point are what the cost model counts for the same node
+ * fused_attention (its forward run alone) and fused_attention_backward; on CPUs also ps_pull and ps_push (a
+ * parameter-server table's pull and push of a batch). The bytes of each point are what the cost model counts for the same node
  * (pdde_cost_program_from_graph), so a curve reads back what it measured.
  * On a device with memory of its own (a GPU), every run's time is less the session run's own cost (a
  * step pays it once, not per op; --run-overhead: on every accelerator), and the GEMM table goes on to
@@ -394,7 +395,7 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
     /* the half attention's: a head of T = 256, then 1, 4, 16 and 64 heads of T = 1024 (a large GPU fills
      * only from about 64) */
     static const int64_t half_scores[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26};
-    for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
+    for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_PS_PULL; k++) { /* (the table's: measure_ps) */
         int in_step = k >= PDDE_OPCLASS_LOSS, half = class_whole_op(k), n_sizes = half ? 5 : own_memory ? 6 : quick ? 3 : 5;
         if (half && sp->kind == PDDE_DEVICE_CPU) continue; /* (a CPU's bf16 attention: the f32 curves stand for it) */
         /* every class on every device: a device's kernels for these may run far from its memory's
@@ -440,6 +441,72 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
         }
         printf("\n");
     }
+}
+
+/* The parameter-server table's curves on the CPU (ps_pull, ps_push): pdde_sparse_batch_pull of a batch
+ * of n ids (made unique, then pulled from the table) and pdde_sparse_batch_push of their rows, on an
+ * in-process table of 2^20 rows of 16 floats with Adagrad (larger than the caches, as a recommender's
+ * table is), the ids drawn at random from its rows; each point the median of runs, at the bytes
+ * pdde_cost_ps_bytes counts. What the cost model's embedding and optimizer curves cannot see: a hash
+ * probe per id, a cache miss per row. Timed by the thread's CPU clock: on a quiet machine the same as
+ * the wall clock (one thread, no waits), on a loaded one not inflated by other programs' turns, which
+ * take a larger share of a longer call. */
+static double thread_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void measure_ps(pdde_context *ctx, pdde_device_spec *sp) {
+    enum { ROWS = 1 << 20, DIM = 16, FILL = 1 << 14 };
+    static const int64_t sizes[] = {1 << 11, 1 << 13, 1 << 15};
+    pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
+    pp.table.dim = DIM, pp.table.optimizer = PDDE_PS_ADAGRAD, pp.table.init_std = 0.01f;
+    pdde_ps_client *c = NULL;
+    uint64_t *ids = malloc(FILL * sizeof *ids);
+    float *rows = malloc((size_t)FILL * DIM * sizeof *rows);
+    int ok = ids && rows && !pdde_ps_client_init(ctx, NULL, &pp, &c);
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; ok && i < ROWS; i += FILL) { /* the table's rows: ids i * odd constant */
+        for (int j = 0; j < FILL; j++) ids[j] = (uint64_t)(i + j) * 0xD6E8FEB86659FD93ull;
+        ok = !pdde_ps_client_pull(c, FILL, ids, rows);
+    }
+    printf("  %-11s", "ps_pull/push");
+    for (int i = 0; ok && i < 3 && bench_now() < deadline; i++) {
+        int64_t n = sizes[i];
+        pdde_graph *g = new_graph(ctx);
+        pdde_sparse_embedding *e = NULL;
+        pdde_sparse_batch *b = NULL;
+        pdde_sparse_embedding_init(g, "emb", n, 1, 1, DIM, PDDE_POOL_SUM, &e);
+        uint64_t *batch = malloc((size_t)n * sizeof *batch);
+        if (!e || !batch || pdde_sparse_batch_init(e, &b)) { pdde_graph_free(g), pdde_sparse_embedding_free(e), free(batch); break; }
+        double t[2][64];
+        int runs = 0;
+        for (double end = bench_now() + budget_s; runs < 64 && (runs < 5 || bench_now() < end) && ok; runs++) {
+            for (int64_t j = 0; j < n; j++) {
+                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                batch[j] = (seed % ROWS) * 0xD6E8FEB86659FD93ull;
+            }
+            evict_caches();
+            double t0 = thread_now();
+            ok = !pdde_sparse_batch_pull(b, c, batch);
+            double t1 = thread_now();
+            ok = ok && !pdde_sparse_batch_push(b, c);
+            t[0][runs] = t1 - t0, t[1][runs] = thread_now() - t1;
+        }
+        for (int k = 0; ok && k < 2; k++) {
+            int cls = k ? PDDE_OPCLASS_PS_PUSH : PDDE_OPCLASS_PS_PULL, m = sp->n_curve[cls];
+            double bytes = pdde_cost_ps_bytes(k, (double)n, DIM, PDDE_PS_ADAGRAD), sec = bench_median(t[k], runs);
+            if (m && sec < sp->curve[cls][m - 1].seconds) sec = sp->curve[cls][m - 1].seconds; /* (monotone) */
+            sp->curve[cls][m] = (pdde_curve_point){bytes, sec};
+            sp->n_curve[cls]++;
+            printf(" %s %lld ids: %.3g ms (%.0f ns an id)", k ? "push" : "pull", (long long)n, 1e3 * sec, 1e9 * sec / (double)n);
+        }
+        pdde_sparse_batch_free(b), pdde_sparse_embedding_free(e), pdde_graph_free(g), free(batch);
+    }
+    printf("\n");
+    pdde_ps_client_free(c);
+    free(ids), free(rows);
 }
 
 static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
@@ -802,6 +869,7 @@ int main(int argc, char **argv) {
         measure_gemm(ctx, dev->id, sp, PDDE_BF16);
         if (!quick || sp->kind == PDDE_DEVICE_CPU) measure_gemm(ctx, dev->id, sp, PDDE_F16); /* (--quick on an accelerator: bf16's only) */
         measure_curves(ctx, c, dev->id, sp);
+        if (sp->kind == PDDE_DEVICE_CPU) measure_ps(ctx, sp);
         if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
         run_overhead = run_floor = 0; /* (a copy's time is its run's) */
         for (int i = 0; i < c->n_links; i++)
