@@ -1087,6 +1087,24 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     return PDDE_OK;
 }
 
+/* (words by cuMemsetD32Async; a tail or head of fewer than 4 bytes copied from static zeros) */
+static pdde_status pcu_zero(void *dev, void *stream, void *handle, size_t offset, size_t n) {
+    static const uint32_t zeros = 0;
+    pcu_dev *d = dev;
+    if (!n) return PDDE_OK;
+    int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
+    if (st) return st;
+    pcu_ptr p = (pcu_ptr)(uintptr_t)handle + offset;
+    size_t head = (4 - (size_t)(p % 4)) % 4;
+    if (head > n) head = n;
+    if (head) PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync(p, &zeros, head, pcu_st(d, stream)->s), "cuMemcpyHtoDAsync");
+    p += head, n -= head;
+    if (n / 4) PCU_CHECK(d, d->fam->cu.MemsetD32Async(p, 0, n / 4, pcu_st(d, stream)->s), "cuMemsetD32Async");
+    if (n % 4) PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync(p + n / 4 * 4, &zeros, n % 4, pcu_st(d, stream)->s), "cuMemcpyHtoDAsync");
+    return PDDE_OK;
+}
+
 static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op);
 
 static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t n) {
@@ -1673,6 +1691,7 @@ const pdde_backend_iface pdde_backend_cuda = {
     .stream_create_timed = pcu_stream_create, /* (every CUDA stream can time its events) */
     .event_create_timed = pcu_event_create_timed,
     .event_elapsed = pcu_event_elapsed,
+    .zero = pcu_zero,
 };
 
 #endif /* PDDE_NO_CUDA */

@@ -1560,15 +1560,14 @@ static pdde_status check_node(pdde_session *s, pdde_tensor *t, int micro) {
                       t->nsrc ? t->src[0]->name : "", t->nsrc > 1 ? ", ..." : "", from);
 }
 
+static pdde_status zero_bound(pdde_session *s, pdde_tensor *lt);
+
 /* After a non-finite step the gradients accumulated so far are dropped, so the next step starts clean. */
 static void drop_gradients(pdde_session *s) {
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *t = s->order[i];
         if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
-        if (s->devs[s->slot[t->id]].host) { memset((char *)t->data + t->offset, 0, pdde_tensor_nbytes(t)); continue; }
-        void *zeros = calloc(1, pdde_tensor_nbytes(t) + 1);
-        if (zeros) write_bound(s, t, zeros, pdde_tensor_nbytes(t));
-        free(zeros);
+        zero_bound(s, t);
     }
 }
 
@@ -1951,6 +1950,26 @@ static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src
     session_device *sd = &s->devs[s->slot[lt->id]];
     if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
+    return st ? st : device_sync(s, sd);
+}
+
+/* Zeroes the session's tensor lt where it points now: in place on the host, by the backend's zero slot on
+ * a device (nothing crosses the bus), else from zeros the host writes. */
+static pdde_status zero_bound(pdde_session *s, pdde_tensor *lt) {
+    session_device *sd = &s->devs[s->slot[lt->id]];
+    size_t n = pdde_tensor_nbytes(lt);
+    if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false;
+    if (sd->host) return memset((char *)lt->data + lt->offset, 0, n), PDDE_OK;
+    pdde_status st;
+    if (IFACE_HAS(sd->iface, zero)) st = sd->iface->zero(sd->dev, sd->stream, lt->data, lt->offset, n);
+    else {
+        void *zeros = calloc(1, n + 1);
+        if (!zeros) return pdde_error(s->ctx, PDDE_ERR_OOM, "zeroing %s: out of memory", lt->name);
+        st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, zeros, n);
+        if (!st) st = device_sync(s, sd); /* (before the zeros are freed) */
+        free(zeros);
+        return st;
+    }
     return st ? st : device_sync(s, sd);
 }
 
