@@ -322,6 +322,7 @@ typedef struct {
     pgd_gemm_cache *lt_cache;
     long long lt_calls;
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
+    int zero_on;  /* PDDE_CUDA_ZERO=1: the zero slot memsets on the device (else the core writes zeros) */
     long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
 } pcu_dev;
 
@@ -1004,6 +1005,8 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
+    const char *ze = getenv("PDDE_CUDA_ZERO");
+    d->zero_on = ze && !strcmp(ze, "1");
     const char *ge = getenv("PDDE_CUDA_GRAPH");
     d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
     if (ge && !strcmp(ge, "1") && !f->graph.ok)
@@ -1087,10 +1090,11 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     return PDDE_OK;
 }
 
-/* (words by cuMemsetD32Async; a tail or head of fewer than 4 bytes copied from static zeros) */
+/* (PDDE_CUDA_ZERO=1; words by cuMemsetD32Async, a head or tail of fewer than 4 bytes copied from static zeros) */
 static pdde_status pcu_zero(void *dev, void *stream, void *handle, size_t offset, size_t n) {
     static const uint32_t zeros = 0;
     pcu_dev *d = dev;
+    if (!d->zero_on) return PDDE_ERR_UNSUPPORTED; /* (until a GPU run has checked it) */
     if (!n) return PDDE_OK;
     int st = pcu_bind(d);
     if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));

@@ -83,6 +83,8 @@ struct pdde_session {
     bool loss_read;             /* ...and read the loss then (loss_value): its end need not read it again */
     float loss_value;
     int64_t host_syncs;         /* waits for a device's stream (pdde_session_host_syncs) */
+    void *zeros;                /* zeros written where a device has no zero slot (zeros_bytes; grown as needed) */
+    size_t zeros_bytes;
     bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     /* dynamic loss scaling (graphs with f16 matmuls): the scale is the backward's seed, a checkpointed
      * tensor; this is its value */
@@ -1278,6 +1280,7 @@ void pdde_session_free(pdde_session *s) {
     if (s->devprof) profile_print(s), profile_free(s);
     trace_close(s); /* (before the program: events name its nodes) */
     if (s->g->session == s) s->g->session = NULL;
+    free(s->zeros);
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
     drop_sends(s);
@@ -1960,15 +1963,14 @@ static pdde_status zero_bound(pdde_session *s, pdde_tensor *lt) {
     size_t n = pdde_tensor_nbytes(lt);
     if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false;
     if (sd->host) return memset((char *)lt->data + lt->offset, 0, n), PDDE_OK;
-    pdde_status st;
-    if (IFACE_HAS(sd->iface, zero)) st = sd->iface->zero(sd->dev, sd->stream, lt->data, lt->offset, n);
-    else {
-        void *zeros = calloc(1, n + 1);
-        if (!zeros) return pdde_error(s->ctx, PDDE_ERR_OOM, "zeroing %s: out of memory", lt->name);
-        st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, zeros, n);
-        if (!st) st = device_sync(s, sd); /* (before the zeros are freed) */
-        free(zeros);
-        return st;
+    pdde_status st = IFACE_HAS(sd->iface, zero) ? sd->iface->zero(sd->dev, sd->stream, lt->data, lt->offset, n) : PDDE_ERR_UNSUPPORTED;
+    if (st == PDDE_ERR_UNSUPPORTED) {
+        if (n > s->zeros_bytes) {
+            free(s->zeros), s->zeros_bytes = 0;
+            if (!(s->zeros = calloc(1, n))) return pdde_error(s->ctx, PDDE_ERR_OOM, "zeroing %s: out of memory", lt->name);
+            s->zeros_bytes = n;
+        }
+        st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, s->zeros, n);
     }
     return st ? st : device_sync(s, sd);
 }
