@@ -3,7 +3,7 @@
  * a gradient accumulator left holding an earlier batch's rows (the device-side zeroing of
  * pdde_sparse_batch_collect) shows as a wrong push. The batch order is fixed and the table is
  * in-process, so both runs see the same rows; the tolerance is the device's float order (1e-5). */
-#include "pdde.h"
+#include "pdde_extension.h"
 #include "tests/test_util.h"
 
 #include <math.h>
@@ -104,6 +104,22 @@ int main(void) {
     CHECK(moved, "every batch changes the probed rows");
     compare(ctx, "opencl", cpu);
     compare(ctx, "cuda", cpu); /* (PDDE_CUDA_ZERO=1: zeroed by the device) */
+    /* a backend without the zero slot: the OpenCL backend under another name, its zero slot removed (the
+     * session writes zeros from the host) */
+    const pdde_backend_iface *ocl = NULL;
+    void *dev = NULL;
+    int at = pdde_device_find(ctx, "opencl", 0);
+    if (at >= 0 && !pdde_device_backend(ctx, at, &ocl, &dev)) {
+        static pdde_backend_iface plain;
+        plain = *ocl, plain.name = "opencl_plain", plain.zero = NULL;
+        const pdde_backend_iface *extra[1] = {&plain};
+        pdde_context_params cp2 = cp;
+        cp2.backends = "cpu,opencl_plain", cp2.extra_backends = extra, cp2.n_extra_backends = 1;
+        pdde_context *ctx2 = NULL;
+        CHECK(!pdde_context_init(&cp2, &ctx2), "a context with the OpenCL backend lacking its zero slot");
+        if (ctx2) compare(ctx2, "opencl_plain", cpu);
+        pdde_context_free(ctx2);
+    }
     pdde_context_free(ctx);
     return test_finish();
 }
