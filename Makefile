@@ -99,7 +99,7 @@ endif
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)  # (dlrm and bench_dlrm run their table in-process there: one process, no servers)
   BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
-  TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
+  TESTS := $(filter-out $(BUILD)/test_ps $(BUILD)/test_ps_remote,$(TESTS))
 endif
 
 .DEFAULT_GOAL := all
