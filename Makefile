@@ -98,7 +98,7 @@ endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)  # (dlrm and bench_dlrm run their table in-process there: one process, no servers)
-  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_ps_remote,$(BENCHES))
   TESTS := $(filter-out $(BUILD)/test_ps $(BUILD)/test_ps_remote,$(TESTS))
 endif
 
@@ -155,7 +155,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -328,6 +328,10 @@ bench-parallel: all
 bench-dlrm: all
 	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench --quick --no-comm -o $(BUILD)/cluster.json
 	@$(BUILD)/bench_dlrm --cluster $(BUILD)/cluster.json $(BENCH_DLRM_ARGS)
+
+# A remote parameter server's client with 1, 2, 4 threads: one request at a time, in flight at once, in-process.
+bench-ps-remote: all
+	@$(BUILD)/bench_ps_remote $(BENCH_PS_REMOTE_ARGS)
 
 # Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
 # Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).
