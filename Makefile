@@ -263,12 +263,20 @@ test-asan:
 	PDDE_TEST_TIMEOUT=900 PDDE_TEST_SANITIZE="-fsanitize=address,undefined" $(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
-# The tests whose threads share a parameter-server table (test_dlrm_pipe) under ThreadSanitizer, on the
+# The tests whose threads share a parameter-server table (test_dlrm_pipe) or client (test_ps_remote) under ThreadSanitizer, on the
 # portable library (no ifunc kernels: their resolvers run before TSan starts).
 test-tsan:
 	@mkdir -p $(BUILD)/tsan
 	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -pthread -I. tests/test_dlrm_pipe.c pdde.c -o $(BUILD)/tsan/test_dlrm_pipe -lm -ldl
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/test_dlrm_pipe
+ifeq ($(HAVE_UCX),1)
+# and a worker's threads on one client of a remote server (the store in a process of its own: TSan cannot
+# follow a fork of a process with threads; UCX's memory hooks off: they clash with TSan's)
+	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -DPDDE_HAVE_UCX $(if $(UCX_DIR),-I$(UCX_DIR)/include) -pthread -I. \
+	  tests/test_ps_remote.c pdde.c -o $(BUILD)/tsan/test_ps_remote -lm -ldl $(filter -L% -Wl% -luc%,$(LDLIBS))
+	PDDE_TEST_STORE_PROCESS=1 UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
+	  $(BUILD)/tsan/test_ps_remote
+endif
 
 # The graph-building fuzzer (tests/fuzz_graph.c) for FUZZ_SECONDS (600) under AddressSanitizer and
 # UBSan, on the portable library (pdde's own kernels, all instrumented): clang's libFuzzer where
