@@ -10,7 +10,8 @@
  *
  *   bench_ps_remote [--ids B] [--vocab V] [--steps S] [--reps R] [--threads 1,2,4]
  * Last line: RESULT ps_remote t<N>_before=<steps/s> t<N>_after=<steps/s> t<N>_inproc=<steps/s> (each N)
- *   speedup_t<max>=<after / before> ceiling_t<max>=<after / in-process> load=<1-minute load average> */
+ *   speedup_t<max>=<after / before> ceiling_t<max>=<after / in-process> cpu_us_before_t<max>= cpu_us_after_t<max>=<the
+ *   worker process's CPU time a step, medians> load=<1-minute load average> */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "tools/bench/bench_common.h"
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,11 +50,17 @@ static void *job_run(void *arg) {
     return NULL;
 }
 
-/* steps/s of n threads on c */
-static double run_threads(pdde_ps_client *c, int n, pdde_context *ctx) {
+static double cpu_now(void) { /* this process's CPU time, all threads */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* steps/s of n threads on c; *cpu_us: the worker process's CPU time a step */
+static double run_threads(pdde_ps_client *c, int n, pdde_context *ctx, double *cpu_us) {
     job j[MAX_T];
     pthread_t th[MAX_T];
-    double t0 = bench_now();
+    double t0 = bench_now(), c0 = cpu_now();
     for (int i = 0; i < n; i++) {
         j[i] = (job){c, i, g_steps, PDDE_OK};
         pthread_create(&th[i], NULL, job_run, &j[i]);
@@ -60,6 +68,7 @@ static double run_threads(pdde_ps_client *c, int n, pdde_context *ctx) {
     pdde_status st = PDDE_OK;
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL), st = st ? st : j[i].st;
     double s = bench_now() - t0;
+    *cpu_us = (cpu_now() - c0) * 1e6 / ((double)n * g_steps);
     if (st) { fprintf(stderr, "bench_ps_remote: %s\n", pdde_last_error(ctx)); return -1; }
     return (double)n * g_steps / s;
 }
@@ -93,17 +102,17 @@ static int rank_main(int rank, const char *addr, int pipe_fd) {
         pdde_ps_server_free(srv);
     } else {
         /* rate[kind][threads][rep]; repeat 0 is a warm-up (rows created, connections warm) */
-        double rate[N_KINDS][8][16];
+        double rate[2][N_KINDS][8][16]; /* steps/s, then CPU us a step */
         for (int r = 0; r <= g_reps && !rc; r++)
             for (int ti = 0; ti < g_nthreads && !rc; ti++)
                 for (int k = 0; k < N_KINDS && !rc; k++) {
                     pdde_ps_client *c;
                     if (k != INPROC) setenv("PDDE_PS_LANES", k == BEFORE ? "1" : "8", 1);
                     if (pdde_ps_client_init(ctx, k == INPROC ? NULL : world, &pp, &c)) { rc = 1; break; }
-                    double v = run_threads(c, g_threads[ti], ctx);
+                    double cpu, v = run_threads(c, g_threads[ti], ctx, &cpu);
                     pdde_ps_client_free(c);
                     if (v < 0) rc = 1;
-                    else if (r > 0) rate[k][ti][r - 1] = v;
+                    else if (r > 0) rate[0][k][ti][r - 1] = v, rate[1][k][ti][r - 1] = cpu;
                 }
         if (!rc && write(pipe_fd, rate, sizeof rate) != (ssize_t)sizeof rate) rc = 1;
     }
@@ -147,7 +156,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < 2; r++)
         if ((pid[r] = fork()) == 0) { close(fds[0]); _exit(rank_main(r, addr, fds[1])); }
     close(fds[1]);
-    double rate[N_KINDS][8][16];
+    double rate[2][N_KINDS][8][16];
     ssize_t got = read(fds[0], rate, sizeof rate);
     int bad = 0;
     for (int r = 0; r < 2; r++) {
@@ -162,20 +171,23 @@ int main(int argc, char **argv) {
     if (getloadavg(load, 3) < 1) load[0] = -1;
     printf("bench_ps_remote: %d ids a pull and a push, dim %d, vocab %d, %d steps a thread, median of %d; server: 1 process, async; "
            "1-minute load %.2f on %ld cores\n", g_ids, DIM, g_vocab, g_steps, g_reps, load[0], sysconf(_SC_NPROCESSORS_ONLN));
-    printf("%8s %14s %14s %14s %9s %9s\n", "threads", "before st/s", "after st/s", "inproc st/s", "aft/bef", "aft/inp");
+    printf("%8s %14s %14s %14s %9s %9s   %s\n", "threads", "before st/s", "after st/s", "inproc st/s", "aft/bef", "aft/inp",
+           "worker CPU us a step: before after inproc");
     char result[1024];
     int k = snprintf(result, sizeof result, "RESULT ps_remote");
-    double med[N_KINDS][8];
+    double med[N_KINDS][8], cpu[N_KINDS][8];
     for (int ti = 0; ti < g_nthreads; ti++) {
-        for (int kind = 0; kind < N_KINDS; kind++) med[kind][ti] = bench_median(rate[kind][ti], g_reps);
-        printf("%8d %14.0f %14.0f %14.0f %9.2f %9.2f\n", g_threads[ti], med[BEFORE][ti], med[AFTER][ti], med[INPROC][ti],
-               med[AFTER][ti] / med[BEFORE][ti], med[AFTER][ti] / med[INPROC][ti]);
+        for (int kind = 0; kind < N_KINDS; kind++)
+            med[kind][ti] = bench_median(rate[0][kind][ti], g_reps), cpu[kind][ti] = bench_median(rate[1][kind][ti], g_reps);
+        printf("%8d %14.0f %14.0f %14.0f %9.2f %9.2f   %6.0f %6.0f %6.0f\n", g_threads[ti], med[BEFORE][ti], med[AFTER][ti], med[INPROC][ti],
+               med[AFTER][ti] / med[BEFORE][ti], med[AFTER][ti] / med[INPROC][ti], cpu[BEFORE][ti], cpu[AFTER][ti], cpu[INPROC][ti]);
         for (int kind = 0; kind < N_KINDS; kind++)
             k += snprintf(result + k, sizeof result - (size_t)k, " t%d_%s=%.0f", g_threads[ti], kind_name[kind], med[kind][ti]);
     }
     int last = g_nthreads - 1;
-    snprintf(result + k, sizeof result - (size_t)k, " speedup_t%d=%.2f ceiling_t%d=%.2f load=%.2f", g_threads[last],
-             med[AFTER][last] / med[BEFORE][last], g_threads[last], med[AFTER][last] / med[INPROC][last], load[0]);
+    snprintf(result + k, sizeof result - (size_t)k, " speedup_t%d=%.2f ceiling_t%d=%.2f cpu_us_before_t%d=%.0f cpu_us_after_t%d=%.0f load=%.2f",
+             g_threads[last], med[AFTER][last] / med[BEFORE][last], g_threads[last], med[AFTER][last] / med[INPROC][last], g_threads[last],
+             cpu[BEFORE][last], g_threads[last], cpu[AFTER][last], load[0]);
     printf("%s\n", result);
     return 0;
 }
