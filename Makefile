@@ -274,7 +274,7 @@ ifeq ($(HAVE_UCX),1)
 # follow a fork of a process with threads; UCX's memory hooks off: they clash with TSan's)
 	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -DPDDE_HAVE_UCX $(if $(UCX_DIR),-I$(UCX_DIR)/include) -pthread -I. \
 	  tests/test_ps_remote.c pdde.c -o $(BUILD)/tsan/test_ps_remote -lm -ldl $(filter -L% -Wl% -luc%,$(LDLIBS))
-	PDDE_TEST_STORE_PROCESS=1 UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
+	PDDE_TEST_STORE_PROCESS=1 PDDE_TEST_SLOW=1 UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
 	  $(BUILD)/tsan/test_ps_remote
 endif
 
