@@ -8,7 +8,7 @@
  * rate is steps/s of all the threads; every figure is the median of R repeats, the configurations
  * interleaved repeat by repeat so that they see the same load.
  *
- *   bench_ps_remote [--ids B] [--vocab V] [--steps S] [--reps R] [--threads 1,2,4]
+ *   bench_ps_remote [--ids B] [--vocab V] [--steps S] [--reps R] [--threads 1,2,4] [--servers N (1; a process each)]
  * Last line: RESULT ps_remote t<N>_before=<steps/s> t<N>_after=<steps/s> t<N>_inproc=<steps/s> (each N)
  *   speedup_t<max>=<after / before> ceiling_t<max>=<after / in-process> cpu_us_before_t<max>= cpu_us_after_t<max>=<the
  *   worker process's CPU time a step, medians> load=<1-minute load average> */
@@ -29,7 +29,7 @@
 enum { BEFORE, AFTER, INPROC, N_KINDS };
 static const char *const kind_name[N_KINDS] = {"before", "after", "inproc"};
 
-static int g_ids = 512, g_vocab = 100000, g_steps = 200, g_reps = 5, g_threads[8] = {1, 2, 4}, g_nthreads = 3;
+static int g_ids = 512, g_vocab = 100000, g_steps = 200, g_reps = 5, g_threads[8] = {1, 2, 4}, g_nthreads = 3, g_servers = 1;
 
 typedef struct { pdde_ps_client *c; int t, steps; pdde_status st; } job;
 
@@ -75,7 +75,7 @@ static double run_threads(pdde_ps_client *c, int n, pdde_context *ctx, double *c
 
 static pdde_ps_params params(void) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
-    p.mode = PDDE_PS_ASYNC, p.staleness = 1 << 30;
+    p.mode = PDDE_PS_ASYNC, p.staleness = 1 << 30, p.n_servers = g_servers;
     p.table.dim = DIM, p.table.optimizer = PDDE_PS_SGD, p.table.lr = 0.01f, p.table.init_std = 0.01f;
     return p;
 }
@@ -90,13 +90,13 @@ static int rank_main(int rank, const char *addr, int pipe_fd) {
     pdde_comm *world;
     pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
     if (pdde_store_connect(ctx, addr, 10, &store)) { fprintf(stderr, "rank %d: %s\n", rank, pdde_last_error(ctx)); return 1; }
-    p.store = store, p.rank = rank, p.world_size = 2, p.prefix = "bench_ps_remote", p.timeout_s = 60;
+    p.store = store, p.rank = rank, p.world_size = g_servers + 1, p.prefix = "bench_ps_remote", p.timeout_s = 60;
     if (pdde_comm_init(ctx, &p, &world)) { fprintf(stderr, "rank %d: %s\n", rank, pdde_last_error(ctx)); return 1; }
     pdde_ps_params pp = params();
     int sessions = 2 * g_nthreads * (g_reps + 1), rc = 0;
-    if (rank == 0) {
+    if (rank < g_servers) {
         pdde_ps_server *srv;
-        pdde_status st = pdde_ps_server_init(ctx, &pp, 0, &srv);
+        pdde_status st = pdde_ps_server_init(ctx, &pp, rank, &srv);
         for (int k = 0; k < sessions && !st; k++) st = pdde_ps_server_run(srv, world); /* (a client's goodbye ends one) */
         if (st) fprintf(stderr, "bench_ps_remote server: %s\n", pdde_last_error(ctx)), rc = 1;
         pdde_ps_server_free(srv);
@@ -128,13 +128,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--vocab")) g_vocab = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--steps")) g_steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) g_reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--servers")) g_servers = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) {
             g_nthreads = 0;
             for (char *s = argv[i + 1]; *s && g_nthreads < 8; s += strspn(s, ",")) g_threads[g_nthreads++] = (int)strtol(s, &s, 10);
         } else { fprintf(stderr, "bench_ps_remote: unknown option %s\n", argv[i]); return 2; }
     }
-    if (g_ids < 1 || g_vocab < g_ids || g_steps < 1 || g_reps < 1 || g_reps > 16 || g_nthreads < 1) {
-        fprintf(stderr, "bench_ps_remote: --ids >= 1, --vocab >= ids, --steps >= 1, --reps in [1, 16], --threads a list\n");
+    if (g_ids < 1 || g_vocab < g_ids || g_steps < 1 || g_reps < 1 || g_reps > 16 || g_nthreads < 1 || g_servers < 1 || g_servers > 8) {
+        fprintf(stderr, "bench_ps_remote: --ids >= 1, --vocab >= ids, --steps >= 1, --reps in [1, 16], --threads a list, --servers in [1, 8]\n");
         return 2;
     }
     for (int i = 0; i < g_nthreads; i++)
@@ -152,14 +153,14 @@ int main(int argc, char **argv) {
     int fds[2];
     if (pipe(fds)) return 1;
     fflush(NULL);
-    pid_t pid[2];
-    for (int r = 0; r < 2; r++)
+    pid_t pid[9];
+    for (int r = 0; r <= g_servers; r++)
         if ((pid[r] = fork()) == 0) { close(fds[0]); _exit(rank_main(r, addr, fds[1])); }
     close(fds[1]);
     double rate[2][N_KINDS][8][16];
     ssize_t got = read(fds[0], rate, sizeof rate);
     int bad = 0;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r <= g_servers; r++) {
         int status;
         waitpid(pid[r], &status, 0);
         bad |= !WIFEXITED(status) || WEXITSTATUS(status);
@@ -169,8 +170,8 @@ int main(int argc, char **argv) {
     if (bad || got != (ssize_t)sizeof rate) { fprintf(stderr, "bench_ps_remote: a rank failed\n"); return 1; }
     double load[3] = {0};
     if (getloadavg(load, 3) < 1) load[0] = -1;
-    printf("bench_ps_remote: %d ids a pull and a push, dim %d, vocab %d, %d steps a thread, median of %d; server: 1 process, async; "
-           "1-minute load %.2f on %ld cores\n", g_ids, DIM, g_vocab, g_steps, g_reps, load[0], sysconf(_SC_NPROCESSORS_ONLN));
+    printf("bench_ps_remote: %d ids a pull and a push, dim %d, vocab %d, %d steps a thread, median of %d; servers: %d (a process each), async; "
+           "1-minute load %.2f on %ld cores\n", g_ids, DIM, g_vocab, g_steps, g_reps, g_servers, load[0], sysconf(_SC_NPROCESSORS_ONLN));
     printf("%8s %14s %14s %14s %9s %9s   %s\n", "threads", "before st/s", "after st/s", "inproc st/s", "aft/bef", "aft/inp",
            "worker CPU us a step: before after inproc");
     char result[1024];
