@@ -779,8 +779,9 @@ static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, i
     float *rows = n ? malloc((size_t)n * C * sizeof(float)) : NULL;
     if (n && !rows) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory (pull of %lld rows)", (long long)n);
     pdde_status st = pdde_ps_table_pull(s->table, (size_t)n, ids, rows);
-    pdde_status sr = ps_reply(comm, peer, req, st, st ? 0 : n);
-    if (!st && !sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, ps_tag(ps_lane_of(req), PS_TAG_ROWS));
+    if (st && n) memset(rows, 0, (size_t)n * C * sizeof(float)); /* (the rows go all the same: the client posted their receive) */
+    pdde_status sr = ps_reply(comm, peer, req, st, n);
+    if (!sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, ps_tag(ps_lane_of(req), PS_TAG_ROWS));
     free(rows);
     s->stats.pulls++;
     return sr;
@@ -959,8 +960,10 @@ typedef struct {
     int64_t seq;               /* requests sent on this lane */
     size_t *count, *cap;       /* per server */
     uint64_t **ids;
-    float **vals;
+    float **vals;              /* values sent, or rows received */
     int64_t **where;           /* position in the caller's arrays */
+    ps_hdr *reply;             /* per server: the reply header, and the posted receives of it and of the rows */
+    pdde_comm_request **reply_req, **rows_req;
 } ps_lane;
 
 struct pdde_ps_client {
@@ -1019,8 +1022,10 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
         ps_lane *L = &c->lane[l];
         L->count = calloc((size_t)ns, sizeof *L->count), L->cap = calloc((size_t)ns, sizeof *L->cap);
         L->ids = calloc((size_t)ns, sizeof *L->ids), L->vals = calloc((size_t)ns, sizeof *L->vals);
-        L->where = calloc((size_t)ns, sizeof *L->where);
-        if (!L->count || !L->cap || !L->ids || !L->vals || !L->where) st = pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
+        L->where = calloc((size_t)ns, sizeof *L->where), L->reply = calloc((size_t)ns, sizeof *L->reply);
+        L->reply_req = calloc((size_t)ns, sizeof *L->reply_req), L->rows_req = calloc((size_t)ns, sizeof *L->rows_req);
+        if (!L->count || !L->cap || !L->ids || !L->vals || !L->where || !L->reply || !L->reply_req || !L->rows_req)
+            st = pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
     }
     if (st) { c->comm = NULL; pdde_ps_client_free(c); return st; }
     *out = c;
@@ -1092,13 +1097,12 @@ static pdde_status ps_failed(pdde_ps_client *c, pdde_status st, int op, int64_t 
                       (long long)req, ps_lane_of(req), s, s, why);
 }
 
-/* Waits for server s's reply to request req: its header must echo req. */
-static pdde_status ps_wait_reply(pdde_ps_client *c, int s, int op, int64_t req, size_t n, ps_hdr *h, bool *lost) {
-    pdde_status st = pdde_comm_recv(c->comm, h, PS_HDR_WORDS, PDDE_I64, s, ps_tag(ps_lane_of(req), PS_TAG_REPLY));
-    if (st) return *lost = true, ps_failed(c, st, op, req, n, s);
+/* The reply header h of server s to request req: it must echo req (lost: it does not, nothing that
+ * follows on the lane can be trusted). */
+static pdde_status ps_check_reply(pdde_ps_client *c, int s, int op, int64_t req, size_t n, const ps_hdr *h, bool *lost) {
     if (h->req != req)
         return *lost = true, pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %s request %lld with the reply to request %lld",
-                          s, ps_op_name(op), (long long)req, (long long)h->req);
+                                        s, ps_op_name(op), (long long)req, (long long)h->req);
     if (h->status)
         return pdde_error(c->ctx, (pdde_status)h->status, "ps client: server %d failed %s request %lld of %zu ids (status %lld)", s,
                           ps_op_name(op), (long long)req, n, (long long)h->status);
@@ -1106,13 +1110,23 @@ static pdde_status ps_wait_reply(pdde_ps_client *c, int s, int op, int64_t req, 
 }
 
 /* A request to every server on a free lane: header, ids, values; then each reply (rows into out when
- * pulling). */
+ * pulling). The receives of the replies are posted before the request goes out, so a server's reply
+ * never waits for this thread (busy sending to, or waiting on, another server): no server waits on a
+ * client, and no cycle of waits forms among servers and a worker's threads. */
 static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_t *ids, const float *vals, float *out) {
     int ns = c->p.n_servers, C = c->p.table.dim, lane = ps_lane_get(c);
     if (lane < 0) return ps_no_lane(c, op);
     ps_lane *L = &c->lane[lane];
     int64_t req = lane | ++L->seq << 8, clock = atomic_load(&c->clock);
+    bool pull = op == PS_PULL;
+    memset(L->reply_req, 0, (size_t)ns * sizeof *L->reply_req), memset(L->rows_req, 0, (size_t)ns * sizeof *L->rows_req);
     pdde_status st = ps_split(c, L, n, ids, vals);
+    for (int s = 0; s < ns && !st; s++) {
+        st = pdde_comm_irecv(c->comm, &L->reply[s], PS_HDR_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_REPLY), &L->reply_req[s]);
+        if (!st && pull && L->count[s])
+            st = pdde_comm_irecv(c->comm, L->vals[s], L->count[s] * C, PDDE_F32, s, ps_tag(lane, PS_TAG_ROWS), &L->rows_req[s]);
+        if (st) st = ps_failed(c, st, op, req, L->count[s], s);
+    }
     for (int s = 0; s < ns && !st; s++) {
         ps_hdr h = {op, (int64_t)L->count[s], clock, 0, req};
         st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
@@ -1122,22 +1136,33 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
         if (st) st = ps_failed(c, st, op, req, L->count[s], s);
     }
     /* every server's reply is taken, also after one refused the request, so the lane's next request
-     * meets no stale reply (not after a lost transfer: that fails the world) */
-    int sent = st ? 0 : ns;
-    bool lost = false;
-    for (int s = 0; s < sent && !lost; s++) {
-        ps_hdr h;
-        pdde_status sr = ps_wait_reply(c, s, op, req, L->count[s], &h, &lost);
-        if (!sr && out && h.n != (int64_t)L->count[s])
-            sr = pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %lld rows for %zu ids", s, (long long)h.n, L->count[s]);
-        if (!sr && out && h.n) {
-            sr = pdde_comm_recv(c->comm, L->vals[s], (size_t)h.n * C, PDDE_F32, s, ps_tag(lane, PS_TAG_ROWS));
-            if (sr) sr = ps_failed(c, sr, op, req, L->count[s], s), lost = true;
-            for (int64_t k = 0; !sr && k < h.n; k++)
+     * meets no stale reply */
+    /* lost: the world failed, or a receive stays posted that would take the lane's next reply (a
+     * timeout, a reply that is not this request's): then the world cannot go on (doomed: this client
+     * fails it, as a blocking call's timeout does) */
+    bool lost = st && L->reply_req[0], doomed = false; /* (a failure before anything was posted loses nothing) */
+    for (int s = 0; s < ns && !lost; s++) {
+        pdde_status sr = pdde_comm_wait(L->reply_req[s], -1);
+        if (sr) doomed = sr == PDDE_ERR_TIMEOUT, sr = ps_failed(c, sr, op, req, L->count[s], s), lost = true;
+        if (!sr && (sr = ps_check_reply(c, s, op, req, L->count[s], &L->reply[s], &lost)) && lost) doomed = true;
+        if (!sr && pull && L->reply[s].n != (int64_t)L->count[s])
+            sr = pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %lld rows for %zu ids", s, (long long)L->reply[s].n,
+                            L->count[s]), lost = doomed = true;
+        if (!lost && L->rows_req[s]) { /* (rows come after a refusal too: zeros) */
+            pdde_status rr = pdde_comm_wait(L->rows_req[s], -1);
+            if (rr) doomed = rr == PDDE_ERR_TIMEOUT, sr = ps_failed(c, rr, op, req, L->count[s], s), lost = true;
+            for (size_t k = 0; !sr && k < L->count[s]; k++)
                 memcpy(out + L->where[s][k] * C, L->vals[s] + k * C, (size_t)C * sizeof(float));
         }
         if (!st) st = sr;
     }
+    if (doomed) {
+        char why[768];
+        snprintf(why, sizeof why, "%s", pdde_last_error(c->ctx));
+        pdde_comm_abort(c->comm);
+        st = pdde_error(c->ctx, st, "%s", why); /* (this thread's message stays the cause) */
+    }
+    for (int s = 0; s < ns; s++) pdde_comm_request_free(L->reply_req[s]), pdde_comm_request_free(L->rows_req[s]);
     ps_lane_put(c, lane);
     return st;
 }
@@ -1289,7 +1314,9 @@ static pdde_status ps_command(pdde_ps_client *c, int op, const char *path, int s
     bool lost = false;
     for (int s = first; s <= last && !st && op != PS_BYE; s++) {
         ps_hdr h;
-        st = ps_wait_reply(c, s, op, req, 0, &h, &lost);
+        st = pdde_comm_recv(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_REPLY));
+        if (st) st = ps_failed(c, st, op, req, 0, s);
+        else st = ps_check_reply(c, s, op, req, 0, &h, &lost);
         if (!st && out) {
             int64_t words_in[PS_STATS_WORDS];
             st = pdde_comm_recv(c->comm, words_in, PS_STATS_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_ROWS));
@@ -1330,7 +1357,7 @@ void pdde_ps_client_free(pdde_ps_client *c) {
     for (int l = 0; l < PS_LANES; l++) {
         ps_lane *L = &c->lane[l];
         for (int s = 0; L->ids && s < c->p.n_servers; s++) free(L->ids[s]), free(L->vals[s]), free(L->where[s]);
-        free(L->ids), free(L->vals), free(L->where), free(L->count), free(L->cap);
+        free(L->ids), free(L->vals), free(L->where), free(L->count), free(L->cap), free(L->reply), free(L->reply_req), free(L->rows_req);
     }
     ps_map_free(&c->geo_index);
     free(c->geo_cur), free(c->geo_base), free(c->geo_ids), free(c->geo_touched);

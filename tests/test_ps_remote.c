@@ -252,6 +252,71 @@ static void test_overlap(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Two servers, threads pulling batches of very different sizes: small requests go eagerly and large
+ * replies by rendezvous, so a server that sent a reply to a thread not yet receiving it would wait on
+ * that thread while the thread waits on the other server. Every pull must read its rows. */
+
+#define MIX_THREADS 4
+#define MIX_STEPS 40
+typedef struct { pdde_ps_client *c; pdde_context *ctx; int i, done, bad; char err[256]; } mix_thread;
+
+static void *mix_loop(void *arg) {
+    mix_thread *t = arg;
+    int n = t->i % 2 ? 800 : 6000; /* ids a pull: small and large */
+    uint64_t *ids = malloc((size_t)n * sizeof *ids);
+    float *rows = malloc((size_t)n * DIM * sizeof *rows);
+    pdde_status st = PDDE_OK;
+    for (int step = 0; step < MIX_STEPS && !st; step++) {
+        for (int k = 0; k < n; k++) ids[k] = 100000 + (uint64_t)((k * 7 + step * 13 + t->i * 1000) % 20000);
+        st = pdde_ps_client_pull(t->c, (size_t)n, ids, rows);
+        for (int k = 0; k < n && !st; k++) t->bad += row_pushes(rows + (size_t)k * DIM, 1.0) != 0; /* (never pushed: zeros) */
+        if (!st) t->done++;
+    }
+    if (st) snprintf(t->err, sizeof t->err, "%s", pdde_last_error(t->ctx));
+    free(ids), free(rows);
+    return NULL;
+}
+
+static void mix_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = job_params(PDDE_PS_ASYNC);
+    p.n_servers = 2;
+    int rank = pdde_comm_rank(world);
+    if (rank < 2) {
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, rank, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "mixed sizes: server %d: %s", rank, pdde_last_error(ctx));
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    CHECK(st == PDDE_OK, "mixed sizes: client: %s", pdde_last_error(ctx));
+    if (st) return;
+    mix_thread t[MIX_THREADS];
+    pthread_t th[MIX_THREADS];
+    for (int i = 0; i < MIX_THREADS; i++) {
+        t[i] = (mix_thread){c, ctx, i, 0, 0, ""};
+        pthread_create(&th[i], NULL, mix_loop, &t[i]);
+    }
+    for (int i = 0; i < MIX_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(t[i].done == MIX_STEPS && !t[i].bad, "mixed sizes: worker %d thread %d: %d of %d pulls, %d rows not zero (%s)", rank, i,
+              t[i].done, MIX_STEPS, t[i].bad, t[i].err);
+    }
+    pdde_ps_client_free(c);
+}
+
+static void test_mixed_sizes(void) {
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    double t0 = test_now();
+    test_run_ranks(4, &tp, mix_rank, NULL, 90);
+    printf("mixed sizes: 2 servers, 2 workers x %d threads x %d pulls (6000 and 800 ids) in %.2f s\n", MIX_THREADS, MIX_STEPS, test_now() - t0);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * A server SIGKILLed while 4 threads push: every thread fails (no hang) within the peer timeout, naming
  * the server and the request, and the server's checkpoint (written before each acknowledgement) holds
  * every push a thread saw acknowledged and at most the one it had in flight besides. */
@@ -385,6 +450,7 @@ int main(void) {
         test_job(PDDE_PS_ASYNC);
         test_job(PDDE_PS_SYNC);
         test_overlap();
+        test_mixed_sizes();
         test_server_killed(ctx);
     } else CHECK(0, "store server: %s", pdde_last_error(ctx));
     pdde_store_server_free(srv);
