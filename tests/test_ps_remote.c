@@ -2,7 +2,8 @@
  * parameter servers in other processes (real processes around a TCP store this test hosts on
  * 127.0.0.1): async and sync jobs of 2 workers x 4 threads end with the table of the closed form, every
  * pull of a thread's own rows reads exactly its pushes so far and no pull reads a torn row; a thread's
- * push goes through while another thread's pull waits on the staleness bound; and a server SIGKILLed
+ * push goes through while another thread's pull waits on the staleness bound; threads pulling 6000
+ * and 800 ids at once from 2 servers all get their rows; and a server SIGKILLed
  * while 4 threads push fails every thread within the peer timeout with an error that names the server
  * and the request, its checkpoint holding every acknowledged push. */
 #define _GNU_SOURCE
