@@ -1140,7 +1140,7 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
     /* lost: the world failed, or a receive stays posted that would take the lane's next reply (a
      * timeout, a reply that is not this request's): then the world cannot go on (doomed: this client
      * fails it, as a blocking call's timeout does) */
-    bool lost = st && L->reply_req[0], doomed = false; /* (a failure before anything was posted loses nothing) */
+    bool lost = st != PDDE_OK, doomed = st == PDDE_ERR_OOM && L->reply_req[0]; /* (a send fails only in a failed world) */
     for (int s = 0; s < ns && !lost; s++) {
         pdde_status sr = pdde_comm_wait(L->reply_req[s], -1);
         if (sr) doomed = sr == PDDE_ERR_TIMEOUT, sr = ps_failed(c, sr, op, req, L->count[s], s), lost = true;
