@@ -32,11 +32,10 @@ int main(void) {
 #define STEPS 600 /* (long enough that the cut, a subprocess after step 20..100, comes before the end on a loaded machine) */
 #define WATCHDOG_S 200 /* the whole test, whatever hangs */
 
-/* The peer timeout: 1.5 s, times the machine's load per core when that is above 1 (at most 4 times).
- * The bounds checked are derived from it (the peer timeout plus the lease for noticing the cut), so
- * they say the same on any machine; but a member holds a lease of about the peer timeout at the store
- * and renews it every quarter of it, and a loaded machine can starve a process past 1.25 s: the store
- * then drops it as frozen (a member of host A fenced, the job lost before the cut). */
+/* The peer timeout: 1.5 s, times the machine's load per core when that is above 1 (job_peer_timeout).
+ * The bounds checked derive from it (the peer timeout plus the lease for noticing the cut), so they say
+ * the same on any machine, while a loaded machine does not starve a member past its lease at the store
+ * (which then drops it as frozen: a member of host A fenced, the job lost before the cut). */
 static double g_pt = 1.5;
 #define PEER_TIMEOUT g_pt
 #define LEASE (PEER_TIMEOUT - 0.25) /* the lease a member holds at the store (core/elastic.c) */
@@ -237,13 +236,8 @@ int main(int argc, char **argv) {
     if (ok) {
         char secret[80];
         if (!pdde_job_secret_generate(NULL, secret, sizeof secret)) setenv("PDDE_JOB_SECRET", secret, 1); /* (both hosts know it) */
-        double load = 0;
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        FILE *la = fopen("/proc/loadavg", "r");
-        if (la && fscanf(la, "%lf", &load) == 1 && cores > 0 && load / (double)cores > 1)
-            g_pt = 1.5 * (load / (double)cores < 4 ? load / (double)cores : 4);
-        if (la) fclose(la);
-        printf("peer timeout %.2f s (load %.1f on %ld cores)\n", g_pt, load, cores);
+        g_pt = job_peer_timeout(1.5);
+        printf("peer timeout %.2f s (1.5 s times the load per core above 1)\n", g_pt);
         int again = 1;
         for (int t = 0; t < 3 && again; t++) again = test_cut(seed, t);
         CHECK(!again, "cut: in 3 tries the link went down after the training ended");
