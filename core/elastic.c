@@ -198,7 +198,7 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
     double give_up = elastic_now() + e->timeout_s;
     int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids);
     if (!ids) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
-    for (int g = 1; elastic_now() < give_up;) {
+    for (int g = 1; elastic_now() < give_up && !atomic_load(&e->store_lost);) {
         snprintf(key, sizeof key, "%s/g%d/members", e->job, g);
         if (el_get(e, key, &v) != PDDE_OK) {
             snprintf(key, sizeof key, "%s/done", e->job);
@@ -220,6 +220,9 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
         return PDDE_OK;
     }
     free(ids);
+    if (atomic_load(&e->store_lost))
+        return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: member %d asked to join job %s and the store dropped it while it waited "
+                          "(its lease of %.3g s ran out: the process was stalled or cut off)", e->id, e->job, e->lease_s);
     snprintf(key, sizeof key, "%s/done", e->job);
     if (el_exists(e, key))
         return pdde_error(e->ctx, PDDE_ERR_ABORTED, "elastic: member %d asked to join job %s, which finished before it was taken in",
