@@ -97,6 +97,7 @@ static int test_cut(unsigned seed, int tries) {
     char m_cut[300], m_cut_b[300], m_ref[300], m_ref_b[300];
     snprintf(m_cut, sizeof m_cut, "%s/cut.jsonl", g_tmp), snprintf(m_cut_b, sizeof m_cut_b, "%s/cut_b.jsonl", g_tmp);
     snprintf(m_ref, sizeof m_ref, "%s/ref.jsonl", g_tmp), snprintf(m_ref_b, sizeof m_ref_b, "%s/ref_b.jsonl", g_tmp);
+    unlink(m_cut), unlink(m_cut_b); /* (an earlier try's: the wait for a step reads this file) */
     srand(seed);
     int at = 20 + rand() % 80;
     for (int k = 0; k < tries; k++) at = 20 + rand() % 80;

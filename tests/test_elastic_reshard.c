@@ -71,6 +71,7 @@ static int test_case_try(const reshard_case *c, int k, unsigned seed) {
     int n = atoi(c->ranks);
     snprintf(m_fail, sizeof m_fail, "%s/case%d.jsonl", g_tmp, k);
     snprintf(m_ref, sizeof m_ref, "%s/case%d_ref.jsonl", g_tmp, k);
+    unlink(m_fail); /* (an earlier try's: the wait for a step reads this file) */
     srand(seed * 31 + (unsigned)k);
     int victim = 1 + rand() % (n - 1), at = 20 + rand() % 80;
     job j = case_start(c, NULL, m_fail);
