@@ -136,17 +136,21 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     const pdde_sparse_embedding *e = b->e;
     size_t bytes = (size_t)e->rows * e->dim * sizeof(float);
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
-    pdde_status st = pdde_session_read(s, e->table->grad, b->rows, bytes);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, e->table->grad, bytes, "sparse batch collect", &lt);
+    /* only the batch's rows are pushed: the rest (the empty slots' row, rows no id refers to) stay unread */
+    if (!st && b->n_unique) st = read_local(s, lt, b->rows, (size_t)b->n_unique * e->dim * sizeof(float));
     /* the accumulator is the optimizers' to zero, and they skip sparse tables (and the graph of a
-     * model whose dense parameters live on the servers has no optimizer) */
-    if (!st) st = pdde_session_write(s, e->table->grad, b->zeros, bytes);
+     * model whose dense parameters live on the servers has no optimizer): zeroed where it lives */
+    if (!st) st = zero_bound(s, lt);
     for (int i = 0; i < b->n_dense && !st; i++) {
         pdde_tensor *g = b->dense[i]->grad;
         float *dst = b->dense_vals + b->dense_row0[i] * e->dim;
         int64_t n = pdde_tensor_numel(g), end = (i + 1 < b->n_dense ? b->dense_row0[i + 1] : b->dense_rows) * e->dim - b->dense_row0[i] * e->dim;
-        st = pdde_session_read(s, g, dst, pdde_tensor_nbytes(g));
+        st = check_io(s, g, pdde_tensor_nbytes(g), "sparse batch collect", &lt);
+        if (!st) st = read_local(s, lt, dst, pdde_tensor_nbytes(g));
         memset(dst + n, 0, (size_t)(end - n) * sizeof *dst); /* the last row's padding has no gradient */
-        if (!st) st = pdde_session_write(s, g, b->zeros, pdde_tensor_nbytes(g));
+        if (!st) st = zero_bound(s, lt);
     }
     return st;
 }
