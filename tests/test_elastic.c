@@ -103,8 +103,13 @@ static void compare_losses(const char *what, const char *got_path, const char *w
         if (d > worst) worst = d;
         if (!(d <= tol) && bad < 0) bad = s;
     }
-    CHECK(bad < 0, "%s: step %d's loss %.9g differs from %s's %.9g (tolerance %.3g relative)", what, bad, bad > 0 ? got[bad] : 0,
-          want_path, bad > 0 ? want[bad] : 0, tol);
+    /* (NaN is also how metrics_losses marks a step that was never written) */
+    if (bad > 0 && (isnan(got[bad]) || isnan(want[bad])))
+        CHECK(0, "%s: step %d has no finite loss in %s (%s): a NaN, or the run stopped before it", what, bad,
+              isnan(got[bad]) ? got_path : want_path, isnan(got[bad]) ? "this run" : "the reference");
+    else
+        CHECK(bad < 0, "%s: step %d's loss %.9g differs from %s's %.9g (tolerance %.3g relative)", what, bad, bad > 0 ? got[bad] : 0,
+              want_path, bad > 0 ? want[bad] : 0, tol);
     printf("%s: the losses of steps %d..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, from, to, want_path, worst, tol);
     free(got), free(want);
 }
