@@ -101,7 +101,10 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     const char *env[] = {"PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
 
     /* the run with the kill */
-    const char *run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--restart", "1", NULL};
+    /* (the peer timeout grows with the machine's load: a starved member would lose its lease; job_peer_timeout) */
+    char peer[32];
+    snprintf(peer, sizeof peer, "%.2f", job_peer_timeout(1.5));
+    const char *run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", peer, "--grace", "1", "--restart", "1", NULL};
     /* (the restarted rank is taken in from step at + 150 on, so that steps run without it: a restart
      * here is often faster than the survivors' recovery) */
     char admit_fail[80];
@@ -149,8 +152,9 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/ref%d", job_free_port(), k);
     snprintf(leave, sizeof leave, "PDDE_ELASTIC_LEAVE=%d@%d", victim, lost_at);
     snprintf(admit, sizeof admit, "PDDE_TEST_ELASTIC_ADMIT=%d", join_at);
-    const char *ref_run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv, NULL};
-    const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", "1.5", "--rdzv", rdzv, NULL};
+    /* (a planned leave and join: nothing to detect, so a peer timeout no load can starve) */
+    const char *ref_run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", "10", "--grace", "1", "--rdzv", rdzv, NULL};
+    const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", "10", "--rdzv", rdzv, NULL};
     const char *ref_env[] = {leave, admit, "PDDE_BACKENDS=cpu", NULL};
     job ref = ft_start(ref_run, m_ref, ref_env, gpt);
     int started = !job_wait_step(&ref, m_ref, 1, JOB_STEP_LIMIT_S); /* (its store is up: the joiner connects to it) */
