@@ -223,6 +223,16 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     }
     int staging_device = -1; /* (collectives and receives on device memory: the session's one bounce buffer) */
     s->transfer_bytes += program_comm_staging_bytes(ctx, P, &staging_device);
+    /* ZeRO-3's prefetched gathers: the host regions of those with device memory, the scratch of the
+     * largest into host memory along a dim other than 0 (core/session.c session_allocate) */
+    size_t scratch = 0;
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *t = P->order[i];
+        if (t->op == PDDE_OP_ALLGATHER && P->info[t->id].prefetch && P->info[t->id].dim > 0 && registry_device_is_host(ctx->registry, t->device) &&
+            pdde_tensor_nbytes(t) > scratch)
+            scratch = pdde_tensor_nbytes(t);
+    }
+    s->transfer_bytes += P->prefetch_staging_bytes + scratch;
     /* the buffers the session allocates: n_live arenas and a persistent buffer per device (at least
      * one alignment unit each) */
     for (int d = 0; d < m->n_devs && !st; d++) {

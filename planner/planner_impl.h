@@ -265,6 +265,7 @@ typedef struct {
                            step's last backward pass; its comm_wait completes it */
     bool prefetch;      /* (with early) ZeRO-3's gather of a parameter started a layer ahead of its
                            readers, in every pass that runs it; its comm_wait completes it */
+    size_t staging_offset; /* a prefetched gather with device memory: its region of the prefetch staging */
     bool write_back;    /* allgather of an updated slice (src[1]) into the whole parameter (src[0]) */
     /* point to point (send, recv) */
     int peer;           /* the other rank (in the world) */
@@ -342,6 +343,8 @@ typedef struct pdde_program {
      * buckets nor early reductions take (host memory only): where a group's ranks differ in it, a
      * session lowers every rank again without both, so that peers issue the same collectives */
     unsigned device_collective_axes;
+    /* the host memory that prefetched ZeRO-3 gathers with device memory go through (0: none) */
+    size_t prefetch_staging_bytes;
     /* storage of the nodes (blocks, so node pointers stay put as the program grows) */
     pdde_tensor **blocks;
     int n_blocks;
