@@ -32,12 +32,14 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
     "$build/gpt" "${one[@]}" "${dev[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
     local ref; ref=$(losses "$tmp/$name.one.json")
     check "$name: one process trains on the device ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
-    for pf in 1 0; do
-        local show=(); [ $pf = 1 ] && show=(--show-program)
-        env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=$pf timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" \
+    for pf in 1 0; do # (1: the default, the variable unset)
+        local show=() env=(env -u PDDE_ZERO3_REGATHER -u PDDE_ZERO3_PREFETCH)
+        [ $pf = 1 ] && show=(--show-program)
+        [ $pf = 0 ] && env=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=0)
+        "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" \
             "${dev[@]}" "${show[@]}" --stop-after 3 --ckpt-dir "$tmp/$name.$pf.ckpt" --metrics "$tmp/$name.$pf.json" >"$tmp/$name.$pf.log" 2>&1
         local rc=$?
-        check "$name, PDDE_ZERO3_PREFETCH=$pf: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$pf.log"))" $rc
+        check "$name, prefetch $pf: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$pf.log"))" $rc
     done
     # rank 0's gathers of parameters on the device (not device 0, the CPU), and those prefetched
     local all pre
