@@ -72,8 +72,8 @@ struct pdde_session {
     char *prefetch_staging;
     session_device *prefetch_staging_dev, *prefetch_unsynced;
     bool prefetch_staging_pinned;
-    /* prefetched gathers into host memory along a dim other than 0: where their blocks wait to be put
-     * in place (the largest's size) */
+    /* gathers and reduce-scatters along a dim other than 0: where their blocks are reordered (the
+     * largest's size: program_gather_scratch_bytes) */
     char *gather_scratch;
     size_t gather_scratch_bytes;
     /* micro-batches and pipeline stages (from the program) */
@@ -594,7 +594,7 @@ static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim,
 static pdde_status unpack_gathered(pdde_session *s, pdde_tensor *t) {
     size_t bytes = pdde_tensor_nbytes(t);
     char *out = (char *)t->data + t->offset;
-    if (bytes > s->gather_scratch_bytes) /* (sized at init for the largest: session_allocate) */
+    if (bytes > s->gather_scratch_bytes) /* (sized at init for the largest: program_gather_scratch_bytes) */
         return pdde_error(s->ctx, PDDE_ERR_STATE, "%s: %zu bytes exceed the gathers' scratch of %zu", t->name, bytes, s->gather_scratch_bytes);
     memcpy(s->gather_scratch, out, bytes);
     blocks_along(s->gather_scratch, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]),
@@ -815,7 +815,8 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
         return st;
     }
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
-    char *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
+    size_t need = (t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz; /* (the session's scratch, sized for the largest) */
+    char *tmp = dim == 0 ? NULL : need <= s->gather_scratch_bytes ? s->gather_scratch : malloc(need);
     if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
     pdde_status st;
     if (t->op == PDDE_OP_REDUCE_SCATTER) {
@@ -825,7 +826,7 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
         st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, t->dtype);
         if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, esz, false);
     }
-    free(tmp);
+    if (tmp != s->gather_scratch) free(tmp);
     return st;
 }
 
@@ -1201,13 +1202,12 @@ static pdde_status session_allocate(pdde_session *s) {
         break;
     }
     /* ZeRO-3's prefetched gathers: the host regions of those with device memory (pinned by the first's
-     * device), and the scratch of those into host memory along another dim than 0 */
+     * device); and the blocks' scratch of gathers and reduce-scatters along another dim than 0 */
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         const pdde_program_node *in = node_info(s, t);
         if (t->op != PDDE_OP_ALLGATHER || !in->prefetch) continue;
         session_device *xd = &s->devs[s->slot[t->src[0]->id]], *td = &s->devs[s->slot[t->id]];
-        if (td->host && in->dim > 0 && pdde_tensor_nbytes(t) > s->gather_scratch_bytes) s->gather_scratch_bytes = pdde_tensor_nbytes(t);
         if ((xd->host && td->host) || s->prefetch_staging_dev || !s->prog->prefetch_staging_bytes) continue;
         session_device *sd = td->host ? xd : td;
         size_t n = s->prog->prefetch_staging_bytes;
@@ -1216,6 +1216,7 @@ static pdde_status session_allocate(pdde_session *s) {
         if (!pinned && !(p = malloc(n))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (ZeRO-3's prefetch staging of %zu bytes)", n);
         s->prefetch_staging = p, s->prefetch_staging_dev = sd, s->prefetch_staging_pinned = pinned, s->mem.transfer_bytes += p ? n : 0;
     }
+    s->gather_scratch_bytes = st == PDDE_OK ? program_gather_scratch_bytes(s->prog) : 0;
     if (st == PDDE_OK && s->gather_scratch_bytes && !(s->gather_scratch = malloc(s->gather_scratch_bytes)))
         st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gather's scratch of %zu bytes)", s->gather_scratch_bytes);
     s->mem.transfer_bytes += s->gather_scratch ? s->gather_scratch_bytes : 0;

@@ -434,6 +434,9 @@ PDDE_PRIVATE void program_memory_free(program_memory *m);
 /* The host bounce buffer that collectives and receives on device memory outside gradient buckets go
  * through (core/session.c, one for the session): the most bytes one of them needs, *device its node's. */
 PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_program *p, int *device);
+/* The host scratch where gathers and reduce-scatters along a dim other than 0 reorder their blocks
+ * (core/session.c, one for the session, allocated once): the most bytes one of them reorders. */
+PDDE_PRIVATE size_t program_gather_scratch_bytes(const pdde_program *p);
 /* Whether device collectives dc serve bucket node b: its op has dc's slot and every member lives on
  * one device of dc's backend, which has the copy slot (the session and pdde_predict_memory ask). */
 PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *p, const pdde_tensor *b, const pdde_device_collectives_iface *dc);
