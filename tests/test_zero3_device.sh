@@ -5,7 +5,7 @@
 # every rank runs, most of rank 0's gathers), with the same bits as PDDE_ZERO3_PREFETCH=0 (the
 # checkpoint after the last step: pdde-ckpt diff; and the losses of the dense model) and the losses
 # of one process on the device within 1e-6 relative. `gpt --dp 2 --zero 3 --micro 2` (gathers along
-# dim 0) and the MoE GPT `--moe-experts 4 --dp 4 --ep 2 --zero 3` (its experts gathered along dim 1).
+# dim 0), also with 2 pipeline stages (`--pp 2`), and the MoE GPT `--moe-experts 4 --dp 4 --ep 2 --zero 3` (its experts gathered along dim 1).
 # Run from the repository root.
 . tests/script_util.sh zero3dev
 if [ ! -x "$build/pdde-run" ]; then
@@ -18,7 +18,7 @@ if ! "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
     echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
-dev=(--blocks-on opencl --layers 2 --steps 3 --val-every 0 --sample-len 0 --threads 1)
+dev=(--blocks-on opencl --steps 3 --val-every 0 --sample-len 0 --threads 1)
 export PDDE_COMM_TIMEOUT=60 # (a rank waiting for a message its peer never sends fails in a minute)
 losses() { python3 -c 'import json, sys; print(" ".join("%.9g" % r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r))' "$1" 2>/dev/null; }
 close() { python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
@@ -57,6 +57,8 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
     check "$name: the parameters and optimizer state after 3 steps the same bits with and without the prefetch ($(echo "$out" | tail -1))" $rc
 }
 
-run_case dp2_micro2 2 -- --dp 2 --zero 3 --micro 2
-run_case moe_dp4_ep2 4 --moe-experts 4 --width 64 --batch 4 -- --dp 4 --ep 2 --zero 3
+run_case dp2_micro2 2 --layers 2 -- --dp 2 --zero 3 --micro 2
+# (1F1B: a stage's forward and backward passes of different micro-batches take turns)
+run_case dp2_pp2_micro2 4 --layers 4 --width 64 -- --dp 2 --pp 2 --zero 3 --micro 2
+run_case moe_dp4_ep2 4 --layers 2 --moe-experts 4 --width 64 --batch 4 -- --dp 4 --ep 2 --zero 3
 finish
