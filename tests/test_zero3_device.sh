@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # ZeRO-3 with every rank's blocks on a device (`--blocks-on opencl`: PoCL here, the ranks share it; the
-# embedding and the head on the CPU, whose backward is deterministic where the device's float atomics are
-# not): each layer's parameter gathers into device memory start while the layer before it computes (`prefetched` in the program
-# every rank runs, most of rank 0's gathers), with the same bits as PDDE_ZERO3_PREFETCH=0 (the
-# checkpoint after the last step: pdde-ckpt diff; and the losses of the dense model) and the losses
-# of one process on the device within 1e-6 relative. `gpt --dp 2 --zero 3 --micro 2` (gathers along
-# dim 0), also with 2 pipeline stages (`--pp 2`), and the MoE GPT `--moe-experts 4 --dp 4 --ep 2 --zero 3` (its experts gathered along dim 1).
+# embedding and the head on the CPU, whose backward is deterministic where the device's float atomics
+# are not): the parameter gathers into device memory start while the layer before computes (half of
+# rank 0's at least print `prefetched` in its program), the same bits as PDDE_ZERO3_PREFETCH=0 (the
+# losses, and the checkpoint after the last step by pdde-ckpt diff), and the losses of one process on
+# the device within 1e-6 relative. `gpt --dp 2 --zero 3 --micro 2` (gathers along dim 0), the same
+# with 2 pipeline stages, and the MoE GPT `--moe-experts 4 --dp 4 --ep 2 --zero 3` (experts along dim 1).
 # Run from the repository root.
 . tests/script_util.sh zero3dev
 if [ ! -x "$build/pdde-run" ]; then
