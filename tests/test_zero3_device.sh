@@ -13,12 +13,16 @@ if [ ! -x "$build/pdde-run" ]; then
     echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
-if ! "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
-    echo "SKIP opencl: no OpenCL device (PoCL in CI)"
+backend=${PDDE_TEST_DEVICE:-opencl} # (a GPU run: PDDE_TEST_DEVICE=cuda)
+if ! "$build/pdde-info" 2>/dev/null | grep -Eq "^ +$backend +available"; then
+    if [ "$backend" = opencl ]; then echo "SKIP opencl: no OpenCL device (PoCL in CI)"; else echo "SKIP $backend: no $backend device (PDDE_TEST_DEVICE)"; fi
     echo "0 passed, 0 failed, 1 skipped"
     exit 0
 fi
-dev=(--blocks-on opencl --steps 3 --val-every 0 --sample-len 0 --threads 1)
+# the prefetch as by default (OpenCL's); other backends' device gathers only with PDDE_ZERO3_PREFETCH=1
+on=(env -u PDDE_ZERO3_REGATHER -u PDDE_ZERO3_PREFETCH)
+[ "$backend" != opencl ] && on=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=1)
+dev=(--blocks-on "$backend" --steps 3 --val-every 0 --sample-len 0 --threads 1)
 export PDDE_COMM_TIMEOUT=60 # (a rank waiting for a message its peer never sends fails in a minute)
 losses() { python3 -c 'import json, sys; print(" ".join("%.9g" % r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r))' "$1" 2>/dev/null; }
 close() { python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
@@ -32,8 +36,8 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
     "$build/gpt" "${one[@]}" "${dev[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
     local ref; ref=$(losses "$tmp/$name.one.json")
     check "$name: one process trains on the device ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
-    for pf in 1 0; do # (1: the default, the variable unset)
-        local show=() env=(env -u PDDE_ZERO3_REGATHER -u PDDE_ZERO3_PREFETCH)
+    for pf in 1 0; do
+        local show=() env=("${on[@]}")
         [ $pf = 1 ] && show=(--show-program)
         [ $pf = 0 ] && env=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=0)
         "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" \
