@@ -195,6 +195,7 @@ $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 $(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_zero3_run trains gpt under pdde-run and compares checkpoints with pdde-ckpt)
 $(BUILD)/test_zero3_run: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+$(BUILD)/test_zero3_device: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(BUILD)/pdde-info $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 # (the checkpoint tests compare checkpoints with pdde-ckpt)

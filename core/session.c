@@ -66,6 +66,16 @@ struct pdde_session {
     char *moe_exchange; /* the expert exchange's send and receive rows (its largest node's worst case) */
     bool moe_exchange_registered; /* ... from pdde_comm_buffer_alloc: the host's other ranks copy its rows straight out */
     session_device *comm_staging_dev;
+    /* ZeRO-3's prefetched gathers with device memory: their host regions (lowering's staging_offset),
+     * pinned by prefetch_staging_dev where it can be; the device whose stream may still write out of
+     * them (synchronized before a region is filled again) */
+    char *prefetch_staging;
+    session_device *prefetch_staging_dev, *prefetch_unsynced;
+    bool prefetch_staging_pinned;
+    /* gathers and reduce-scatters along a dim other than 0: where their blocks are reordered (the
+     * largest's size: program_gather_scratch_bytes) */
+    char *gather_scratch;
+    size_t gather_scratch_bytes;
     /* micro-batches and pipeline stages (from the program) */
     int n_micro, n_stages, n_chunks, n_live;
     bool early_starts;          /* this pass is the step's last backward and the update follows: gradient
@@ -585,13 +595,36 @@ static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim,
  * input's size): its blocks into their places along that dim. */
 static pdde_status unpack_gathered(pdde_session *s, pdde_tensor *t) {
     size_t bytes = pdde_tensor_nbytes(t);
-    char *tmp = malloc(bytes + 1), *out = (char *)t->data + t->offset;
-    if (!tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
-    memcpy(tmp, out, bytes);
-    blocks_along(tmp, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]), pdde_dtype_size(t->dtype),
-                 false);
-    free(tmp);
+    char *out = (char *)t->data + t->offset;
+    if (bytes > s->gather_scratch_bytes) /* (sized at init for the largest: program_gather_scratch_bytes) */
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "%s: %zu bytes exceed the gathers' scratch of %zu", t->name, bytes, s->gather_scratch_bytes);
+    memcpy(s->gather_scratch, out, bytes);
+    blocks_along(s->gather_scratch, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]),
+                 pdde_dtype_size(t->dtype), false);
     return PDDE_OK;
+}
+
+/* A prefetched gather into device memory, arrived in its host region (rank-major blocks): written into
+ * the device, each block in its place along the gather's dim, ordered on the device's stream (the
+ * region is filled again only after that stream is synchronized: start_gather). */
+static pdde_status write_gathered(pdde_session *s, pdde_tensor *t) {
+    const pdde_program_node *in = node_info(s, t);
+    const pdde_tensor *x = t->src[0];
+    session_device *td = &s->devs[s->slot[t->id]];
+    const char *result = s->prefetch_staging + in->staging_offset + (s->devs[s->slot[x->id]].host ? 0 : pdde_tensor_nbytes(x));
+    int n = pdde_comm_size(s->axis_comm[in->axis]);
+    size_t esz = pdde_dtype_size(t->dtype);
+    int64_t outer = 1, inner = 1, len = t->shape[in->dim] / n;
+    for (int d = 0; d < in->dim; d++) outer *= t->shape[d];
+    for (int d = in->dim + 1; d < t->ndim; d++) inner *= t->shape[d];
+    s->prefetch_unsynced = td;
+    if (in->dim == 0) return td->iface->write(td->dev, td->stream, t->data, t->offset, result, pdde_tensor_nbytes(t));
+    pdde_status st = PDDE_OK;
+    for (int r = 0; r < n && !st; r++)
+        for (int64_t o = 0; o < outer && !st; o++)
+            st = td->iface->write(td->dev, td->stream, t->data, t->offset + (size_t)((o * t->shape[in->dim] + r * len) * inner) * esz,
+                                  result + (size_t)(r * outer * len * inner + o * len * inner) * esz, (size_t)(len * inner) * esz);
+    return st;
 }
 
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
@@ -605,7 +638,8 @@ static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     }
     pdde_status st = pdde_comm_wait(*started, -1);
     if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
-    if (!st && node_info(s, c)->prefetch && node_info(s, c)->dim > 0) st = unpack_gathered(s, c);
+    if (!st && node_info(s, c)->prefetch && !s->devs[s->slot[c->id]].host) st = write_gathered(s, c);
+    else if (!st && node_info(s, c)->prefetch && node_info(s, c)->dim > 0) st = unpack_gathered(s, c);
     return st ? comm_error(s, t, st, "") : PDDE_OK;
 }
 
@@ -783,7 +817,8 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
         return st;
     }
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
-    char *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
+    size_t need = (t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz; /* (the session's scratch, sized for the largest) */
+    char *tmp = dim == 0 ? NULL : need <= s->gather_scratch_bytes ? s->gather_scratch : malloc(need);
     if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
     pdde_status st;
     if (t->op == PDDE_OP_REDUCE_SCATTER) {
@@ -793,7 +828,7 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
         st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, t->dtype);
         if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, esz, false);
     }
-    free(tmp);
+    if (tmp != s->gather_scratch) free(tmp);
     return st;
 }
 
@@ -811,14 +846,32 @@ static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
                : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)info->reduce, req);
 }
 
-/* ZeRO-3's gather of a parameter that lowering starts a layer ahead (host memory), started without
- * waiting in every pass that runs it; its COMM_WAIT completes it (and puts the blocks of a gather along
- * another dim than 0 in their places). */
+/* ZeRO-3's gather of a parameter that lowering starts a layer ahead, started without waiting in every
+ * pass that runs it; its COMM_WAIT completes it (and puts the blocks of a gather along another dim than
+ * 0 in their places). Device memory goes through the gather's host region: the shard is read out
+ * (the device's stream synchronized: it is in the region before the collective reads it), and the
+ * wait writes the result in (write_gathered). */
 static pdde_status start_gather(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[0];
     pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
-    pdde_status st = pdde_comm_iallgather(s->axis_comm[node_info(s, t)->axis], (char *)x->data + x->offset, (char *)t->data + t->offset,
-                                          (size_t)pdde_tensor_numel(x), t->dtype, req);
+    session_device *xd = &s->devs[s->slot[x->id]], *td = &s->devs[s->slot[t->id]];
+    char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
+    pdde_status st = PDDE_OK;
+    if (!xd->host || !td->host) {
+        char *region = s->prefetch_staging ? s->prefetch_staging + node_info(s, t)->staging_offset : NULL;
+        if (!region) return pdde_error(s->ctx, PDDE_ERR_STATE, "%s: a prefetched gather on device memory without host staging", t->name);
+        /* (an earlier gather's writes out of this region may be in flight on a device's stream) */
+        session_device *pending = s->prefetch_unsynced;
+        s->prefetch_unsynced = NULL;
+        if (pending && (pending != xd || xd->host)) st = device_sync(s, pending);
+        if (!xd->host) {
+            in = region;
+            if (!st) st = xd->iface->read(xd->dev, xd->stream, x->data, x->offset, in, pdde_tensor_nbytes(x));
+            if (!st) st = device_sync(s, xd);
+        }
+        if (!td->host) out = region + (xd->host ? 0 : pdde_tensor_nbytes(x));
+    }
+    if (!st) st = pdde_comm_iallgather(s->axis_comm[node_info(s, t)->axis], in, out, (size_t)pdde_tensor_numel(x), t->dtype, req);
     return st ? comm_error(s, t, st, " (prefetched)") : PDDE_OK;
 }
 
@@ -1150,6 +1203,25 @@ static pdde_status session_allocate(pdde_session *s) {
         if (!comm_staging(s, &s->devs[d], staging)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (host staging of %zu bytes)", staging);
         break;
     }
+    /* ZeRO-3's prefetched gathers: the host regions of those with device memory (pinned by the first's
+     * device); and the blocks' scratch of gathers and reduce-scatters along another dim than 0 */
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        const pdde_program_node *in = node_info(s, t);
+        if (t->op != PDDE_OP_ALLGATHER || !in->prefetch) continue;
+        session_device *xd = &s->devs[s->slot[t->src[0]->id]], *td = &s->devs[s->slot[t->id]];
+        if ((xd->host && td->host) || s->prefetch_staging_dev || !s->prog->prefetch_staging_bytes) continue;
+        session_device *sd = td->host ? xd : td;
+        size_t n = s->prog->prefetch_staging_bytes;
+        void *p = NULL;
+        bool pinned = IFACE_HAS(sd->iface, host_alloc) && sd->iface->host_alloc(sd->dev, n, &p) == PDDE_OK && p;
+        if (!pinned && !(p = malloc(n))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (ZeRO-3's prefetch staging of %zu bytes)", n);
+        s->prefetch_staging = p, s->prefetch_staging_dev = sd, s->prefetch_staging_pinned = pinned, s->mem.transfer_bytes += p ? n : 0;
+    }
+    s->gather_scratch_bytes = st == PDDE_OK ? program_gather_scratch_bytes(s->prog) : 0;
+    if (st == PDDE_OK && s->gather_scratch_bytes && !(s->gather_scratch = malloc(s->gather_scratch_bytes)))
+        st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gather's scratch of %zu bytes)", s->gather_scratch_bytes);
+    s->mem.transfer_bytes += s->gather_scratch ? s->gather_scratch_bytes : 0;
 #endif
     return st;
 }
@@ -1285,6 +1357,10 @@ void pdde_session_free(pdde_session *s) {
     drop_requests(s);
     drop_sends(s);
     comm_staging_free(s);
+    if (s->prefetch_unsynced) device_sync(s, s->prefetch_unsynced); /* (its writes read the staging) */
+    if (s->prefetch_staging_pinned) s->prefetch_staging_dev->iface->host_free(s->prefetch_staging_dev->dev, s->prefetch_staging);
+    else free(s->prefetch_staging);
+    free(s->gather_scratch);
     for (int i = 0; s->dcoll_buf && i < s->n_order; i++) {
         int id = s->order[i]->id;
         struct session_dstream *ds = &s->dcoll_ds[id];

@@ -1914,15 +1914,71 @@ static pdde_status lower_schedule(lowering *L) {
  * started instead at the start of the layer that runs before it in the same pass, so it travels while
  * that layer computes, and a COMM_WAIT takes its place (its readers read the wait). The gathered copy
  * is alive one layer earlier: the memory plan sees it from the order, the search's estimate adds a
- * layer. Gathers of host memory only (the executor's non-blocking collectives), not the first layer's
- * of a pass, not across interleaved chunks (another pass), never before what they read;
- * every rank of an axis lowers the same order, so the collectives stay matched. Uneven shares' phantom
- * micro-batches (which run a pass' collectives alone) keep the gathers blocking. */
+ * layer. Not the first layer's gathers of a pass, not across interleaved chunks (another pass), never
+ * before what they read; every rank of an axis lowers the same order, so the collectives stay matched.
+ * Uneven shares' phantom micro-batches (which run a pass' collectives alone) keep the gathers blocking.
+ * A gather on device memory goes through host memory (the transport's): its start reads the shard out
+ * and starts the collective into host memory, its wait writes the result into the device; each such
+ * gather has a region of the program's prefetch staging (prefetch_staging_bytes), shared with gathers
+ * whose start comes after its wait, so the staging holds about two layers' gathers at most. */
 
 /* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. Lowering and the search's estimate read it here. */
 PDDE_PRIVATE bool lower_prefetch_on(void) {
     const char *env = getenv("PDDE_ZERO3_PREFETCH");
     return !env || strcmp(env, "0") != 0;
+}
+
+/* Whether gathers on device memory of this backend are prefetched too: OpenCL's by default (verified on
+ * PoCL), every backend's with PDDE_ZERO3_PREFETCH=1 (CUDA's and Level Zero's stay blocking by default
+ * until a GPU run measures them). */
+static bool prefetch_device_on(const char *backend) {
+    const char *env = getenv("PDDE_ZERO3_PREFETCH");
+    return (env && !strcmp(env, "1")) || (backend && !strcmp(backend, "opencl"));
+}
+
+/* The host bytes a prefetched gather goes through: its shard's, where that is on a device, and its
+ * result's, where that is (rounded up, so regions stay aligned). */
+static size_t prefetch_staging_need(const pdde_context *ctx, const pdde_tensor *c) {
+    size_t need = (registry_device_is_host(ctx->registry, c->src[0]->device) ? 0 : pdde_tensor_nbytes(c->src[0])) +
+                  (registry_device_is_host(ctx->registry, c->device) ? 0 : pdde_tensor_nbytes(c));
+    return (need + 63) & ~(size_t)63;
+}
+
+/* Places each prefetched gather's staging region (first fit, in the order: from its start to its wait;
+ * a region is reused only by a gather that starts after the wait). */
+static pdde_status prefetch_staging_place(lowering *L, pdde_tensor *const *wait_of, int n_nodes) {
+    pdde_program *P = L->P;
+    int cap = 0, n_live = 0;
+    struct { size_t at, size; int until; } *live = NULL;
+    int *place = malloc(((size_t)P->n + 1) * sizeof *place); /* by node id (the waits' too): its place in the order */
+    if (!place) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) place[P->order[i]->id] = i;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i];
+        size_t need = c->id < n_nodes && wait_of[c->id] ? prefetch_staging_need(L->ctx, c) : 0;
+        if (!need) continue;
+        int k = 0;
+        for (int j = 0; j < n_live; j++)
+            if (live[j].until >= i) live[k++] = live[j];
+        n_live = k;
+        size_t at = 0; /* the lowest offset clear of every live region */
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (int j = 0; j < n_live; j++)
+                if (at < live[j].at + live[j].size && live[j].at < at + need) at = live[j].at + live[j].size, moved = true;
+        }
+        if (n_live == cap) {
+            void *more = realloc(live, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *live);
+            if (!more) { free(live), free(place); return lower_oom(L); }
+            live = more;
+        }
+        int until = place[wait_of[c->id]->id];
+        live[n_live].at = at, live[n_live].size = need, live[n_live++].until = until;
+        P->info[c->id].staging_offset = at;
+        if (at + need > P->prefetch_staging_bytes) P->prefetch_staging_bytes = at + need;
+    }
+    free(live), free(place);
+    return PDDE_OK;
 }
 
 /* A ZeRO-3 gather of a parameter's value for a forward or backward reader (not a gather of updated
@@ -1961,7 +2017,8 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         pdde_tensor *c = P->order[i];
         if (c->op != PDDE_OP_ALLGATHER || !param_gather(L, c)) continue;
         const pdde_tensor *x = c->src[0];
-        if (!registry_device_is_host(L->ctx->registry, c->device) || !registry_device_is_host(L->ctx->registry, x->device)) {
+        bool on_host = registry_device_is_host(L->ctx->registry, c->device) && registry_device_is_host(L->ctx->registry, x->device);
+        if (!on_host && !prefetch_device_on(registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device))) {
             P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
             continue;
         }
@@ -1995,6 +2052,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
             if (x && x->id < n_nodes && wait_of[x->id]) order[i]->src[s] = wait_of[x->id];
         }
     if (!st && moved) free(P->order), P->order = order, P->n_order = P->cap_order = k, order = NULL;
+    if (!st && moved) st = prefetch_staging_place(L, wait_of, n_nodes);
     free(at), free(to), free(seg_start), free(wait_of), free(order);
     return st;
 }

@@ -223,6 +223,8 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     }
     int staging_device = -1; /* (collectives and receives on device memory: the session's one bounce buffer) */
     s->transfer_bytes += program_comm_staging_bytes(ctx, P, &staging_device);
+    /* ZeRO-3's prefetched gathers on device memory: their host regions; and the blocks' scratch */
+    s->transfer_bytes += P->prefetch_staging_bytes + program_gather_scratch_bytes(P);
     /* the buffers the session allocates: n_live arenas and a persistent buffer per device (at least
      * one alignment unit each) */
     for (int d = 0; d < m->n_devs && !st; d++) {
@@ -260,6 +262,18 @@ PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_pro
             need = pdde_tensor_nbytes(t);
         }
         if (need > most) most = need, *device = t->device;
+    }
+    return most;
+}
+
+PDDE_PRIVATE size_t program_gather_scratch_bytes(const pdde_program *P) {
+    size_t most = 0;
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *t = P->order[i];
+        const pdde_program_node *in = &P->info[t->id];
+        if ((t->op != PDDE_OP_ALLGATHER && t->op != PDDE_OP_REDUCE_SCATTER) || in->axis < 0 || in->dim <= 0 || in->bucket || in->bucket_members) continue;
+        size_t need = pdde_tensor_nbytes(t->op == PDDE_OP_ALLGATHER ? t : t->src[0]); /* (the whole side) */
+        if (need > most) most = need;
     }
     return most;
 }

@@ -265,6 +265,7 @@ typedef struct {
                            step's last backward pass; its comm_wait completes it */
     bool prefetch;      /* (with early) ZeRO-3's gather of a parameter started a layer ahead of its
                            readers, in every pass that runs it; its comm_wait completes it */
+    size_t staging_offset; /* a prefetched gather with device memory: its region of the prefetch staging */
     bool write_back;    /* allgather of an updated slice (src[1]) into the whole parameter (src[0]) */
     /* point to point (send, recv) */
     int peer;           /* the other rank (in the world) */
@@ -342,6 +343,8 @@ typedef struct pdde_program {
      * buckets nor early reductions take (host memory only): where a group's ranks differ in it, a
      * session lowers every rank again without both, so that peers issue the same collectives */
     unsigned device_collective_axes;
+    /* the host memory that prefetched ZeRO-3 gathers with device memory go through (0: none) */
+    size_t prefetch_staging_bytes;
     /* storage of the nodes (blocks, so node pointers stay put as the program grows) */
     pdde_tensor **blocks;
     int n_blocks;
@@ -431,6 +434,9 @@ PDDE_PRIVATE void program_memory_free(program_memory *m);
 /* The host bounce buffer that collectives and receives on device memory outside gradient buckets go
  * through (core/session.c, one for the session): the most bytes one of them needs, *device its node's. */
 PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_program *p, int *device);
+/* The host scratch where gathers and reduce-scatters along a dim other than 0 reorder their blocks
+ * (core/session.c, one for the session, allocated once): the most bytes one of them reorders. */
+PDDE_PRIVATE size_t program_gather_scratch_bytes(const pdde_program *p);
 /* Whether device collectives dc serve bucket node b: its op has dc's slot and every member lives on
  * one device of dc's backend, which has the copy slot (the session and pdde_predict_memory ask). */
 PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *p, const pdde_tensor *b, const pdde_device_collectives_iface *dc);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2`, `gpt --dp 2 --pp 2 --zero 3 --micro 2` (also
 # with --pp-chunks 2) and the MoE GPT `--moe-experts 8 --dp 4 --ep 2 --zero 3` train as one process does (each step's loss within 1e-6
-# relative), the same bits with
+# relative; so does ZeRO-2 with interleaved stages, `--dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2`), the same bits with
 # PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
 # PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff), and with the
 # regathering each rank's session holds less: its activation arena ("activations X MB (plan)", every
@@ -67,4 +67,21 @@ smaller=some run_case dp2_pp2_micro2 4 -- --dp 2 --pp 2 --zero 3 --micro 2
 # (interleaved: each chunk's backward is a pass of its own, and so is its gradients' bucket)
 smaller=some run_case dp2_pp2_chunks2 4 -- --dp 2 --pp 2 --zero 3 --micro 2 --pp-chunks 2
 run_case moe_dp4_ep2 4 --moe-experts 8 -- --dp 4 --ep 2 --zero 3
+
+run_equal() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS: the losses of one process (1e-6)
+    local name=$1 n=$2; shift 2
+    local one=() plan=()
+    while [ "$1" != -- ]; do one+=("$1"); shift; done
+    shift; plan=("$@")
+    "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
+    timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" --metrics "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+    local rc=$?
+    check "$name: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.log"))" $rc
+    local ref l; ref=$(losses "$tmp/$name.one.json"); l=$(losses "$tmp/$name.json")
+    close "$l" "$ref"
+    check "$name: losses '$l' equal one process's '$ref' (1e-6)" $?
+}
+# ZeRO-2 with interleaved stages: each chunk's backward is a pass of its own, and a gradient bucket
+# takes the gradients of one chunk only
+run_equal zero2_dp2_pp2_chunks2 4 --layers 4 --width 64 -- --dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2
 finish
