@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int test_passed, test_failed, test_skipped;
 
@@ -27,6 +28,20 @@ static int test_passed, test_failed, test_skipped;
 /* Relative-or-absolute closeness: |a-b| <= atol + rtol*|b|. */
 static inline int test_close(double a, double b, double rtol, double atol) {
     return isfinite(a) && fabs(a - b) <= atol + rtol * fabs(b);
+}
+
+/* How much slower than an idle machine this one may run a process: the last minute's load per core
+ * where above 1, at most 4 (1 when unknown). Bounds on detection times scale by it, so that a loaded
+ * machine's scheduling delays do not decide a verdict, while a hang (an operation timeout of a minute)
+ * still stands apart. */
+static inline double test_load_factor(void) {
+    double load = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/loadavg", "r");
+    int ok = f && fscanf(f, "%lf", &load) == 1 && cores > 0;
+    if (f) fclose(f);
+    double per_core = ok ? load / (double)cores : 1;
+    return per_core < 1 ? 1 : per_core > 4 ? 4 : per_core;
 }
 
 /* A part of the test that did not run. kind names what was missing, so that CI can refuse some:
