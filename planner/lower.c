@@ -951,6 +951,14 @@ static void fusion_make_view(pdde_tensor *t, pdde_tensor *of, bool beside) {
     if (beside) pdde_op_set_i32(t, PDDE_P_VIEW_BESIDE, 1);
 }
 
+/* t reads x as its last source more where its device runs it so (true); else t stays as it was */
+static bool fusion_add_source(const fusion *F, pdde_tensor *t, pdde_tensor *x) {
+    t->src[t->nsrc++] = x;
+    if (device_runs(F->L, t)) return true;
+    t->src[--t->nsrc] = NULL;
+    return false;
+}
+
 /* The node at place `from` of the order moves to place `to`; those between shift by one */
 static void fusion_move(fusion *F, int from, int to) {
     pdde_tensor **o = F->P->order, *t = o[from];
@@ -987,11 +995,7 @@ static void epilogue_bias(fusion *F, pdde_tensor *s) {
     pdde_tensor *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
     if (s->op != PDDE_OP_ADD || s->dtype != PDDE_F32 || !m || F->readers[m->id] != 1 || !lower_bias_epilogue_ok(F, s, m, b, "PDDE_FUSE_EPILOGUE"))
         return;
-    m->src[m->nsrc++] = b;
-    if (!device_runs(F->L, m)) {
-        m->src[--m->nsrc] = NULL;
-        return;
-    }
+    if (!fusion_add_source(F, m, b)) return;
     fusion_make_view(s, m, false);
     F->readers[b->id]++; /* (now the matmul's) */
 }
@@ -1013,10 +1017,8 @@ static void epilogue_residual(fusion *F, pdde_tensor *s) {
         (x->op != PDDE_OP_NONE && F->at[x->id] > F->at[m->id]))
         return;
     pdde_tensor *v = s->src[0] == x ? s->src[1] : s->src[0];
-    m->src[m->nsrc++] = x;
     pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 1);
-    if (!device_runs(F->L, m)) {
-        m->src[--m->nsrc] = NULL;
+    if (!fusion_add_source(F, m, x)) {
         pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 0);
         return;
     }
@@ -1201,11 +1203,7 @@ static void add_ln_backward(fusion *F, pdde_tensor *s) {
             l->device != s->device || r->dtype != PDDE_F32 || r->device != l->device || pdde_tensor_numel(r) != pdde_tensor_numel(l) ||
             pdde_tensor_numel(s) != pdde_tensor_numel(l) || (r->op != PDDE_OP_NONE && F->at[r->id] > F->at[l->id]))
             continue;
-        l->src[l->nsrc++] = r;
-        if (!device_runs(F->L, l)) {
-            l->src[--l->nsrc] = NULL;
-            continue;
-        }
+        if (!fusion_add_source(F, l, r)) continue;
         fusion_make_view(s, l, false);
         return;
     }
