@@ -98,8 +98,8 @@ endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)  # (dlrm and bench_dlrm run their table in-process there: one process, no servers)
-  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
-  TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
+  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_ps_remote,$(BENCHES))
+  TESTS := $(filter-out $(BUILD)/test_ps $(BUILD)/test_ps_remote,$(TESTS))
 endif
 
 .DEFAULT_GOAL := all
@@ -155,7 +155,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -263,12 +263,20 @@ test-asan:
 	PDDE_TEST_TIMEOUT=900 PDDE_TEST_SANITIZE="-fsanitize=address,undefined" $(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
-# The tests whose threads share a parameter-server table (test_dlrm_pipe) under ThreadSanitizer, on the
+# The tests whose threads share a parameter-server table (test_dlrm_pipe) or client (test_ps_remote) under ThreadSanitizer, on the
 # portable library (no ifunc kernels: their resolvers run before TSan starts).
 test-tsan:
 	@mkdir -p $(BUILD)/tsan
 	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -pthread -I. tests/test_dlrm_pipe.c pdde.c -o $(BUILD)/tsan/test_dlrm_pipe -lm -ldl
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/test_dlrm_pipe
+ifeq ($(HAVE_UCX),1)
+# and a worker's threads on one client of a remote server (the store in a process of its own: TSan cannot
+# follow a fork of a process with threads; UCX's memory hooks off: they clash with TSan's)
+	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -DPDDE_HAVE_UCX $(if $(UCX_DIR),-I$(UCX_DIR)/include) -pthread -I. \
+	  tests/test_ps_remote.c pdde.c -o $(BUILD)/tsan/test_ps_remote -lm -ldl $(filter -L% -Wl% -luc%,$(LDLIBS))
+	PDDE_TEST_STORE_PROCESS=1 PDDE_TEST_SLOW=1 UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS=halt_on_error=1 \
+	  $(BUILD)/tsan/test_ps_remote
+endif
 
 # The graph-building fuzzer (tests/fuzz_graph.c) for FUZZ_SECONDS (600) under AddressSanitizer and
 # UBSan, on the portable library (pdde's own kernels, all instrumented): clang's libFuzzer where
@@ -328,6 +336,10 @@ bench-parallel: all
 bench-dlrm: all
 	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench --quick --no-comm -o $(BUILD)/cluster.json
 	@$(BUILD)/bench_dlrm --cluster $(BUILD)/cluster.json $(BENCH_DLRM_ARGS)
+
+# A remote parameter server's client with 1, 2, 4 threads: one request at a time, in flight at once, in-process.
+bench-ps-remote: all
+	@$(BUILD)/bench_ps_remote $(BENCH_PS_REMOTE_ARGS)
 
 # Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
 # Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).

@@ -761,7 +761,8 @@ pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why
  *     pdde_comm *dp;     pdde_comm_split(world, rank % tp, rank, &dp);   (one mesh axis)
  *
  * Rules: collectives on a communicator are called in the same order by all its ranks; a communicator
- * is used by one thread at a time (pdde_comm_abort excepted); every blocking call has a timeout.
+ * is used by one thread at a time (pdde_comm_abort excepted; point-to-point calls and test/wait of their
+ * requests may come from several threads at once); every blocking call has a timeout.
  * Failure semantics: a timeout, a lost peer or an abort poisons the world communicator and every
  * communicator split from it: pending and future operations on them return PDDE_ERR_PEER_LOST,
  * PDDE_ERR_TIMEOUT or PDDE_ERR_ABORTED (on every rank, within params.peer_timeout_s of the failure);
@@ -1685,7 +1686,9 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 
 typedef struct pdde_ps_client pdde_ps_client;
 /* A worker's client. comm NULL: a single-process client over an in-process table (same API, the
- * reference for distributed runs). Thread-safe (one operation at a time). */
+ * reference for distributed runs). Thread-safe: threads' pulls and pushes are in flight at once (up to 8
+ * requests; PDDE_PS_LANES=k: k, 1 = one at a time), except a sync worker's pushes and geo's calls, which
+ * go one at a time. A lost or silent server fails the waiting calls within the world's timeout. */
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out);
 /* Says goodbye to the servers (not in a failed world) and frees. */
 void pdde_ps_client_free(pdde_ps_client *c);

@@ -424,7 +424,9 @@ static pdde_status comm_p2p(pdde_comm *c, int is_send, void *buf, size_t count, 
     else prog_xfer(&r->progs[0], 0, -1, NULL, 0, c->ranks[peer], buf, bytes);
     if ((st = req_built(r))) return req_abandon(r, st);
     r->tagbase = COMM_TAG_P2P | (uint64_t)c->id << 28 | (uint64_t)tag << 8;
-    c->last_algo = r->kind = is_send ? "send" : "recv";
+    r->kind = is_send ? "send" : "recv";
+    /* (point-to-point calls may come from several threads at once: the parameter server's client) */
+    __atomic_store_n(&c->last_algo, r->kind, __ATOMIC_RELAXED);
     r->peer = c->ranks[peer], r->tag = tag;
     return comm_start(c, r, NULL, req);
 }

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------------
@@ -619,13 +620,24 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Wire protocol. A worker sends a request header to a server, then its payload (ids as i64, values
- * as f32); the server answers with a reply header, then rows or stats. A worker has at most one
- * request outstanding per server, so messages of one (pair, tag) never overtake each other. */
+ * Wire protocol. A worker sends a request header to a server (on one tag for all its requests), then
+ * its payload (ids as i64, values as f32) on the tags of the request's lane; the server answers on
+ * that lane's tags with a reply header that echoes the request's id, then rows or stats. A client has
+ * PS_LANES lanes, each with at most one request outstanding per server, so requests of several
+ * threads are in flight at once and messages of one (pair, tag) never overtake each other. */
 
 enum { PS_PULL = 1, PS_PUSH, PS_ADD, PS_SAVE, PS_STATS, PS_BYE, PS_SET };
-enum { PS_TAG_REQ = 0xF0000, PS_TAG_IDS, PS_TAG_VALS, PS_TAG_REPLY, PS_TAG_ROWS };
-typedef struct { int64_t op, n, clock, status; } ps_hdr;
+#define PS_LANES 8
+enum { PS_TAG_REQ = 0xF0000, PS_TAG_LANE = 0xF0010 };      /* lane l's tags: PS_TAG_LANE + 4 l + one of: */
+enum { PS_TAG_IDS, PS_TAG_VALS, PS_TAG_REPLY, PS_TAG_ROWS };
+static int ps_tag(int lane, int k) { return PS_TAG_LANE + 4 * lane + k; }
+/* req: the request's id, lane | sequence << 8 (the sequence counts the lane's requests) */
+typedef struct { int64_t op, n, clock, status, req; } ps_hdr;
+static int ps_lane_of(int64_t req) { return (int)(req & 0xff); }
+static const char *ps_op_name(int64_t op) {
+    static const char *const names[] = {"?", "pull", "push", "add", "save", "stats", "bye", "set"};
+    return op >= 1 && op <= PS_SET ? names[op] : names[0];
+}
 #define PS_HDR_WORDS (sizeof(ps_hdr) / 8)
 #define PS_STATS_WORDS ((sizeof(pdde_ps_server_stats) + 7) / 8)
 
@@ -636,15 +648,18 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 /* ------------------------------------------------------------------------------------------------
  * Server */
 
-typedef enum { PS_W_IDLE = 0, PS_W_PULL_WAIT, PS_W_ACK_WAIT, PS_W_GONE } ps_worker_state;
+typedef enum { PS_W_IDLE = 0, PS_W_ACK_WAIT, PS_W_GONE } ps_worker_state;
 
 typedef struct {
     ps_hdr hdr;
     pdde_comm_request *req;  /* the posted receive of the next request header */
     ps_worker_state state;
     int64_t clock;           /* pushes applied from this worker */
-    uint64_t *ids;           /* a deferred pull's ids */
-    int64_t n_ids;
+    int64_t ack_req;         /* sync: the push waiting for its round (ACK_WAIT) */
+    /* async: the deferred pulls, one a lane at most (a lane has one request outstanding) */
+    unsigned deferred;       /* a bit a lane */
+    uint64_t *ids[PS_LANES];
+    int64_t n_ids[PS_LANES], pull_req[PS_LANES];
 } ps_worker;
 
 struct pdde_ps_server {
@@ -719,9 +734,10 @@ static pdde_status ps_auto_checkpoint(pdde_ps_server *s, bool force) {
     return PDDE_OK;
 }
 
-static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t status, int64_t n) {
-    ps_hdr h = {0, n, 0, status};
-    return pdde_comm_send(comm, &h, PS_HDR_WORDS, PDDE_I64, peer, PS_TAG_REPLY);
+/* The reply header of request req (on its lane's tags). */
+static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t req, int64_t status, int64_t n) {
+    ps_hdr h = {0, n, 0, status, req};
+    return pdde_comm_send(comm, &h, PS_HDR_WORDS, PDDE_I64, peer, ps_tag(ps_lane_of(req), PS_TAG_REPLY));
 }
 
 /* Adds one worker's push to the round's sums (sync mode). */
@@ -758,13 +774,14 @@ static int64_t ps_min_clock(const ps_worker *w, int n) {
 }
 
 /* Answers a pull: rows of the ids. */
-static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, const uint64_t *ids, int64_t n) {
+static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, int64_t req, const uint64_t *ids, int64_t n) {
     int C = s->p.table.dim;
     float *rows = n ? malloc((size_t)n * C * sizeof(float)) : NULL;
     if (n && !rows) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory (pull of %lld rows)", (long long)n);
     pdde_status st = pdde_ps_table_pull(s->table, (size_t)n, ids, rows);
-    pdde_status sr = ps_reply(comm, peer, st, st ? 0 : n);
-    if (!st && !sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, PS_TAG_ROWS);
+    if (st && n) memset(rows, 0, (size_t)n * C * sizeof(float)); /* (the rows go all the same: the client posted their receive) */
+    pdde_status sr = ps_reply(comm, peer, req, st, n);
+    if (!sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, ps_tag(ps_lane_of(req), PS_TAG_ROWS));
     free(rows);
     s->stats.pulls++;
     return sr;
@@ -774,12 +791,15 @@ static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, c
 static pdde_status ps_release_pulls(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
     int64_t min = ps_min_clock(w, nw);
     for (int i = 0; i < nw; i++) {
-        if (w[i].state != PS_W_PULL_WAIT || w[i].clock - min > s->p.staleness) continue;
+        if (!w[i].deferred || w[i].clock - min > s->p.staleness) continue;
         if (w[i].clock - min > s->stats.max_staleness) s->stats.max_staleness = w[i].clock - min;
-        pdde_status st = ps_serve_pull(s, comm, s->p.n_servers + i, w[i].ids, w[i].n_ids);
-        free(w[i].ids), w[i].ids = NULL;
-        w[i].state = PS_W_IDLE;
-        if (st) return st;
+        for (int l = 0; l < PS_LANES; l++) {
+            if (!(w[i].deferred & 1u << l)) continue;
+            pdde_status st = ps_serve_pull(s, comm, s->p.n_servers + i, w[i].pull_req[l], w[i].ids[l], w[i].n_ids[l]);
+            free(w[i].ids[l]), w[i].ids[l] = NULL;
+            w[i].deferred &= ~(1u << l);
+            if (st) return st;
+        }
     }
     return PDDE_OK;
 }
@@ -796,7 +816,7 @@ static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker 
     for (int i = 0; i < nw; i++) {
         if (w[i].state != PS_W_ACK_WAIT) continue;
         w[i].state = PS_W_IDLE;
-        pdde_status sr = ps_reply(comm, s->p.n_servers + i, st, 0);
+        pdde_status sr = ps_reply(comm, s->p.n_servers + i, w[i].ack_req, st, 0);
         if (sr) return sr;
     }
     return st;
@@ -809,40 +829,46 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
     pdde_status st = PDDE_OK;
     uint64_t *ids = NULL;
     float *vals = NULL;
-    if (h.n < 0 || h.n > ((int64_t)1 << 32))
-        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request op %lld from rank %d with %lld ids",
-                          s->index, (long long)h.op, peer, (long long)h.n);
+    int lane = ps_lane_of(h.req);
+    if (h.n < 0 || h.n > ((int64_t)1 << 32) || lane >= PS_LANES)
+        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request %lld (op %lld) from rank %d with %lld ids (lanes: %d)",
+                          s->index, (long long)h.req, (long long)h.op, peer, (long long)h.n, PS_LANES);
     if (h.op == PS_PULL || h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET || h.op == PS_SAVE) {
         /* SAVE sends its path as bytes in an i64 array of ceil(len / 8) + 1 words */
         size_t words = h.op == PS_SAVE ? (size_t)h.n / 8 + 1 : (size_t)h.n;
         if (words && !(ids = calloc(words, 8))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
-        if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, PS_TAG_IDS);
+        if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, ps_tag(lane, PS_TAG_IDS));
     }
     if (!st && (h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET) && h.n) {
         if (!(vals = malloc((size_t)h.n * C * sizeof(float)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
-        else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, PS_TAG_VALS);
+        else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, ps_tag(lane, PS_TAG_VALS));
     }
     /* everything of the request is here (or the worker is gone and nothing is applied) */
     if (!st) switch (h.op) {
     case PS_PULL:
         if (s->p.mode == PDDE_PS_ASYNC) {
-            w[i].state = PS_W_PULL_WAIT, w[i].ids = ids, w[i].n_ids = h.n, ids = NULL;
+            if (w[i].deferred & 1u << lane) { /* (its lane has one outstanding: the client broke the protocol) */
+                st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: rank %d sent pull %lld on lane %d, which has one waiting",
+                                s->index, peer, (long long)h.req, lane);
+                break;
+            }
+            w[i].deferred |= 1u << lane, w[i].ids[lane] = ids, w[i].n_ids[lane] = h.n, w[i].pull_req[lane] = h.req, ids = NULL;
             int64_t min = ps_min_clock(w, nw);
             if (w[i].clock - min > s->p.staleness) s->stats.deferred_pulls++;
             st = ps_release_pulls(s, comm, w, nw);
-        } else st = ps_serve_pull(s, comm, peer, ids, h.n);
+        } else st = ps_serve_pull(s, comm, peer, h.req, ids, h.n);
         break;
     case PS_PUSH:
         s->stats.pushes++;
         w[i].clock++;
         if (s->p.mode == PDDE_PS_SYNC) {
             st = ps_round_add(s, h.n, ids, vals);
-            w[i].state = PS_W_ACK_WAIT;
+            w[i].state = PS_W_ACK_WAIT, w[i].ack_req = h.req;
             if (!st) st = ps_close_round(s, comm, w, nw);
         } else {
             pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
             if (!sa) sa = ps_auto_checkpoint(s, false);
-            st = ps_reply(comm, peer, sa, 0);
+            st = ps_reply(comm, peer, h.req, sa, 0);
             if (!st && s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
         }
         break;
@@ -851,18 +877,18 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         w[i].clock++;
         pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
         if (!sa) sa = ps_auto_checkpoint(s, false);
-        st = ps_reply(comm, peer, sa, 0);
+        st = ps_reply(comm, peer, h.req, sa, 0);
         break;
     }
     case PS_SET: /* not a step: no clock, no round */
-        st = ps_reply(comm, peer, pdde_ps_table_set(s->table, (size_t)h.n, ids, vals), 0);
+        st = ps_reply(comm, peer, h.req, pdde_ps_table_set(s->table, (size_t)h.n, ids, vals), 0);
         break;
     case PS_SAVE: {
         char path[4096];
         pdde_ps_shard_path(path, sizeof path, (const char *)ids, s->index, s->p.n_servers);
         pdde_status sa = pdde_ps_table_save(s->table, path);
         if (sa) fprintf(stderr, "pdde ps server %d: %s\n", s->index, pdde_last_error(s->ctx));
-        st = ps_reply(comm, peer, sa, 0);
+        st = ps_reply(comm, peer, h.req, sa, 0);
         break;
     }
     case PS_STATS: {
@@ -870,8 +896,8 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         pdde_ps_server_stats ss;
         pdde_ps_server_stats_get(s, &ss);
         memcpy(buf, &ss, sizeof ss);
-        st = ps_reply(comm, peer, 0, (int64_t)PS_STATS_WORDS);
-        if (!st) st = pdde_comm_send(comm, buf, PS_STATS_WORDS, PDDE_I64, peer, PS_TAG_ROWS);
+        st = ps_reply(comm, peer, h.req, 0, (int64_t)PS_STATS_WORDS);
+        if (!st) st = pdde_comm_send(comm, buf, PS_STATS_WORDS, PDDE_I64, peer, ps_tag(lane, PS_TAG_ROWS));
         break;
     }
     case PS_BYE:
@@ -919,7 +945,7 @@ pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
     }
     for (int i = 0; i < nw; i++) {
         if (w[i].req) pdde_comm_request_free(w[i].req);
-        free(w[i].ids);
+        for (int l = 0; l < PS_LANES; l++) free(w[i].ids[l]);
     }
     free(w);
     if (!st) st = ps_auto_checkpoint(s, true); /* the job's last steps */
@@ -929,20 +955,31 @@ pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
 /* ------------------------------------------------------------------------------------------------
  * Client */
 
+/* A lane: the scratch of one request in flight (ids and values split by server) and its tags. */
+typedef struct {
+    int64_t seq;               /* requests sent on this lane */
+    size_t *count, *cap;       /* per server */
+    uint64_t **ids;
+    float **vals;              /* values sent, or rows received */
+    int64_t **where;           /* position in the caller's arrays */
+    ps_hdr *reply;             /* per server: the reply header, and the posted receives of it and of the rows */
+    pdde_comm_request **reply_req, **rows_req;
+} ps_lane;
+
 struct pdde_ps_client {
     pdde_context *ctx;
     pdde_comm *comm;           /* NULL: local table */
     pdde_ps_params p;
     pdde_ps_table *local;      /* single-process mode (the table takes its own locks: threads share it) */
-    pthread_mutex_t lock;      /* one request at a time to the servers */
-    int64_t clock;
-    _Atomic int64_t pushes;
-    /* per server scratch of one request */
-    size_t *count;
-    uint64_t **ids;
-    float **vals;
-    size_t *cap;
-    int64_t **where;           /* position in the caller's arrays */
+    pthread_mutex_t lock;      /* geo: the local copy; sync: one push at a time (a worker's share of a round) */
+    /* requests to the servers: a thread takes a free lane for each (several threads, several in flight) */
+    pthread_mutex_t lane_lock;
+    pthread_cond_t lane_cv;
+    unsigned lanes_busy;       /* a bit a lane */
+    int n_lanes;
+    double timeout_s;          /* waiting for a free lane */
+    ps_lane lane[PS_LANES];
+    _Atomic int64_t clock, pushes;
     /* geo: the local copy (id -> row of `cur` and `base`) and the rows touched since the last exchange */
     ps_map geo_index;
     float *geo_cur, *geo_base;
@@ -963,7 +1000,12 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     if (c->p.table.lr == 0) c->p.table.lr = 0.01f;
     const char *kill_at = getenv("PDDE_TEST_PS_KILL_AT_PUSH");
     c->kill_at_push = kill_at ? strtoll(kill_at, NULL, 10) : 0;
-    pthread_mutex_init(&c->lock, NULL);
+    /* PDDE_PS_LANES=k: at most k requests in flight (1: one at a time, as a single lock would) */
+    const char *lanes = getenv("PDDE_PS_LANES"), *timeout = getenv("PDDE_COMM_TIMEOUT");
+    c->n_lanes = lanes && atoi(lanes) > 0 ? (atoi(lanes) < PS_LANES ? atoi(lanes) : PS_LANES) : PS_LANES;
+    c->timeout_s = timeout && atof(timeout) > 0 ? atof(timeout) : 300;
+    atomic_init(&c->clock, 0), atomic_init(&c->pushes, 0);
+    pthread_mutex_init(&c->lock, NULL), pthread_mutex_init(&c->lane_lock, NULL), pthread_cond_init(&c->lane_cv, NULL);
     pdde_status st = PDDE_OK;
     int ns = c->p.n_servers;
     if (!comm) {
@@ -976,72 +1018,152 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
         st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: rank %d of %d is not a worker (ranks 0..%d are servers)",
                         pdde_comm_rank(comm), pdde_comm_size(comm), ns - 1);
     else if (p->table.dim <= 0) st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: table dim %d", p->table.dim);
-    else {
-        c->count = calloc((size_t)ns, sizeof *c->count), c->cap = calloc((size_t)ns, sizeof *c->cap);
-        c->ids = calloc((size_t)ns, sizeof *c->ids), c->vals = calloc((size_t)ns, sizeof *c->vals);
-        c->where = calloc((size_t)ns, sizeof *c->where);
-        if (!c->count || !c->cap || !c->ids || !c->vals || !c->where) st = pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    else for (int l = 0; l < PS_LANES && !st; l++) {
+        ps_lane *L = &c->lane[l];
+        L->count = calloc((size_t)ns, sizeof *L->count), L->cap = calloc((size_t)ns, sizeof *L->cap);
+        L->ids = calloc((size_t)ns, sizeof *L->ids), L->vals = calloc((size_t)ns, sizeof *L->vals);
+        L->where = calloc((size_t)ns, sizeof *L->where), L->reply = calloc((size_t)ns, sizeof *L->reply);
+        L->reply_req = calloc((size_t)ns, sizeof *L->reply_req), L->rows_req = calloc((size_t)ns, sizeof *L->rows_req);
+        if (!L->count || !L->cap || !L->ids || !L->vals || !L->where || !L->reply || !L->reply_req || !L->rows_req)
+            st = pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
     }
     if (st) { c->comm = NULL; pdde_ps_client_free(c); return st; }
     *out = c;
     return PDDE_OK;
 }
 
-/* Splits ids (and values) by server into the scratch arrays. */
-static pdde_status ps_split(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
-    int ns = c->p.n_servers, C = c->p.table.dim;
-    memset(c->count, 0, (size_t)ns * sizeof *c->count);
-    for (size_t i = 0; i < n; i++) c->count[pdde_ps_shard_of(ids[i], ns)]++;
-    for (int s = 0; s < ns; s++) {
-        if (c->count[s] <= c->cap[s]) continue;
-        size_t cap = c->count[s] * 2;
-        uint64_t *ii = realloc(c->ids[s], cap * sizeof *ii);
-        if (ii) c->ids[s] = ii;
-        float *vv = ii ? realloc(c->vals[s], cap * (size_t)C * sizeof *vv) : NULL;
-        if (vv) c->vals[s] = vv;
-        int64_t *ww = vv ? realloc(c->where[s], cap * sizeof *ww) : NULL;
-        if (!ww) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory (%zu ids)", n);
-        c->where[s] = ww, c->cap[s] = cap;
+/* Takes a free lane (waiting at most timeout_s for one); -1 when none came free. */
+static int ps_lane_get(pdde_ps_client *c) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + c->timeout_s;
+    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    int lane = -1, rc = 0;
+    pthread_mutex_lock(&c->lane_lock);
+    while (lane < 0 && rc != ETIMEDOUT) {
+        for (int l = 0; l < c->n_lanes && lane < 0; l++)
+            if (!(c->lanes_busy & 1u << l)) lane = l;
+        if (lane < 0) rc = pthread_cond_timedwait(&c->lane_cv, &c->lane_lock, &until);
     }
-    memset(c->count, 0, (size_t)ns * sizeof *c->count);
+    if (lane >= 0) c->lanes_busy |= 1u << lane;
+    pthread_mutex_unlock(&c->lane_lock);
+    return lane;
+}
+
+static void ps_lane_put(pdde_ps_client *c, int lane) {
+    pthread_mutex_lock(&c->lane_lock);
+    c->lanes_busy &= ~(1u << lane);
+    pthread_cond_signal(&c->lane_cv);
+    pthread_mutex_unlock(&c->lane_lock);
+}
+
+static pdde_status ps_no_lane(pdde_ps_client *c, int op) {
+    return pdde_error(c->ctx, PDDE_ERR_TIMEOUT, "ps client: a %s waited %.3g s for one of %d request lanes (all busy: a server is not answering)",
+                      ps_op_name(op), c->timeout_s, c->n_lanes);
+}
+
+/* Splits ids (and values) by server into the lane's scratch arrays. */
+static pdde_status ps_split(pdde_ps_client *c, ps_lane *L, size_t n, const uint64_t *ids, const float *vals) {
+    int ns = c->p.n_servers, C = c->p.table.dim;
+    memset(L->count, 0, (size_t)ns * sizeof *L->count);
+    for (size_t i = 0; i < n; i++) L->count[pdde_ps_shard_of(ids[i], ns)]++;
+    for (int s = 0; s < ns; s++) {
+        if (L->count[s] <= L->cap[s]) continue;
+        size_t cap = L->count[s] * 2;
+        uint64_t *ii = realloc(L->ids[s], cap * sizeof *ii);
+        if (ii) L->ids[s] = ii;
+        float *vv = ii ? realloc(L->vals[s], cap * (size_t)C * sizeof *vv) : NULL;
+        if (vv) L->vals[s] = vv;
+        int64_t *ww = vv ? realloc(L->where[s], cap * sizeof *ww) : NULL;
+        if (!ww) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory (%zu ids)", n);
+        L->where[s] = ww, L->cap[s] = cap;
+    }
+    memset(L->count, 0, (size_t)ns * sizeof *L->count);
     for (size_t i = 0; i < n; i++) {
         int s = pdde_ps_shard_of(ids[i], ns);
-        size_t k = c->count[s]++;
-        c->ids[s][k] = ids[i], c->where[s][k] = (int64_t)i;
-        if (vals) memcpy(c->vals[s] + k * C, vals + i * C, (size_t)C * sizeof(float));
+        size_t k = L->count[s]++;
+        L->ids[s][k] = ids[i], L->where[s][k] = (int64_t)i;
+        if (vals) memcpy(L->vals[s] + k * C, vals + i * C, (size_t)C * sizeof(float));
     }
     return PDDE_OK;
 }
 
-static pdde_status ps_wait_reply(pdde_ps_client *c, int server, ps_hdr *h) {
-    pdde_status st = pdde_comm_recv(c->comm, h, PS_HDR_WORDS, PDDE_I64, server, PS_TAG_REPLY);
-    if (!st && h->status)
-        st = pdde_error(c->ctx, (pdde_status)h->status, "ps client: server %d failed the request (status %lld)", server, (long long)h->status);
-    return st;
+/* A failed exchange with server s, named: the request and the server (the cause, the transport's
+ * message, follows). */
+static pdde_status ps_failed(pdde_ps_client *c, pdde_status st, int op, int64_t req, size_t n, int s) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", pdde_last_error(c->ctx));
+    return pdde_error(c->ctx, st, "ps client: %s of %zu ids (request %lld, lane %d) to server %d (rank %d): %s", ps_op_name(op), n,
+                      (long long)req, ps_lane_of(req), s, s, why);
 }
 
-/* A request to every server: header, ids, values; then each reply (rows into out when pulling). */
+/* The reply header h of server s to request req: it must echo req (lost: it does not, nothing that
+ * follows on the lane can be trusted). */
+static pdde_status ps_check_reply(pdde_ps_client *c, int s, int op, int64_t req, size_t n, const ps_hdr *h, bool *lost) {
+    if (h->req != req)
+        return *lost = true, pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %s request %lld with the reply to request %lld",
+                                        s, ps_op_name(op), (long long)req, (long long)h->req);
+    if (h->status)
+        return pdde_error(c->ctx, (pdde_status)h->status, "ps client: server %d failed %s request %lld of %zu ids (status %lld)", s,
+                          ps_op_name(op), (long long)req, n, (long long)h->status);
+    return PDDE_OK;
+}
+
+/* A request to every server on a free lane: header, ids, values; then each reply (rows into out when
+ * pulling). The receives of the replies are posted before the request goes out, so a server's reply
+ * never waits for this thread (busy sending to, or waiting on, another server): no server waits on a
+ * client, and no cycle of waits forms among servers and a worker's threads. */
 static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_t *ids, const float *vals, float *out) {
-    int ns = c->p.n_servers, C = c->p.table.dim;
-    pdde_status st = ps_split(c, n, ids, vals);
+    int ns = c->p.n_servers, C = c->p.table.dim, lane = ps_lane_get(c);
+    if (lane < 0) return ps_no_lane(c, op);
+    ps_lane *L = &c->lane[lane];
+    int64_t req = lane | ++L->seq << 8, clock = atomic_load(&c->clock);
+    bool pull = op == PS_PULL;
+    memset(L->reply_req, 0, (size_t)ns * sizeof *L->reply_req), memset(L->rows_req, 0, (size_t)ns * sizeof *L->rows_req);
+    pdde_status st = ps_split(c, L, n, ids, vals);
     for (int s = 0; s < ns && !st; s++) {
-        ps_hdr h = {op, (int64_t)c->count[s], c->clock, 0};
+        st = pdde_comm_irecv(c->comm, &L->reply[s], PS_HDR_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_REPLY), &L->reply_req[s]);
+        if (!st && pull && L->count[s])
+            st = pdde_comm_irecv(c->comm, L->vals[s], L->count[s] * C, PDDE_F32, s, ps_tag(lane, PS_TAG_ROWS), &L->rows_req[s]);
+        if (st) st = ps_failed(c, st, op, req, L->count[s], s);
+    }
+    for (int s = 0; s < ns && !st; s++) {
+        ps_hdr h = {op, (int64_t)L->count[s], clock, 0, req};
         st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
-        if (!st && h.n) st = pdde_comm_send(c->comm, c->ids[s], (size_t)h.n, PDDE_I64, s, PS_TAG_IDS);
-        if (!st && op == PS_PUSH && c->kill_at_push == c->pushes + 1) raise(SIGKILL);
-        if (!st && vals && h.n) st = pdde_comm_send(c->comm, c->vals[s], (size_t)h.n * C, PDDE_F32, s, PS_TAG_VALS);
+        if (!st && h.n) st = pdde_comm_send(c->comm, L->ids[s], (size_t)h.n, PDDE_I64, s, ps_tag(lane, PS_TAG_IDS));
+        if (!st && op == PS_PUSH && c->kill_at_push == atomic_load(&c->pushes) + 1) raise(SIGKILL);
+        if (!st && vals && h.n) st = pdde_comm_send(c->comm, L->vals[s], (size_t)h.n * C, PDDE_F32, s, ps_tag(lane, PS_TAG_VALS));
+        if (st) st = ps_failed(c, st, op, req, L->count[s], s);
     }
-    for (int s = 0; s < ns && !st; s++) {
-        ps_hdr h;
-        st = ps_wait_reply(c, s, &h);
-        if (!st && out && h.n != (int64_t)c->count[s])
-            st = pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %lld rows for %zu ids", s, (long long)h.n, c->count[s]);
-        if (!st && out && h.n) {
-            st = pdde_comm_recv(c->comm, c->vals[s], (size_t)h.n * C, PDDE_F32, s, PS_TAG_ROWS);
-            for (int64_t k = 0; !st && k < h.n; k++)
-                memcpy(out + c->where[s][k] * C, c->vals[s] + k * C, (size_t)C * sizeof(float));
+    /* every server's reply is taken, also after one refused the request, so the lane's next request
+     * meets no stale reply */
+    /* lost: the world failed, or a receive stays posted that would take the lane's next reply (a
+     * timeout, a reply that is not this request's): then the world cannot go on (doomed: this client
+     * fails it, as a blocking call's timeout does) */
+    bool lost = st != PDDE_OK, doomed = st == PDDE_ERR_OOM && L->reply_req[0]; /* (a send fails only in a failed world) */
+    for (int s = 0; s < ns && !lost; s++) {
+        pdde_status sr = pdde_comm_wait(L->reply_req[s], -1);
+        if (sr) doomed = sr == PDDE_ERR_TIMEOUT, sr = ps_failed(c, sr, op, req, L->count[s], s), lost = true;
+        if (!sr && (sr = ps_check_reply(c, s, op, req, L->count[s], &L->reply[s], &lost)) && lost) doomed = true;
+        if (!sr && pull && L->reply[s].n != (int64_t)L->count[s])
+            sr = pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %lld rows for %zu ids", s, (long long)L->reply[s].n,
+                            L->count[s]), lost = doomed = true;
+        if (!lost && L->rows_req[s]) { /* (rows come after a refusal too: zeros) */
+            pdde_status rr = pdde_comm_wait(L->rows_req[s], -1);
+            if (rr) doomed = rr == PDDE_ERR_TIMEOUT, sr = ps_failed(c, rr, op, req, L->count[s], s), lost = true;
+            for (size_t k = 0; !sr && k < L->count[s]; k++)
+                memcpy(out + L->where[s][k] * C, L->vals[s] + k * C, (size_t)C * sizeof(float));
         }
+        if (!st) st = sr;
     }
+    if (doomed) {
+        char why[768];
+        snprintf(why, sizeof why, "%s", pdde_last_error(c->ctx));
+        pdde_comm_abort(c->comm);
+        st = pdde_error(c->ctx, st, "%s", why); /* (this thread's message stays the cause) */
+    }
+    for (int s = 0; s < ns; s++) pdde_comm_request_free(L->reply_req[s]), pdde_comm_request_free(L->rows_req[s]);
+    ps_lane_put(c, lane);
     return st;
 }
 
@@ -1117,16 +1239,15 @@ static pdde_status ps_geo_exchange(pdde_ps_client *c) {
     return st;
 }
 
+/* Geo's local copy is the client's (one thread at a time); sync and async requests go on lanes, at once. */
 pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) {
     if (!c->comm) return pdde_ps_table_pull(c->local, n, ids, out);
+    if (c->p.mode != PDDE_PS_GEO) return ps_request(c, PS_PULL, n, ids, NULL, out);
     pthread_mutex_lock(&c->lock);
-    pdde_status st;
     int C = c->p.table.dim;
-    if (c->p.mode == PDDE_PS_GEO) {
-        st = ps_geo_fetch(c, n, ids);
-        for (size_t i = 0; i < n && !st; i++)
-            memcpy(out + i * C, c->geo_cur + (size_t)*ps_map_find(&c->geo_index, ids[i]) * C, C * sizeof(float));
-    } else st = ps_request(c, PS_PULL, n, ids, NULL, out);
+    pdde_status st = ps_geo_fetch(c, n, ids);
+    for (size_t i = 0; i < n && !st; i++)
+        memcpy(out + i * C, c->geo_cur + (size_t)*ps_map_find(&c->geo_index, ids[i]) * C, C * sizeof(float));
     pthread_mutex_unlock(&c->lock);
     return st;
 }
@@ -1137,7 +1258,10 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
         if (!st) c->pushes++;
         return st;
     }
-    pthread_mutex_lock(&c->lock);
+    /* async: pushes of several threads in flight at once; sync: a worker's push is its share of a
+     * round, so its pushes go one at a time (its pulls meanwhile go on) */
+    bool one_at_a_time = c->p.mode != PDDE_PS_ASYNC;
+    if (one_at_a_time) pthread_mutex_lock(&c->lock);
     pdde_status st = PDDE_OK;
     int C = c->p.table.dim;
     if (c->p.mode == PDDE_PS_GEO) { /* local SGD on the copy; the exchange every geo_steps */
@@ -1154,16 +1278,13 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
         if (!st) c->clock++;
     }
     if (!st) c->pushes++;
-    pthread_mutex_unlock(&c->lock);
+    if (one_at_a_time) pthread_mutex_unlock(&c->lock);
     return st;
 }
 
 pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
     if (!c->comm) return pdde_ps_table_set(c->local, n, ids, vals);
-    pthread_mutex_lock(&c->lock);
-    pdde_status st = ps_request(c, PS_SET, n, ids, vals, NULL);
-    pthread_mutex_unlock(&c->lock);
-    return st;
+    return ps_request(c, PS_SET, n, ids, vals, NULL);
 }
 
 pdde_status pdde_ps_client_flush(pdde_ps_client *c) {
@@ -1173,54 +1294,55 @@ pdde_status pdde_ps_client_flush(pdde_ps_client *c) {
     return st;
 }
 
-/* A request that carries no ids to every server (SAVE carries its path). */
+/* A request that carries no ids to one server or every one (SAVE carries its path), on a free lane. */
 static pdde_status ps_command(pdde_ps_client *c, int op, const char *path, int server, void *out) {
     size_t len = path ? strlen(path) : 0, words = len / 8 + 1;
     int64_t *buf = path ? calloc(words, 8) : NULL;
     if (path && !buf) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
     if (path) memcpy(buf, path, len);
+    int lane = ps_lane_get(c);
+    if (lane < 0) { free(buf); return ps_no_lane(c, op); }
+    int64_t req = lane | ++c->lane[lane].seq << 8;
     pdde_status st = PDDE_OK;
     int first = server < 0 ? 0 : server, last = server < 0 ? c->p.n_servers - 1 : server;
     for (int s = first; s <= last && !st; s++) {
-        ps_hdr h = {op, (int64_t)len, c->clock, 0};
+        ps_hdr h = {op, (int64_t)len, atomic_load(&c->clock), 0, req};
         st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
-        if (!st && path) st = pdde_comm_send(c->comm, buf, words, PDDE_I64, s, PS_TAG_IDS);
+        if (!st && path) st = pdde_comm_send(c->comm, buf, words, PDDE_I64, s, ps_tag(lane, PS_TAG_IDS));
+        if (st) st = ps_failed(c, st, op, req, 0, s);
     }
+    bool lost = false;
     for (int s = first; s <= last && !st && op != PS_BYE; s++) {
         ps_hdr h;
-        st = ps_wait_reply(c, s, &h);
+        st = pdde_comm_recv(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_REPLY));
+        if (st) st = ps_failed(c, st, op, req, 0, s);
+        else st = ps_check_reply(c, s, op, req, 0, &h, &lost);
         if (!st && out) {
             int64_t words_in[PS_STATS_WORDS];
-            st = pdde_comm_recv(c->comm, words_in, PS_STATS_WORDS, PDDE_I64, s, PS_TAG_ROWS);
-            memcpy(out, words_in, sizeof(pdde_ps_server_stats));
+            st = pdde_comm_recv(c->comm, words_in, PS_STATS_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_ROWS));
+            if (st) st = ps_failed(c, st, op, req, 0, s);
+            else memcpy(out, words_in, sizeof(pdde_ps_server_stats));
         }
     }
+    ps_lane_put(c, lane);
     free(buf);
     return st;
 }
 
 pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir) {
-    pthread_mutex_lock(&c->lock);
-    pdde_status st;
-    if (!c->comm) {
-        char path[4096];
-        pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
-        st = pdde_ps_table_save(c->local, path);
-    } else st = ps_command(c, PS_SAVE, dir, -1, NULL);
-    pthread_mutex_unlock(&c->lock);
-    return st;
+    if (c->comm) return ps_command(c, PS_SAVE, dir, -1, NULL);
+    char path[4096];
+    pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
+    return pdde_ps_table_save(c->local, path);
 }
 
 pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out) {
     memset(out, 0, sizeof *out);
     if (index < 0 || index >= c->p.n_servers)
         return pdde_error(c->ctx, PDDE_ERR_INVALID_ARG, "ps client: server %d of %d", index, c->p.n_servers);
-    pthread_mutex_lock(&c->lock);
-    pdde_status st = PDDE_OK;
-    if (!c->comm) pdde_ps_table_stats_get(c->local, &out->table);
-    else st = ps_command(c, PS_STATS, NULL, index, out);
-    pthread_mutex_unlock(&c->lock);
-    return st;
+    if (c->comm) return ps_command(c, PS_STATS, NULL, index, out);
+    pdde_ps_table_stats_get(c->local, &out->table);
+    return PDDE_OK;
 }
 
 double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c) { return c->geo_delta_sum; }
@@ -1232,11 +1354,14 @@ void pdde_ps_client_free(pdde_ps_client *c) {
         ps_command(c, PS_BYE, NULL, -1, NULL);
     }
     pdde_ps_table_free(c->local);
-    for (int s = 0; c->ids && s < c->p.n_servers; s++) free(c->ids[s]), free(c->vals[s]), free(c->where[s]);
-    free(c->ids), free(c->vals), free(c->where), free(c->count), free(c->cap);
+    for (int l = 0; l < PS_LANES; l++) {
+        ps_lane *L = &c->lane[l];
+        for (int s = 0; L->ids && s < c->p.n_servers; s++) free(L->ids[s]), free(L->vals[s]), free(L->where[s]);
+        free(L->ids), free(L->vals), free(L->where), free(L->count), free(L->cap), free(L->reply), free(L->reply_req), free(L->rows_req);
+    }
     ps_map_free(&c->geo_index);
     free(c->geo_cur), free(c->geo_base), free(c->geo_ids), free(c->geo_touched);
-    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->lock), pthread_mutex_destroy(&c->lane_lock), pthread_cond_destroy(&c->lane_cv);
     free(c);
 }
 
