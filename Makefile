@@ -155,7 +155,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -313,6 +313,10 @@ bench-checkpoint: all
 # BENCH_DISPATCH_ARGS="--device opencl --no-torch" for the OpenCL launch path.
 bench-dispatch: $(BUILD)/bench_dispatch
 	@$(BUILD)/bench_dispatch $(BENCH_DISPATCH_ARGS)
+
+# The host's cost of a GEMM on OpenCL: CLBlast against the built-in k_gemm (PDDE_OPENCL_GEMM=builtin).
+bench-ocl-gemm: $(BUILD)/bench_ocl_gemm
+	@$(BUILD)/bench_ocl_gemm $(BENCH_OCL_GEMM_ARGS)
 
 # Fused causal attention against the unfused reference at T = 256, 1024, 4096 on the CPU and OpenCL.
 bench-attention: $(BUILD)/bench_attention

@@ -75,6 +75,9 @@ struct pdde_backend_iface {
     pdde_status (*stream_create_timed)(void *dev, void **stream);
     pdde_status (*event_create_timed)(void *dev, void **event);
     pdde_status (*event_elapsed)(void *dev, void *e0, void *e1, double *ms);
+    /* optional: n bytes of buffer handle from offset set to zero on the device, ordered on stream (NULL, or
+     * PDDE_ERR_UNSUPPORTED with nothing enqueued: the core writes zeros from host memory) */
+    pdde_status (*zero)(void *dev, void *stream, void *handle, size_t offset, size_t n);
 };
 /* A context's device (a global index, as pdde_device_find gives): its backend and opened handle, for
  * extensions that work on a device outside a session (device collectives, their tests). */

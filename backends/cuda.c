@@ -322,6 +322,7 @@ typedef struct {
     pgd_gemm_cache *lt_cache;
     long long lt_calls;
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
+    int zero_on;  /* PDDE_CUDA_ZERO=1: the zero slot memsets on the device (else the core writes zeros) */
     long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
 } pcu_dev;
 
@@ -1004,6 +1005,8 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
+    const char *ze = getenv("PDDE_CUDA_ZERO");
+    d->zero_on = ze && !strcmp(ze, "1");
     const char *ge = getenv("PDDE_CUDA_GRAPH");
     d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
     if (ge && !strcmp(ge, "1") && !f->graph.ok)
@@ -1084,6 +1087,25 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync((pcu_ptr)(uintptr_t)handle + offset, src, n, pcu_st(d, stream)->s),
               "cuMemcpyHtoDAsync");
+    return PDDE_OK;
+}
+
+/* (PDDE_CUDA_ZERO=1; words by cuMemsetD32Async, a head or tail of fewer than 4 bytes copied from static zeros) */
+static pdde_status pcu_zero(void *dev, void *stream, void *handle, size_t offset, size_t n) {
+    static const uint32_t zeros = 0;
+    pcu_dev *d = dev;
+    if (!d->zero_on) return PDDE_ERR_UNSUPPORTED; /* (until a GPU run has checked it) */
+    if (!n) return PDDE_OK;
+    int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
+    if (st) return st;
+    pcu_ptr p = (pcu_ptr)(uintptr_t)handle + offset;
+    size_t head = (4 - (size_t)(p % 4)) % 4;
+    if (head > n) head = n;
+    if (head) PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync(p, &zeros, head, pcu_st(d, stream)->s), "cuMemcpyHtoDAsync");
+    p += head, n -= head;
+    if (n / 4) PCU_CHECK(d, d->fam->cu.MemsetD32Async(p, 0, n / 4, pcu_st(d, stream)->s), "cuMemsetD32Async");
+    if (n % 4) PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync(p + n / 4 * 4, &zeros, n % 4, pcu_st(d, stream)->s), "cuMemcpyHtoDAsync");
     return PDDE_OK;
 }
 
@@ -1673,6 +1695,7 @@ const pdde_backend_iface pdde_backend_cuda = {
     .stream_create_timed = pcu_stream_create, /* (every CUDA stream can time its events) */
     .event_create_timed = pcu_event_create_timed,
     .event_elapsed = pcu_event_elapsed,
+    .zero = pcu_zero,
 };
 
 #endif /* PDDE_NO_CUDA */

@@ -103,6 +103,7 @@ typedef struct {
      * and whether the device's kernels are built (the default stream checks both at each operation) */
     int fixed, prepared;
     unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS) */
+    int builtin_gemm;     /* PDDE_OPENCL_GEMM=builtin: k_gemm rather than CLBlast */
 } pdde_ocl_stream;
 
 typedef struct {
@@ -525,6 +526,22 @@ static pdde_status pdde_ocl_read(void *dev, void *stream, void *handle, size_t o
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueReadBuffer");
 }
 
+/* PDDE_OPENCL_GEMM=builtin: GEMMs on k_gemm even where the build has CLBlast */
+static int pdde_ocl_gemm_env(void) {
+    const char *v = getenv("PDDE_OPENCL_GEMM");
+    return v && !strcmp(v, "builtin");
+}
+
+/* (a 4-byte pattern where offset and n allow it: runtimes fill words faster than bytes) */
+static pdde_status pdde_ocl_zero(void *dev, void *stream, void *handle, size_t offset, size_t n) {
+    pdde_ocl_device *d = dev;
+    if (!n) return PDDE_OK;
+    static const uint32_t zero = 0;
+    size_t pattern = offset % 4 || n % 4 ? 1 : 4;
+    cl_int e = d->fam->cl.clEnqueueFillBuffer(pdde_ocl_st(d, stream)->q, (cl_mem)handle, &zero, pattern, offset, n, 0, NULL, NULL);
+    return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueFillBuffer");
+}
+
 /* (timed: a profiling queue, whose markers carry the device's clock) */
 static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_properties props, void **stream) {
     *stream = NULL;
@@ -536,7 +553,7 @@ static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_pro
         free(s);
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
-    s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_");
+    s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), s->builtin_gemm = pdde_ocl_gemm_env();
     *stream = s;
     return PDDE_OK;
 }
@@ -739,10 +756,10 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
         /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
         .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_"),
-#ifdef PDDE_HAVE_CLBLAST
-        .gemm = pdde_ocl_cb_gemm,
-#endif
     };
+#ifdef PDDE_HAVE_CLBLAST
+    if (!(s->fixed ? s->builtin_gemm : pdde_ocl_gemm_env())) out->gemm = pdde_ocl_cb_gemm;
+#endif
     return PDDE_OK;
 }
 
@@ -793,6 +810,7 @@ const pdde_backend_iface pdde_backend_opencl = {
     .stream_create_timed = pdde_ocl_stream_create_timed,
     .event_create_timed = pdde_ocl_event_create,
     .event_elapsed = pdde_ocl_event_elapsed,
+    .zero = pdde_ocl_zero,
 };
 
 #endif /* PDDE_OCL_NO_HEADERS */

@@ -25,7 +25,6 @@ struct pdde_sparse_batch {
     int32_t *local;            /* [slots] local rows */
     float *weights;            /* [slots] (bag > 1) */
     float *rows;               /* [rows, dim]: the pulled rows, then (collect) their gradients */
-    float *zeros;              /* zeros written over gradient accumulators ([rows, dim], or a larger dense one) */
     /* dense parameters held on the servers (pdde_sparse_batch_hold_dense): each is ceil(numel / dim)
      * rows of the table, with ids PDDE_PS_DENSE_IDS | parameter << 32 | row */
     int n_dense;
@@ -77,8 +76,7 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
     b->local = malloc((size_t)e->slots * sizeof *b->local);
     b->weights = e->bag > 1 ? malloc((size_t)e->slots * sizeof *b->weights) : NULL;
     b->rows = malloc((size_t)e->rows * e->dim * sizeof *b->rows);
-    b->zeros = calloc((size_t)e->rows * e->dim, sizeof *b->zeros);
-    if (!b->unique || !b->local || !b->rows || !b->zeros || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
+    if (!b->unique || !b->local || !b->rows || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
     *out = b;
     return PDDE_OK;
 }
@@ -86,7 +84,7 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
 void pdde_sparse_batch_free(pdde_sparse_batch *b) {
     if (!b) return;
     ps_map_free(&b->index);
-    free(b->unique), free(b->local), free(b->weights), free(b->rows), free(b->zeros);
+    free(b->unique), free(b->local), free(b->weights), free(b->rows);
     free(b->dense), free(b->dense_row0), free(b->dense_ids), free(b->dense_vals), free(b->push_ids), free(b->push_vals);
     free(b);
 }
@@ -136,17 +134,21 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     const pdde_sparse_embedding *e = b->e;
     size_t bytes = (size_t)e->rows * e->dim * sizeof(float);
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
-    pdde_status st = pdde_session_read(s, e->table->grad, b->rows, bytes);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, e->table->grad, bytes, "sparse batch collect", &lt);
+    /* only the batch's rows are pushed: the rest (the empty slots' row, rows no id refers to) stay unread */
+    if (!st && b->n_unique) st = read_local(s, lt, b->rows, (size_t)b->n_unique * e->dim * sizeof(float));
     /* the accumulator is the optimizers' to zero, and they skip sparse tables (and the graph of a
-     * model whose dense parameters live on the servers has no optimizer) */
-    if (!st) st = pdde_session_write(s, e->table->grad, b->zeros, bytes);
+     * model whose dense parameters live on the servers has no optimizer): zeroed where it lives */
+    if (!st) st = zero_bound(s, lt);
     for (int i = 0; i < b->n_dense && !st; i++) {
         pdde_tensor *g = b->dense[i]->grad;
         float *dst = b->dense_vals + b->dense_row0[i] * e->dim;
         int64_t n = pdde_tensor_numel(g), end = (i + 1 < b->n_dense ? b->dense_row0[i + 1] : b->dense_rows) * e->dim - b->dense_row0[i] * e->dim;
-        st = pdde_session_read(s, g, dst, pdde_tensor_nbytes(g));
+        st = check_io(s, g, pdde_tensor_nbytes(g), "sparse batch collect", &lt);
+        if (!st) st = read_local(s, lt, dst, pdde_tensor_nbytes(g));
         memset(dst + n, 0, (size_t)(end - n) * sizeof *dst); /* the last row's padding has no gradient */
-        if (!st) st = pdde_session_write(s, g, b->zeros, pdde_tensor_nbytes(g));
+        if (!st) st = zero_bound(s, lt);
     }
     return st;
 }
@@ -166,7 +168,7 @@ pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, 
     pdde_graph *g = s->g;
     if (b->n_dense) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: holds its dense parameters on the servers already");
     int n = 0;
-    int64_t rows = 0, largest = 0;
+    int64_t rows = 0;
     for (int i = 0; i < g->n; i++) {
         pdde_tensor *t = g->nodes[i];
         if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
@@ -175,19 +177,13 @@ pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, 
         int64_t k = (pdde_tensor_numel(t) + e->dim - 1) / e->dim;
         if (k >= (int64_t)1 << 32) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "sparse batch: %s has more than 2^32 rows of %d", t->name, e->dim);
         n++, rows += k;
-        if (pdde_tensor_numel(t) > largest) largest = pdde_tensor_numel(t);
     }
     if (!n) return PDDE_OK;
     b->dense = malloc((size_t)n * sizeof *b->dense), b->dense_row0 = malloc((size_t)n * sizeof *b->dense_row0);
     b->dense_ids = malloc((size_t)rows * sizeof *b->dense_ids), b->dense_vals = calloc((size_t)rows * e->dim, sizeof *b->dense_vals);
     b->push_ids = malloc((size_t)(e->slots + rows) * sizeof *b->push_ids);
     b->push_vals = malloc((size_t)(e->slots + rows) * e->dim * sizeof *b->push_vals);
-    if (largest > e->rows * e->dim) {
-        float *z = realloc(b->zeros, (size_t)largest * sizeof *z);
-        if (z) memset(z, 0, (size_t)largest * sizeof *z), b->zeros = z;
-        else largest = -1;
-    }
-    if (!b->dense || !b->dense_row0 || !b->dense_ids || !b->dense_vals || !b->push_ids || !b->push_vals || largest < 0)
+    if (!b->dense || !b->dense_row0 || !b->dense_ids || !b->dense_vals || !b->push_ids || !b->push_vals)
         return pdde_error(s->ctx, PDDE_ERR_OOM, "sparse batch: out of memory (%lld dense rows)", (long long)rows);
     int k = 0;
     int64_t r = 0;

@@ -83,6 +83,8 @@ struct pdde_session {
     bool loss_read;             /* ...and read the loss then (loss_value): its end need not read it again */
     float loss_value;
     int64_t host_syncs;         /* waits for a device's stream (pdde_session_host_syncs) */
+    void *zeros;                /* zeros written where a device has no zero slot (zeros_bytes; grown as needed) */
+    size_t zeros_bytes;
     bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     /* dynamic loss scaling (graphs with f16 matmuls): the scale is the backward's seed, a checkpointed
      * tensor; this is its value */
@@ -1280,6 +1282,7 @@ void pdde_session_free(pdde_session *s) {
     if (s->devprof) profile_print(s), profile_free(s);
     trace_close(s); /* (before the program: events name its nodes) */
     if (s->g->session == s) s->g->session = NULL;
+    free(s->zeros);
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
     drop_sends(s);
@@ -1562,15 +1565,14 @@ static pdde_status check_node(pdde_session *s, pdde_tensor *t, int micro) {
                       t->nsrc ? t->src[0]->name : "", t->nsrc > 1 ? ", ..." : "", from);
 }
 
+static pdde_status zero_bound(pdde_session *s, pdde_tensor *lt);
+
 /* After a non-finite step the gradients accumulated so far are dropped, so the next step starts clean. */
 static void drop_gradients(pdde_session *s) {
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *t = s->order[i];
         if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
-        if (s->devs[s->slot[t->id]].host) { memset((char *)t->data + t->offset, 0, pdde_tensor_nbytes(t)); continue; }
-        void *zeros = calloc(1, pdde_tensor_nbytes(t) + 1);
-        if (zeros) write_bound(s, t, zeros, pdde_tensor_nbytes(t));
-        free(zeros);
+        zero_bound(s, t);
     }
 }
 
@@ -1953,6 +1955,25 @@ static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src
     session_device *sd = &s->devs[s->slot[lt->id]];
     if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
+    return st ? st : device_sync(s, sd);
+}
+
+/* Zeroes the session's tensor lt where it points now: in place on the host, by the backend's zero slot on
+ * a device (nothing crosses the bus), else from zeros the host writes. */
+static pdde_status zero_bound(pdde_session *s, pdde_tensor *lt) {
+    session_device *sd = &s->devs[s->slot[lt->id]];
+    size_t n = pdde_tensor_nbytes(lt);
+    if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false;
+    if (sd->host) return memset((char *)lt->data + lt->offset, 0, n), PDDE_OK;
+    pdde_status st = IFACE_HAS(sd->iface, zero) ? sd->iface->zero(sd->dev, sd->stream, lt->data, lt->offset, n) : PDDE_ERR_UNSUPPORTED;
+    if (st == PDDE_ERR_UNSUPPORTED) {
+        if (n > s->zeros_bytes) {
+            free(s->zeros), s->zeros_bytes = 0;
+            if (!(s->zeros = calloc(1, n))) return pdde_error(s->ctx, PDDE_ERR_OOM, "zeroing %s: out of memory", lt->name);
+            s->zeros_bytes = n;
+        }
+        st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, s->zeros, n);
+    }
     return st ? st : device_sync(s, sd);
 }
 

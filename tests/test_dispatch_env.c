@@ -8,7 +8,8 @@
  * On the CPU and on the OpenCL and CUDA devices (each skipped where there is none): a deep, narrow MLP
  * trained a few steps; the steps after the first ask for no PDDE_* variable; a session made after the
  * device's COLSUM2 switch is set reads it; the losses of two sessions of the same model are equal bit
- * for bit (the same switches, read once or not). */
+ * for bit (the same switches, read once or not); on OpenCL with CLBlast, a session made under
+ * PDDE_OPENCL_GEMM=builtin runs k_gemm (losses within 1e-5, not CLBlast's bits). */
 #define _GNU_SOURCE /* (setenv) */
 #include "pdde.h"
 #include "tests/test_util.h"
@@ -91,6 +92,17 @@ static void check_device(pdde_context *ctx, int dev, const char *what) {
     if (strcmp(what, "cpu")) CHECK(colsum2_asked > 0, "%s: a session made after %s was set did not read it", what, colsum2_var);
     for (int i = 0; i < STEPS && !rc; i++)
         CHECK(!memcmp(&a[i], &b[i], sizeof a[i]), "%s: step %d: losses of two sessions differ: %.9g vs %.9g", what, i, a[i], b[i]);
+    if (strcmp(what, "opencl") || !(pdde_features() & PDDE_FEATURE_CLBLAST)) return; /* (without CLBlast: k_gemm either way) */
+    /* PDDE_OPENCL_GEMM=builtin: the GEMMs on k_gemm rather than CLBlast, read when the stream is made: the
+     * same losses but for the float order of other kernels (so not the same bits at every step) */
+    setenv("PDDE_OPENCL_GEMM", "builtin", 1);
+    rc = train(ctx, dev, b, &asked_b);
+    unsetenv("PDDE_OPENCL_GEMM");
+    CHECK(rc == 0 && asked_b == 0, "%s, k_gemm: rc %d, %d PDDE_* variables asked by its steps", what, rc, asked_b);
+    int close = !rc, same = !rc;
+    for (int i = 0; i < STEPS && !rc; i++) close &= test_close(b[i], a[i], 1e-5, 1e-6), same &= !memcmp(&a[i], &b[i], sizeof a[i]);
+    CHECK(close, "%s, k_gemm: the losses equal CLBlast's within 1e-5 (%.9g vs %.9g at the last step)", what, b[STEPS - 1], a[STEPS - 1]);
+    CHECK(!same, "%s, k_gemm: the losses are CLBlast's bit for bit at every step: PDDE_OPENCL_GEMM=builtin took no effect", what);
 }
 
 int main(void) {
