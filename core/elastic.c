@@ -66,6 +66,8 @@ struct pdde_elastic {
     pthread_t heartbeat;
     int heartbeat_started;
     _Atomic int stop;
+    _Atomic int store_lost;       /* a renewal was refused: the store dropped this member (elastic_renew) */
+    _Atomic int mute;             /* (tests: the heartbeat pauses, PDDE_TEST_ELASTIC_STALL) */
     double lease_s;
     char job[160];                /* J */
     int id;                       /* this member's id: its rank at the start (stable) */
@@ -152,17 +154,26 @@ static int el_exists(pdde_elastic *e, const char *key) {
     return st == PDDE_OK;
 }
 
-/* Renews the lease: a member whose process is frozen stops renewing it, and the store then sets its
- * death notice. */
+/* Renews the lease. A renewal refused (PDDE_ERR_PEER_LOST: the store dropped this member because its
+ * lease ran out while the process was stalled or cut off, or its lease ended) means its death notice
+ * is set: the others leave it out of the next world. It keeps no membership to come back to, so it
+ * must stop at its next step boundary (pdde_elastic_step_begin) rather than train on until the next
+ * change fences it, which may be a planned one that then fails for everyone. */
+static void elastic_renew(pdde_elastic *e) {
+    pthread_mutex_lock(&e->store_lock);
+    pdde_status st = pdde_store_ping(e->store);
+    pthread_mutex_unlock(&e->store_lock);
+    if (st == PDDE_ERR_PEER_LOST) atomic_store(&e->store_lost, 1);
+}
+
+/* A member whose process is frozen stops renewing its lease, and the store then sets its death notice. */
 static void *elastic_heartbeat(void *arg) {
     pdde_elastic *e = arg;
     double period = e->lease_s / 4;
     while (!atomic_load(&e->stop)) {
         for (double slept = 0; slept < period && !atomic_load(&e->stop); slept += 0.01) elastic_sleep(0.01);
         if (atomic_load(&e->stop)) break;
-        pthread_mutex_lock(&e->store_lock);
-        pdde_store_ping(e->store);
-        pthread_mutex_unlock(&e->store_lock);
+        if (!atomic_load(&e->mute)) elastic_renew(e);
     }
     return NULL;
 }
@@ -187,7 +198,7 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
     double give_up = elastic_now() + e->timeout_s;
     int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids);
     if (!ids) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
-    for (int g = 1; elastic_now() < give_up;) {
+    for (int g = 1; elastic_now() < give_up && !atomic_load(&e->store_lost);) {
         snprintf(key, sizeof key, "%s/g%d/members", e->job, g);
         if (el_get(e, key, &v) != PDDE_OK) {
             snprintf(key, sizeof key, "%s/done", e->job);
@@ -209,6 +220,9 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
         return PDDE_OK;
     }
     free(ids);
+    if (atomic_load(&e->store_lost))
+        return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: member %d asked to join job %s and the store dropped it while it waited "
+                          "(its lease of %.3g s ran out: the process was stalled or cut off)", e->id, e->job, e->lease_s);
     snprintf(key, sizeof key, "%s/done", e->job);
     if (el_exists(e, key))
         return pdde_error(e->ctx, PDDE_ERR_ABORTED, "elastic: member %d asked to join job %s, which finished before it was taken in",
@@ -728,6 +742,21 @@ static int elastic_test_lag(pdde_elastic *e, int64_t step) {
     return 0;
 }
 
+/* Tests only (PDDE_TEST_ELASTIC_STALL="id@step"): member id, at the boundary before `step` of the first
+ * world, stalls as a process starved of the CPU does: its heartbeat pauses and it waits twice its lease
+ * and 0.5 s (the store drops it once the lease ends; its world, whose connection renews on its own
+ * thread, stays up), then renews, which the store refuses. */
+static void elastic_test_stall(pdde_elastic *e, int64_t step) {
+    const char *v = getenv("PDDE_TEST_ELASTIC_STALL");
+    if (!v || !*v || e->generation != 0 || atoi(v) != e->id || !strchr(v, '@') || atoll(strchr(v, '@') + 1) != step) return;
+    fprintf(stderr, "elastic: member %d stalls %.3g s at step %lld (PDDE_TEST_ELASTIC_STALL)\n", e->id, 2 * e->lease_s + 0.5,
+            (long long)step);
+    atomic_store(&e->mute, 1);
+    elastic_sleep(2 * e->lease_s + 0.5);
+    atomic_store(&e->mute, 0);
+    elastic_renew(e);
+}
+
 /* Tests only (PDDE_TEST_ELASTIC_ADMIT=X): ranks waiting to join are taken in at step boundaries from X
  * on, never before (*admit); at X itself, when `wait`, the members wait (up to 30 s) until one has
  * asked to join. A failure-free reference of a run whose replica came back at X, and that run itself
@@ -745,6 +774,13 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
     if (!e || !s || !change) return PDDE_ERR_INVALID_ARG;
     *change = 0;
     int64_t step = s->step;
+    elastic_test_stall(e, step);
+    if (atomic_load(&e->store_lost)) { /* the others learn it from the aborted world at once, not at their timeout */
+        if (e->world) pdde_comm_abort(e->world);
+        return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: member %d was dropped by the store at step %lld: its lease of %.3g s ran out "
+                          "while the process was stalled or cut off, so the others leave it out: fenced, it stops", e->id,
+                          (long long)step, e->lease_s);
+    }
     if (elastic_test_lag(e, step)) {
         e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
         *change = PDDE_ELASTIC_CHANGE;

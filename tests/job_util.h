@@ -207,6 +207,20 @@ static inline int job_wait_step(job *j, const char *metrics, int step, double li
     return 0;
 }
 
+/* The peer timeout for a test's elastic jobs: base seconds where the load per core (the last minute's)
+ * is at most 1, else that many times base (at most 4 times). A member renews a lease of about the peer
+ * timeout at the store every quarter of it, and a loaded machine can starve a process past a short
+ * one: the store then drops the member as frozen. Bounds a test derives from it keep their meaning. */
+static inline double job_peer_timeout(double base) {
+    double load = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &load) == 1 && cores > 0 && load / (double)cores > 1)
+        base *= load / (double)cores < 4 ? load / (double)cores : 4;
+    if (f) fclose(f);
+    return base;
+}
+
 /* A free TCP port on 127.0.0.1 (bound and released: another process may take it in between); 0 if none. */
 static inline int job_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
