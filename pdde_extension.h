@@ -20,6 +20,9 @@ extern "C" {
  * new slots are only ever appended; optional slots may be NULL and the core falls back).
  * Device memory: buffer_alloc returns a handle that the core stores in pdde_tensor.data, with the
  * tensor's byte offset in pdde_tensor.offset. Errors are reported with pdde_error(ctx, ...). */
+/* A node flag the core sets, when it compiles a session, on each node whose device's supports_op took it
+ * (the session never changes a node after): compute may skip asking again. */
+#define PDDE_TENSOR_SUPPORTED (1u << 31)
 #define PDDE_BACKEND_API_VERSION 1
 struct pdde_backend_iface {
     uint32_t api_version;

@@ -42,6 +42,31 @@ __device__ __forceinline__ const uint16_t *fl_at(const uint16_t *tile, int ld, i
     return tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8;
 }
 
+/* The A operand of m16n8k16 from a row's two n-tiles 2 kk, 2 kk + 1 of an accumulator tile (16 columns, its
+ * 16 x 16 block kk), rounded to bf16 */
+template <int NT>
+__device__ __forceinline__ void fl_pack_a(uint32_t a[4], const float (&s)[NT][4], int kk) {
+    a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]), a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+/* A backward step's score tiles over the reduction's 16-wide slice kk: s += A B^T and dp += C E^T for the
+ * warp's 16 rows (fragments a, c) and NT n-tiles of 8 columns, B and E read from the shared tiles bt, et
+ * (pitch ld) by ldmatrix (dq's S = Q K^T and dP = dO V^T; dk and dv's S^T = K Q^T and dP^T = V dO^T) */
+template <int NT>
+__device__ __forceinline__ void fl_s_dp(float (&s)[NT][4], float (&dp)[NT][4], const uint32_t a[4], const uint32_t c[4], const uint16_t *bt,
+                                        const uint16_t *et, int ld, int kk, int lane) {
+#pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+        uint32_t b[4], e[4];
+        ldsm4(b, fl_at(bt, ld, n * 8, kk * 16, lane));
+        ldsm4(e, fl_at(et, ld, n * 8, kk * 16, lane));
+        mma16816(s[n], a, b[0], b[2]);
+        mma16816(s[n + 1], a, b[1], b[3]);
+        mma16816(dp[n], c, e[0], e[2]);
+        mma16816(dp[n + 1], c, e[1], e[3]);
+    }
+}
+
 /* rows [row0, row0 + n) of a bf16 [T, D] head (row stride ld) into a shared tile (pitch D + 8), zeros past T;
  * 16-byte moves */
 template <int D>
@@ -134,8 +159,8 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
             }
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[4];
+            fl_pack_a(a, s, kk);
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b[4];
@@ -204,17 +229,7 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
 #pragma unroll
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t b[4], c[4];
-                ldsm4(b, fl_at(ks, LD, n * 8, kk * 16, lane));
-                ldsm4(c, fl_at(vs, LD, n * 8, kk * 16, lane));
-                mma16816(s[n], qf[kk], b[0], b[2]);
-                mma16816(s[n + 1], qf[kk], b[1], b[3]);
-                mma16816(dp[n], df[kk], c[0], c[2]);
-                mma16816(dp[n + 1], df[kk], c[1], c[3]);
-            }
+        for (int kk = 0; kk < KS; kk++) fl_s_dp(s, dp, qf[kk], df[kk], ks, vs, LD, kk, lane);
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -225,8 +240,8 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
             }
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[4];
+            fl_pack_a(a, s, kk);
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b[4];
@@ -295,16 +310,7 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
             uint32_t a[4], c[4];
             ldsm4(a, fl_at(ks, LD, warp * 16, kk * 16, lane));
             ldsm4(c, fl_at(vs, LD, warp * 16, kk * 16, lane));
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t b[4], e[4];
-                ldsm4(b, fl_at(qs, LD, n * 8, kk * 16, lane));
-                ldsm4(e, fl_at(dos, LD, n * 8, kk * 16, lane));
-                mma16816(s[n], a, b[0], b[2]);
-                mma16816(s[n + 1], a, b[1], b[3]);
-                mma16816(dp[n], c, e[0], e[2]);
-                mma16816(dp[n + 1], c, e[1], e[3]);
-            }
+            fl_s_dp(s, dp, a, c, qs, dos, LD, kk, lane);
         }
 #pragma unroll
         for (int n = 0; n < NT; n++)
@@ -318,10 +324,10 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
             }
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            uint32_t c[4] = {pack_bf16(dp[2 * kk][0], dp[2 * kk][1]), pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
-                             pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            uint32_t a[4];
+            fl_pack_a(a, s, kk);
+            uint32_t c[4];
+            fl_pack_a(c, dp, kk);
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b[4], e[4];

@@ -152,16 +152,7 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
             uint32_t a[4];
             if constexpr (KREG) a[0] = kf[kk][0], a[1] = kf[kk][1], a[2] = kf[kk][2], a[3] = kf[kk][3];
             else ldsm4(a, fl_at(ks, LD, warp * 16, kk * 16, lane));
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t bq[4], bd[4];
-                ldsm4(bq, fl_at(qt, LD, n * 8, kk * 16, lane));
-                ldsm4(bd, fl_at(dt, LD, n * 8, kk * 16, lane));
-                mma16816(sc[n], a, bq[0], bq[2]);
-                mma16816(sc[n + 1], a, bq[1], bq[3]);
-                mma16816(dp[n], vf[kk], bd[0], bd[2]);
-                mma16816(dp[n + 1], vf[kk], bd[1], bd[3]);
-            }
+            fl_s_dp(sc, dp, a, vf[kk], qt, dt, LD, kk, lane);
         }
 #pragma unroll
         for (int n = 0; n < NT; n++)
@@ -175,10 +166,10 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
             }
 #pragma unroll
         for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
-                             pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-            uint32_t c[4] = {pack_bf16(dp[2 * kk][0], dp[2 * kk][1]), pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
-                             pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            uint32_t a[4];
+            fl_pack_a(a, sc, kk);
+            uint32_t c[4];
+            fl_pack_a(c, dp, kk);
             /* dS^T's rows warp * 16 + g (+ 8), columns kk * 16 + 2 t4 (+ 8) into shared memory for dQ */
             uint16_t *drow = dss + (warp * 16 + g) * LDS + kk * 16 + t4 * 2;
             *(uint32_t *)drow = c[0], *(uint32_t *)(drow + 8 * LDS) = c[1];
@@ -320,8 +311,8 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
             }
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[4];
+            fl_pack_a(a, s, kk);
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t bv[4];

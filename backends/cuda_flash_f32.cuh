@@ -114,6 +114,27 @@ __device__ __forceinline__ void ff_tn(float (&acc)[R][4 * NC], const float *a, i
     }
 }
 
+/* a thread's accumulator tile set to zero */
+template <int R, int C>
+__device__ __forceinline__ void ff_zero(float (&acc)[R][C]) {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int j = 0; j < C; j++) acc[i][j] = 0.0f;
+}
+
+/* A backward step's two score tiles, the thread's RT rows (from rg RT on) by SC columns (cg + CG j): s = A B^T
+ * and dp = dA dB^T, a, da and b, db tiles of pitch D + 4 (dq's S = Q K^T and dP = dO V^T; dk and dv's
+ * S^T = K Q^T and dP^T = V dO^T) */
+template <int RT, int SC, int CG, int D>
+__device__ __forceinline__ void ff_s_dp(float (&s)[RT][SC], float (&dp)[RT][SC], const float *a, const float *da, const float *b,
+                                        const float *db, int rg, int cg) {
+    constexpr int LD = D + 4;
+    ff_zero(s), ff_zero(dp);
+    ff_nt<RT, SC, D>(s, a + rg * RT * LD, LD, b + cg * LD, CG * LD);
+    ff_nt<RT, SC, D>(dp, da + rg * RT * LD, LD, db + cg * LD, CG * LD);
+}
+
 /* y (and its logsumexp: att_y, att_lse) of the query tile of block blockIdx.x (the late, heavy tiles first) */
 template <int D>
 __device__ __forceinline__ void ff_fwd(float *sm, const float *q, const float *k, const float *v, float *y, long long BH, long long T,
@@ -129,22 +150,16 @@ __device__ __forceinline__ void ff_fwd(float *sm, const float *q, const float *k
     long long q0 = qt * BQ, row0 = q0 + rg * RT, kend = q0 + BQ < T ? q0 + BQ : T;
     ff_load<D>(qs, qb, ldi, q0, T, BQ);
     float o[RT][4 * NC], m[RT], l[RT], sl2 = scale * FF_LOG2E;
+    ff_zero(o);
 #pragma unroll
-    for (int i = 0; i < RT; i++) {
-        m[i] = -INFINITY, l[i] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 4 * NC; c++) o[i][c] = 0.0f;
-    }
+    for (int i = 0; i < RT; i++) m[i] = -INFINITY, l[i] = 0.0f;
     for (long long k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* (the previous tile's readers are done) */
         ff_load<D>(ks, kb, ldi, k0, T, BK);
         ff_load<D>(vs, vb, ldi, k0, T, BK);
         __syncthreads();
         float s[RT][SC];
-#pragma unroll
-        for (int i = 0; i < RT; i++)
-#pragma unroll
-            for (int j = 0; j < SC; j++) s[i][j] = 0.0f;
+        ff_zero(s);
         ff_nt<RT, SC, D>(s, qs + rg * RT * LD, LD, ks + cg * LD, CG * LD);
 #pragma unroll
         for (int i = 0; i < RT; i++) {
@@ -203,13 +218,12 @@ __device__ __forceinline__ void ff_dq(float *sm, const float *q, const float *k,
     ff_load<D>(qs, qb, ldi, q0, T, BQ);
     ff_load1<D>(dos, dy + att_y(bh * T, T, D, H), ldy, q0, T, BQ);
     float lse2[RT], dot[RT], dq[RT][4 * NC], sl2 = scale * FF_LOG2E;
+    ff_zero(dq);
 #pragma unroll
     for (int i = 0; i < RT; i++) {
         long long row = row0 + i;
         lse2[i] = row < T ? y[att_lse(bh * T + row, BH * T, D, H)] * FF_LOG2E : 0.0f;
         dot[i] = row < T ? rowdot[bh * T + row] : 0.0f;
-#pragma unroll
-        for (int c = 0; c < 4 * NC; c++) dq[i][c] = 0.0f;
     }
     for (long long k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads();
@@ -217,12 +231,7 @@ __device__ __forceinline__ void ff_dq(float *sm, const float *q, const float *k,
         ff_load<D>(vs, vb, ldi, k0, T, BK);
         __syncthreads();
         float s[RT][SC], dp[RT][SC];
-#pragma unroll
-        for (int i = 0; i < RT; i++)
-#pragma unroll
-            for (int j = 0; j < SC; j++) s[i][j] = dp[i][j] = 0.0f;
-        ff_nt<RT, SC, D>(s, qs + rg * RT * LD, LD, ks + cg * LD, CG * LD);
-        ff_nt<RT, SC, D>(dp, dos + rg * RT * LD, LD, vs + cg * LD, CG * LD);
+        ff_s_dp<RT, SC, CG, D>(s, dp, qs, dos, ks, vs, rg, cg);
 #pragma unroll
         for (int i = 0; i < RT; i++)
 #pragma unroll
@@ -269,10 +278,7 @@ __device__ __forceinline__ void ff_dkv(float *sm, const float *q, const float *k
     ff_load<D>(ks, kb, ldi, k0, T, BK);
     ff_load<D>(vs, vb, ldi, k0, T, BK);
     float dk[RT][4 * NC], dv[RT][4 * NC], sl2 = scale * FF_LOG2E;
-#pragma unroll
-    for (int i = 0; i < RT; i++)
-#pragma unroll
-        for (int c = 0; c < 4 * NC; c++) dk[i][c] = dv[i][c] = 0.0f;
+    ff_zero(dk), ff_zero(dv);
     for (long long i0 = k0; i0 < T; i0 += BQ) {
         __syncthreads(); /* (the previous tile's readers are done) */
         ff_load<D>(qs, qb, ldi, i0, T, BQ);
@@ -284,12 +290,7 @@ __device__ __forceinline__ void ff_dkv(float *sm, const float *q, const float *k
         }
         __syncthreads();
         float s[RT][SC], dp[RT][SC];
-#pragma unroll
-        for (int i = 0; i < RT; i++)
-#pragma unroll
-            for (int j = 0; j < SC; j++) s[i][j] = dp[i][j] = 0.0f;
-        ff_nt<RT, SC, D>(s, ks + rg * RT * LD, LD, qs + cg * LD, CG * LD);
-        ff_nt<RT, SC, D>(dp, vs + rg * RT * LD, LD, dos + cg * LD, CG * LD);
+        ff_s_dp<RT, SC, CG, D>(s, dp, ks, vs, qs, dos, rg, cg);
 #pragma unroll
         for (int i = 0; i < RT; i++)
 #pragma unroll
@@ -305,10 +306,7 @@ __device__ __forceinline__ void ff_dkv(float *sm, const float *q, const float *k
         ff_nn<RT, NC, BQ>(dk, dss + rg * RT * LP, LP, qs + cg * 4, LD, 4 * CG);
         if constexpr (ONEPASS) { /* dq of queries i0 + rg RT + i: sum over the tile's keys of dS^T[key][query] K[key] */
             float dq[RT][4 * NC];
-#pragma unroll
-            for (int i = 0; i < RT; i++)
-#pragma unroll
-                for (int c = 0; c < 4 * NC; c++) dq[i][c] = 0.0f;
+            ff_zero(dq);
             ff_tn<RT, NC, BK>(dq, dss + rg * RT, LP, ks + cg * 4, LD, 4 * CG);
 #pragma unroll
             for (int i = 0; i < RT; i++) {

@@ -1237,7 +1237,7 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
 
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n);
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
-    if (!pgd_supports_op(node))
+    if (!(node->flags & PDDE_TENSOR_SUPPORTED) && !pgd_supports_op(node)) /* (a session's nodes were asked when it compiled) */
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
                           pdde_op_name(node->op), node->name, pdde_dtype_name(node->dtype));
     int64_t n = pgd_numel(node);

@@ -72,7 +72,7 @@ static int pgd_moe_zero(const pgd_ctx *g, const pdde_tensor *t) {
 }
 
 static int pgd_moe(const pgd_ctx *g, pdde_tensor *node) {
-    if (!pgd_supports_moe(node))
+    if (!(node->flags & PDDE_TENSOR_SUPPORTED) && !pgd_supports_moe(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: MoE op %s on %s is not supported", g->name, pdde_op_name(node->op), node->name);
     int32_t E = pdde_op_i32(node, PDDE_P_MOE_EXPERTS), cap = pdde_op_i32(node, PDDE_P_MOE_CAPACITY);
     int32_t flags = pdde_op_i32(node, PDDE_P_MOE_FLAGS);

@@ -177,7 +177,9 @@ static pdde_status session_place(pdde_session *s) {
         s->slot[t->id] = slot;
         session_device *sd = &s->devs[slot];
         bool vocab_ce = P->info[t->id].vocab_axis >= 0 && (t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK);
-        bool runs = t->op == PDDE_OP_NONE || program_runs_itself(P, t) || (vocab_ce ? sd->host : sd->iface->supports_op(sd->dev, t));
+        bool asks = t->op != PDDE_OP_NONE && !program_runs_itself(P, t) && !vocab_ce; /* (whether the device runs it) */
+        bool runs = asks ? sd->iface->supports_op(sd->dev, t) != 0 : t->op == PDDE_OP_NONE || program_runs_itself(P, t) || sd->host;
+        if (asks && runs) t->flags |= PDDE_TENSOR_SUPPORTED; /* (asked once here, not at every compute) */
         if (!runs) {
             pdde_device_props props;
             registry_device_props(s->ctx->registry, t->device, &props);

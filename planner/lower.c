@@ -898,30 +898,86 @@ static bool lower_switch_any(const lowering *L, const char *name) {
     return false;
 }
 
-/* For the fusions: how many nodes of the order read each tensor (readers, by id) and, where at is not
- * NULL, each node's place in the order (INT32_MAX for those not in it). NULL on no memory (both freed). */
-static int *lower_readers(const pdde_program *P, int **at) {
-    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
-    if (at && (*at = malloc(((size_t)P->n + 1) * sizeof **at)) == NULL) { free(readers); return NULL; }
-    if (!readers) { if (at) free(*at); return NULL; }
-    for (int i = 0; at && i <= P->n; i++) (*at)[i] = INT32_MAX;
+/* ------------------------------------------------------------------------------------------------
+ * The graph fusions. Each pass finds a pattern in the order, checks that it may fold (nothing else reads
+ * what goes away, nothing kept changes, one device), rewrites it, asks the device whether it runs the
+ * rewritten node (supports_op) and undoes the rewrite where it does not. What they share: */
+
+/* Nodes a fusion leaves as they are: what the user reads (outputs, the loss) and what is written in place */
+enum { FUSION_KEPT = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE };
+
+typedef struct {
+    lowering *L;
+    pdde_program *P; /* NULL: nothing to do (the pass's switch is off on every device) */
+    int *readers;    /* how many nodes of the order read each tensor, by id */
+    int *at;         /* each node's place in the order, by id (INT32_MAX: not in it) */
+} fusion;
+
+/* A fusion pass's start: F->P NULL where switch sw (NULL: none) is off on every device, else F's counts
+ * made (fusion_end frees them). */
+static pdde_status fusion_begin(lowering *L, const char *sw, fusion *F) {
+    pdde_program *P = L->P;
+    *F = (fusion){.L = L};
+    if (sw && !lower_switch_any(L, sw)) return PDDE_OK;
+    F->readers = calloc((size_t)P->n + 1, sizeof *F->readers), F->at = malloc(((size_t)P->n + 1) * sizeof *F->at);
+    if (!F->readers || !F->at) { free(F->readers), free(F->at); return lower_oom(L); }
+    for (int i = 0; i <= P->n; i++) F->at[i] = INT32_MAX;
     for (int i = 0; i < P->n_order; i++) {
-        if (at) (*at)[P->order[i]->id] = i;
+        F->at[P->order[i]->id] = i;
         for (int k = 0; k < P->order[i]->nsrc; k++) /* (the view of a node's second result reads none of its values) */
-            if (P->order[i]->src[k] && !pdde_is_lowp_copy_view(P->order[i])) readers[P->order[i]->src[k]->id]++;
+            if (P->order[i]->src[k] && !pdde_is_lowp_copy_view(P->order[i])) F->readers[P->order[i]->src[k]->id]++;
     }
-    return readers;
+    F->P = P;
+    return PDDE_OK;
+}
+
+static void fusion_end(fusion *F) { free(F->readers), free(F->at); }
+
+/* Whether t's device runs t as it stands now (supports_op): a fusion asks after each rewrite */
+static bool device_runs(const lowering *L, const pdde_tensor *t) { return registry_device_supports(L->ctx, L->ctx->registry, t->device, t); }
+
+/* The producer behind t's f32 views that nothing else reads and nothing keeps (t itself where none) */
+static pdde_tensor *fusion_behind_views(const fusion *F, pdde_tensor *t) {
+    while (t->op == PDDE_OP_RESHAPE && (t->flags & PDDE_TENSOR_VIEW) && !(t->flags & FUSION_KEPT) && F->readers[t->id] == 1 &&
+           t->dtype == PDDE_F32 && t->nsrc == 1)
+        t = t->src[0];
+    return t;
+}
+
+/* t becomes a view of `of`: of its values, or (beside) of the second result it writes beside them */
+static void fusion_make_view(pdde_tensor *t, pdde_tensor *of, bool beside) {
+    t->op = PDDE_OP_RESHAPE, t->flags |= PDDE_TENSOR_VIEW, t->src[0] = of, t->nsrc = 1;
+    for (int k = 1; k < PDDE_MAX_SRC; k++) t->src[k] = NULL;
+    if (beside) pdde_op_set_i32(t, PDDE_P_VIEW_BESIDE, 1);
+}
+
+/* t reads x as its last source more where its device runs it so (true); else t stays as it was */
+static bool fusion_add_source(const fusion *F, pdde_tensor *t, pdde_tensor *x) {
+    t->src[t->nsrc++] = x;
+    if (device_runs(F->L, t)) return true;
+    t->src[--t->nsrc] = NULL;
+    return false;
+}
+
+/* The node at place `from` of the order moves to place `to`; those between shift by one */
+static void fusion_move(fusion *F, int from, int to) {
+    pdde_tensor **o = F->P->order, *t = o[from];
+    int lo = from < to ? from : to, hi = from < to ? to : from;
+    if (from < to) memmove(o + from, o + from + 1, (size_t)(to - from) * sizeof *o);
+    else memmove(o + to + 1, o + to, (size_t)(from - to) * sizeof *o);
+    o[to] = t;
+    for (int j = lo; j <= hi; j++) F->at[o[j]->id] = j;
 }
 
 /* Whether y = op(m, b), with m a plain f32 matmul and b a 1-D f32 bias of m's last dim, can fold into m's
  * epilogue under switch sw: neither m nor y kept, one device, y as large as m, and b computed before m (a
  * bias that lowering derived after the matmul, as a tensor-parallel row layer's, stays apart) */
-static bool lower_bias_epilogue_ok(lowering *L, const pdde_tensor *y, const pdde_tensor *m, const pdde_tensor *b, const int *at,
-                                   uint32_t kept, const char *sw) {
+static bool lower_bias_epilogue_ok(const fusion *F, const pdde_tensor *y, const pdde_tensor *m, const pdde_tensor *b, const char *sw) {
+    const uint32_t kept = FUSION_KEPT | PDDE_TENSOR_VIEW;
     return m && b && m->op == PDDE_OP_MATMUL && m->nsrc == 2 && m->dtype == PDDE_F32 && !(m->flags & kept) && !(y->flags & kept) &&
            m->device == y->device && b->device == m->device && b->dtype == PDDE_F32 && b->ndim == 1 && m->ndim >= 2 &&
            b->shape[0] == m->shape[m->ndim - 1] && pdde_tensor_numel(y) == pdde_tensor_numel(m) &&
-           !(b->op != PDDE_OP_NONE && at[b->id] > at[m->id]) && lower_switch_on(L, sw, m->device);
+           !(b->op != PDDE_OP_NONE && F->at[b->id] > F->at[m->id]) && lower_switch_on(F->L, sw, m->device);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -935,55 +991,48 @@ static bool lower_bias_epilogue_ok(lowering *L, const pdde_tensor *y, const pdde
  * their values. With the switch on, lower_fold_casts also folds a cast into a matmul that it is the only
  * reader of, so a linear layer whose output goes to bf16 (the packed q, k, v) writes bf16 from its GEMM.
  * Only where the matmul's device runs the fused node (supports_op). */
+static void epilogue_bias(fusion *F, pdde_tensor *s) {
+    pdde_tensor *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
+    if (s->op != PDDE_OP_ADD || s->dtype != PDDE_F32 || !m || F->readers[m->id] != 1 || !lower_bias_epilogue_ok(F, s, m, b, "PDDE_FUSE_EPILOGUE"))
+        return;
+    if (!fusion_add_source(F, m, b)) return;
+    fusion_make_view(s, m, false);
+    F->readers[b->id]++; /* (now the matmul's) */
+}
+
+/* A residual add after such a linear (x + (A B + bias)): the matmul adds x too, after its bias, as the add
+ * did (x computed before it; the add's other input the matmul through its views) */
+static void epilogue_residual(fusion *F, pdde_tensor *s) {
+    const uint32_t kept = FUSION_KEPT | PDDE_TENSOR_VIEW;
+    pdde_tensor *x = NULL, *m = NULL;
+    if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) || !lower_switch_on(F->L, "PDDE_FUSE_EPILOGUE", s->device))
+        return;
+    for (int k = 0; k < 2 && !m; k++) {
+        pdde_tensor *v = fusion_behind_views(F, s->src[k]);
+        if (v->op == PDDE_OP_MATMUL && v->dtype == PDDE_F32 && F->readers[v->id] == 1 && !pdde_op_i32(v, PDDE_P_MATMUL_RESIDUAL) &&
+            v->nsrc < PDDE_MAX_SRC && !(v->flags & kept) && v->device == s->device && pdde_tensor_numel(v) == pdde_tensor_numel(s))
+            m = v, x = s->src[1 - k];
+    }
+    if (!m || x->dtype != PDDE_F32 || x->device != m->device || pdde_tensor_numel(x) != pdde_tensor_numel(m) || x->ndim != s->ndim ||
+        (x->op != PDDE_OP_NONE && F->at[x->id] > F->at[m->id]))
+        return;
+    pdde_tensor *v = s->src[0] == x ? s->src[1] : s->src[0];
+    pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 1);
+    if (!fusion_add_source(F, m, x)) {
+        pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 0);
+        return;
+    }
+    fusion_make_view(s, v, false);
+    F->readers[x->id]++;
+}
+
 static pdde_status lower_fuse_epilogue(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_FUSE_EPILOGUE")) return PDDE_OK;
-    int *at, *readers = lower_readers(P, &at);
-    if (!readers) return lower_oom(L);
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *s = P->order[i], *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
-        if (s->op != PDDE_OP_ADD || s->dtype != PDDE_F32 || !m || readers[m->id] != 1 ||
-            !lower_bias_epilogue_ok(L, s, m, b, at, kept, "PDDE_FUSE_EPILOGUE"))
-            continue;
-        m->src[m->nsrc++] = b;
-        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
-            m->src[--m->nsrc] = NULL;
-            continue;
-        }
-        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[1] = NULL, s->nsrc = 1;
-        readers[b->id]++; /* (now the matmul's) */
-    }
-    /* then a residual add after such a linear (x + (A B + bias)): the matmul adds x too, after its bias,
-     * as the add did (x computed before it; the add's other input the matmul through its views) */
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *s = P->order[i], *x = NULL, *m = NULL;
-        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) || !lower_switch_on(L, "PDDE_FUSE_EPILOGUE", s->device))
-            continue;
-        for (int k = 0; k < 2 && !m; k++) {
-            pdde_tensor *v = s->src[k];
-            while (v->op == PDDE_OP_RESHAPE && (v->flags & PDDE_TENSOR_VIEW) && !(v->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[v->id] == 1 &&
-                   v->dtype == PDDE_F32)
-                v = v->src[0];
-            if (v->op == PDDE_OP_MATMUL && v->dtype == PDDE_F32 && readers[v->id] == 1 && !pdde_op_i32(v, PDDE_P_MATMUL_RESIDUAL) &&
-                v->nsrc < PDDE_MAX_SRC && !(v->flags & kept) && v->device == s->device && pdde_tensor_numel(v) == pdde_tensor_numel(s))
-                m = v, x = s->src[1 - k];
-        }
-        if (!m || x->dtype != PDDE_F32 || x->device != m->device || pdde_tensor_numel(x) != pdde_tensor_numel(m) || x->ndim != s->ndim ||
-            (x->op != PDDE_OP_NONE && at[x->id] > at[m->id]))
-            continue;
-        pdde_tensor *v = s->src[0] == x ? s->src[1] : s->src[0];
-        m->src[m->nsrc++] = x;
-        pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 1);
-        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
-            m->src[--m->nsrc] = NULL;
-            pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 0);
-            continue;
-        }
-        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = v, s->src[1] = NULL, s->nsrc = 1;
-        readers[x->id]++;
-    }
-    free(readers), free(at);
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_FUSE_EPILOGUE", &F);
+    if (st || !F.P) return st;
+    for (int i = 0; i < F.P->n_order; i++) epilogue_bias(&F, F.P->order[i]);
+    for (int i = 0; i < F.P->n_order; i++) epilogue_residual(&F, F.P->order[i]);
+    fusion_end(&F);
     return PDDE_OK;
 }
 
@@ -995,40 +1044,41 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
  * backend runs as one GEMM with beta 1 (cublasLt) and otherwise as the product and the add it replaces
  * (the same bits), and the matmul leaves the order: one kernel and one gradient-sized tensor fewer a
  * weight. Only where the accumulation's device runs the fused node (supports_op). */
-static pdde_status lower_fuse_grad(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_FUSE_GRAD")) return PDDE_OK;
-    int *readers = lower_readers(P, NULL);
-    uint8_t *gone = calloc((size_t)P->n + 1, 1);
-    if (!readers || !gone) { free(readers), free(gone); return lower_oom(L); }
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *u = P->order[i], *m = u->nsrc == 2 ? u->src[1] : NULL;
-        if (u->op != PDDE_OP_GRAD_ACCUM || !m || u->ndim != 2 || u->dtype != PDDE_F32 || !lower_switch_on(L, "PDDE_FUSE_GRAD", u->device)) continue;
-        while (m->op == PDDE_OP_RESHAPE && (m->flags & PDDE_TENSOR_VIEW) && !(m->flags & kept) && readers[m->id] == 1 && m->dtype == PDDE_F32)
-            m = m->src[0];
-        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || m->ndim != 2 || m->src[0]->ndim != 2 || m->src[1]->ndim != 2 ||
-            pdde_op_i32(m, PDDE_P_MATMUL_BGRAD) || /* (PDDE_FUSE_BGRAD's: its bias gradient's view reads it too) */
-            readers[m->id] != 1 || (m->flags & (kept | PDDE_TENSOR_VIEW)) || m->device != u->device || m->shape[0] != u->shape[0] ||
-            m->shape[1] != u->shape[1])
-            continue;
-        pdde_tensor *g = u->src[1];
-        u->src[1] = m->src[0], u->src[2] = m->src[1], u->nsrc = 3;
-        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_A));
-        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_B));
-        if (!registry_device_supports(L->ctx, L->ctx->registry, u->device, u)) {
-            u->src[1] = g, u->src[2] = NULL, u->nsrc = 2;
-            pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, 0), pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, 0);
-            continue;
-        }
-        for (pdde_tensor *v = g; v != m; v = v->src[0]) gone[v->id] = 1;
-        gone[m->id] = 1;
+static void grad_into_accumulation(fusion *F, pdde_tensor *u, uint8_t *gone) {
+    pdde_tensor *m = u->nsrc == 2 ? u->src[1] : NULL;
+    if (u->op != PDDE_OP_GRAD_ACCUM || !m || u->ndim != 2 || u->dtype != PDDE_F32 || !lower_switch_on(F->L, "PDDE_FUSE_GRAD", u->device)) return;
+    m = fusion_behind_views(F, m);
+    if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || m->ndim != 2 || m->src[0]->ndim != 2 || m->src[1]->ndim != 2 ||
+        pdde_op_i32(m, PDDE_P_MATMUL_BGRAD) || /* (PDDE_FUSE_BGRAD's: its bias gradient's view reads it too) */
+        F->readers[m->id] != 1 || (m->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) || m->device != u->device || m->shape[0] != u->shape[0] ||
+        m->shape[1] != u->shape[1])
+        return;
+    pdde_tensor *g = u->src[1];
+    u->src[1] = m->src[0], u->src[2] = m->src[1], u->nsrc = 3;
+    pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_A));
+    pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_B));
+    if (!device_runs(F->L, u)) {
+        u->src[1] = g, u->src[2] = NULL, u->nsrc = 2;
+        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, 0), pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, 0);
+        return;
     }
+    for (pdde_tensor *v = g; v != m; v = v->src[0]) gone[v->id] = 1;
+    gone[m->id] = 1;
+}
+
+static pdde_status lower_fuse_grad(lowering *L) {
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_FUSE_GRAD", &F);
+    if (st || !F.P) return st;
+    pdde_program *P = F.P;
+    uint8_t *gone = calloc((size_t)P->n + 1, 1);
+    if (!gone) { fusion_end(&F); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++) grad_into_accumulation(&F, P->order[i], gone);
     int k = 0;
     for (int i = 0; i < P->n_order; i++)
         if (!gone[P->order[i]->id]) P->order[k++] = P->order[i];
     P->n_order = k;
-    free(readers), free(gone);
+    free(gone), fusion_end(&F);
     return PDDE_OK;
 }
 
@@ -1048,29 +1098,36 @@ static pdde_tensor *bgrad_source(pdde_tensor *t, bool casts) {
     return t;
 }
 
+/* The weight-gradient matmul whose B is the dy that the bias gradient s (a sum_to to [N]) sums, or NULL */
+static pdde_tensor *bgrad_matmul(const fusion *F, const pdde_tensor *s) {
+    const uint32_t kept = FUSION_KEPT | PDDE_TENSOR_VIEW;
+    pdde_tensor *dy = s->nsrc == 1 ? bgrad_source(s->src[0], false) : NULL;
+    if (s->op != PDDE_OP_SUM_TO || !dy || s->dtype != PDDE_F32 || s->ndim != 1 || (s->flags & kept) || dy->dtype != PDDE_F32 ||
+        !lower_switch_on(F->L, "PDDE_FUSE_BGRAD", s->device))
+        return NULL;
+    for (int j = 0; j < F->P->n_order; j++) {
+        pdde_tensor *c = F->P->order[j], *b = c->nsrc == 2 ? c->src[1] : NULL;
+        if (c->op == PDDE_OP_MATMUL && b && c->ndim == 2 && c->dtype == PDDE_F32 && !(c->flags & kept) && b->ndim == 2 && c->device == s->device &&
+            !pdde_op_i32(c, PDDE_P_MATMUL_TRANS_B) && !pdde_op_i32(c, PDDE_P_MATMUL_ACT) && !pdde_op_i32(c, PDDE_P_MATMUL_RESIDUAL) &&
+            !pdde_op_i32(c, PDDE_P_MATMUL_BGRAD) && c->shape[1] == s->shape[0] && b->shape[1] == s->shape[0] &&
+            b->shape[0] * b->shape[1] == pdde_tensor_numel(dy) && bgrad_source(b, true) == dy)
+            return c;
+    }
+    return NULL;
+}
+
 static pdde_status lower_fuse_bgrad(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_FUSE_BGRAD")) return PDDE_OK;
-    int *at, *readers = lower_readers(P, &at);
-    uint8_t *late = readers ? calloc((size_t)P->n + 1, 1) : NULL;
-    pdde_tensor **tail = late ? malloc(((size_t)P->n_order + 1) * sizeof *tail) : NULL;
-    if (!tail) { free(late), free(readers), free(readers ? at : NULL); return lower_oom(L); }
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_FUSE_BGRAD", &F);
+    if (st || !F.P) return st;
+    pdde_program *P = F.P;
+    uint8_t *late = calloc((size_t)P->n + 1, 1);
+    pdde_tensor **tail = malloc(((size_t)P->n_order + 1) * sizeof *tail);
+    if (!late || !tail) { free(late), free(tail), fusion_end(&F); return lower_oom(L); }
     for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *s = P->order[i], *dy = s->nsrc == 1 ? bgrad_source(s->src[0], false) : NULL, *m = NULL;
-        if (s->op != PDDE_OP_SUM_TO || !dy || s->dtype != PDDE_F32 || s->ndim != 1 || (s->flags & kept) || dy->dtype != PDDE_F32 ||
-            !lower_switch_on(L, "PDDE_FUSE_BGRAD", s->device))
-            continue;
-        for (int j = 0; j < P->n_order && !m; j++) {
-            pdde_tensor *c = P->order[j], *b = c->nsrc == 2 ? c->src[1] : NULL;
-            if (c->op == PDDE_OP_MATMUL && b && c->ndim == 2 && c->dtype == PDDE_F32 && !(c->flags & kept) && b->ndim == 2 && c->device == s->device &&
-                !pdde_op_i32(c, PDDE_P_MATMUL_TRANS_B) && !pdde_op_i32(c, PDDE_P_MATMUL_ACT) && !pdde_op_i32(c, PDDE_P_MATMUL_RESIDUAL) &&
-                !pdde_op_i32(c, PDDE_P_MATMUL_BGRAD) && c->shape[1] == s->shape[0] && b->shape[1] == s->shape[0] &&
-                b->shape[0] * b->shape[1] == pdde_tensor_numel(dy) && bgrad_source(b, true) == dy)
-                m = c;
-        }
+        pdde_tensor *s = P->order[i], *m = bgrad_matmul(&F, s);
         if (!m) continue;
-        int from = i, to = at[m->id];
+        int from = i, to = F.at[m->id];
         memset(late, 0, (size_t)P->n + 1);
         late[s->id] = 1; /* (the sum_to and what depends on it between it and the matmul go after the matmul) */
         for (int j = from + 1; j <= to; j++)
@@ -1078,14 +1135,13 @@ static pdde_status lower_fuse_bgrad(lowering *L) {
                 if (P->order[j]->src[k] && late[P->order[j]->src[k]->id]) late[P->order[j]->id] = 1;
         if (to > from && late[m->id]) continue;
         pdde_op_set_i32(m, PDDE_P_MATMUL_BGRAD, 1);
-        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
+        if (!device_runs(L, m)) {
             pdde_op_set_i32(m, PDDE_P_MATMUL_BGRAD, 0);
             continue;
         }
-        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = m;
         memset(s->iparams, 0, sizeof s->iparams);
-        pdde_op_set_i32(s, PDDE_P_VIEW_BESIDE, 1);
-        readers[m->id]++;
+        fusion_make_view(s, m, true);
+        F.readers[m->id]++;
         if (to < from) continue;
         int k = from, n_tail = 0;
         for (int j = from; j <= to; j++) {
@@ -1093,10 +1149,10 @@ static pdde_status lower_fuse_bgrad(lowering *L) {
             else P->order[k++] = P->order[j];
         }
         memcpy(P->order + k, tail, (size_t)n_tail * sizeof *tail);
-        for (int j = from; j <= to; j++) at[P->order[j]->id] = j;
+        for (int j = from; j <= to; j++) F.at[P->order[j]->id] = j;
         i--; /* (another node now stands at i) */
     }
-    free(tail), free(late), free(readers), free(at);
+    free(tail), free(late), fusion_end(&F);
     return PDDE_OK;
 }
 
@@ -1110,58 +1166,56 @@ static pdde_status lower_fuse_bgrad(lowering *L) {
  * and r (PDDE_P_NORM_ADD_IN, r its fourth source), adds them as the add did (the same bits) and writes the
  * sum past its own output; the add becomes the view of that sum (PDDE_P_VIEW_BESIDE), moved to right after
  * the layernorm, which must come before the sum's other readers. */
+static void add_ln_forward(fusion *F, int i) {
+    const uint32_t kept = FUSION_KEPT | PDDE_TENSOR_VIEW;
+    pdde_program *P = F->P;
+    pdde_tensor *l = P->order[i], *s = l->nsrc == 3 ? l->src[0] : NULL;
+    if (l->op != PDDE_OP_LAYERNORM || !s || s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) ||
+        (l->flags & kept) || s->device != l->device || pdde_op_i32(l, PDDE_P_NORM_ADD_IN) || F->at[s->id] > i ||
+        !lower_switch_on(F->L, "PDDE_FUSE_ADD_LN", l->device))
+        return;
+    bool ok = true;
+    for (int k = 0; k < 2 && ok; k++)
+        ok = s->src[k]->dtype == PDDE_F32 && s->src[k]->device == l->device && pdde_tensor_numel(s->src[k]) == pdde_tensor_numel(s);
+    for (int j = F->at[s->id] + 1; j <= i && ok; j++) /* (nothing between the add and the layernorm reads the sum) */
+        for (int k = 0; k < P->order[j]->nsrc && ok; k++) ok = P->order[j] == l || P->order[j]->src[k] != s;
+    if (!ok) return;
+    l->src[0] = s->src[0], l->src[3] = s->src[1], l->nsrc = 4;
+    pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 1);
+    if (!device_runs(F->L, l)) {
+        l->src[0] = s, l->src[3] = NULL, l->nsrc = 3;
+        pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 0);
+        return;
+    }
+    fusion_make_view(s, l, true);
+    fusion_move(F, F->at[s->id], i); /* the add (now the view) to right after the layernorm */
+}
+
+/* s = dx + r, dx a layernorm backward's that nothing else reads and r computed before it: the layernorm
+ * backward adds r on its store, s its view */
+static void add_ln_backward(fusion *F, pdde_tensor *s) {
+    const uint32_t kept = FUSION_KEPT | PDDE_TENSOR_VIEW;
+    if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) || !lower_switch_on(F->L, "PDDE_FUSE_ADD_LN", s->device))
+        return;
+    for (int k = 0; k < 2; k++) {
+        pdde_tensor *l = s->src[k], *r = s->src[1 - k];
+        if (l->op != PDDE_OP_LAYERNORM_BACK || l->nsrc != 3 || l->dtype != PDDE_F32 || F->readers[l->id] != 1 || (l->flags & kept) ||
+            l->device != s->device || r->dtype != PDDE_F32 || r->device != l->device || pdde_tensor_numel(r) != pdde_tensor_numel(l) ||
+            pdde_tensor_numel(s) != pdde_tensor_numel(l) || (r->op != PDDE_OP_NONE && F->at[r->id] > F->at[l->id]))
+            continue;
+        if (!fusion_add_source(F, l, r)) continue;
+        fusion_make_view(s, l, false);
+        return;
+    }
+}
+
 static pdde_status lower_fuse_add_ln(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_FUSE_ADD_LN")) return PDDE_OK;
-    int *at, *readers = lower_readers(P, &at);
-    if (!readers) return lower_oom(L);
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *l = P->order[i], *s = l->nsrc == 3 ? l->src[0] : NULL;
-        if (l->op != PDDE_OP_LAYERNORM || !s || s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) ||
-            (l->flags & kept) || s->device != l->device || pdde_op_i32(l, PDDE_P_NORM_ADD_IN) || at[s->id] > i ||
-            !lower_switch_on(L, "PDDE_FUSE_ADD_LN", l->device))
-            continue;
-        bool ok = true;
-        for (int k = 0; k < 2 && ok; k++)
-            ok = s->src[k]->dtype == PDDE_F32 && s->src[k]->device == l->device && pdde_tensor_numel(s->src[k]) == pdde_tensor_numel(s);
-        for (int j = at[s->id] + 1; j <= i && ok; j++) /* (nothing between the add and the layernorm reads the sum) */
-            for (int k = 0; k < P->order[j]->nsrc && ok; k++) ok = P->order[j] == l || P->order[j]->src[k] != s;
-        if (!ok) continue;
-        l->src[0] = s->src[0], l->src[3] = s->src[1], l->nsrc = 4;
-        pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 1);
-        if (!registry_device_supports(L->ctx, L->ctx->registry, l->device, l)) {
-            l->src[0] = s, l->src[3] = NULL, l->nsrc = 3;
-            pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 0);
-            continue;
-        }
-        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = l, s->src[1] = NULL, s->nsrc = 1;
-        pdde_op_set_i32(s, PDDE_P_VIEW_BESIDE, 1);
-        int from = at[s->id]; /* the add (now the view) moves to right after the layernorm */
-        memmove(P->order + from, P->order + from + 1, (size_t)(i - from) * sizeof *P->order);
-        P->order[i] = s;
-        for (int j = from; j <= i; j++) at[P->order[j]->id] = j;
-    }
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *s = P->order[i];
-        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) || !lower_switch_on(L, "PDDE_FUSE_ADD_LN", s->device))
-            continue;
-        for (int k = 0; k < 2; k++) {
-            pdde_tensor *l = s->src[k], *r = s->src[1 - k];
-            if (l->op != PDDE_OP_LAYERNORM_BACK || l->nsrc != 3 || l->dtype != PDDE_F32 || readers[l->id] != 1 || (l->flags & kept) ||
-                l->device != s->device || r->dtype != PDDE_F32 || r->device != l->device || pdde_tensor_numel(r) != pdde_tensor_numel(l) ||
-                pdde_tensor_numel(s) != pdde_tensor_numel(l) || (r->op != PDDE_OP_NONE && at[r->id] > at[l->id]))
-                continue;
-            l->src[l->nsrc++] = r;
-            if (!registry_device_supports(L->ctx, L->ctx->registry, l->device, l)) {
-                l->src[--l->nsrc] = NULL;
-                continue;
-            }
-            s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = l, s->src[1] = NULL, s->nsrc = 1;
-            break;
-        }
-    }
-    free(readers), free(at);
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_FUSE_ADD_LN", &F);
+    if (st || !F.P) return st;
+    for (int i = 0; i < F.P->n_order; i++) add_ln_forward(&F, i);
+    for (int i = 0; i < F.P->n_order; i++) add_ln_backward(&F, F.P->order[i]);
+    fusion_end(&F);
     return PDDE_OK;
 }
 
@@ -1173,6 +1227,7 @@ static pdde_status lower_fuse_add_ln(lowering *L) {
 static pdde_status lower_lowp_logits(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_switch_any(L, "PDDE_BF16_LOGITS")) return PDDE_OK;
+    /* (its own counts: the readers through a second result's view too) */
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *ce = calloc((size_t)P->n + 1, sizeof *ce);
     if (!readers || !ce) { free(readers), free(ce); return lower_oom(L); }
     for (int i = 0; i < P->n_order; i++)
@@ -1183,18 +1238,18 @@ static pdde_status lower_lowp_logits(lowering *L) {
             ce[x->id] += k == 0 && (c->op == PDDE_OP_CROSS_ENTROPY || c->op == PDDE_OP_CROSS_ENTROPY_BACK) && !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) &&
                          !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && c->device == x->device;
         }
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *m = P->order[i];
         pdde_dtype dt = m->nsrc == 2 ? m->src[0]->dtype : PDDE_F32;
-        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (dt != PDDE_BF16 && dt != PDDE_F16) || (m->flags & kept) ||
-            !readers[m->id] || ce[m->id] != readers[m->id] || !lower_switch_on(L, "PDDE_BF16_LOGITS", m->device))
+        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (dt != PDDE_BF16 && dt != PDDE_F16) ||
+            (m->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) || !readers[m->id] || ce[m->id] != readers[m->id] ||
+            !lower_switch_on(L, "PDDE_BF16_LOGITS", m->device))
             continue;
         m->dtype = dt;
-        bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
+        bool ok = device_runs(L, m);
         for (int j = i + 1; j < P->n_order && ok; j++) /* (every reader takes the low-precision logits) */
             for (int k = 0; k < P->order[j]->nsrc && ok; k++)
-                if (P->order[j]->src[k] == m) ok = registry_device_supports(L->ctx, L->ctx->registry, P->order[j]->device, P->order[j]);
+                if (P->order[j]->src[k] == m) ok = device_runs(L, P->order[j]);
         if (!ok) {
             m->dtype = PDDE_F32;
             continue;
@@ -1203,6 +1258,50 @@ static pdde_status lower_lowp_logits(lowering *L) {
     }
     free(readers), free(ce);
     return PDDE_OK;
+}
+
+/* A layernorm backward y (the residual stream's gradient, read in f32 on) whose cast c is the one of
+ * lower_bf16_grads: y writes the rounded copy beside its values (the same bits as the cast), and the cast
+ * becomes the copy's view */
+static void norm_lowp_copy(fusion *F, pdde_tensor *c, pdde_tensor *y) {
+    pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, (int32_t)c->dtype);
+    if (!device_runs(F->L, y)) {
+        pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, 0);
+        return;
+    }
+    fusion_make_view(c, y, true);
+}
+
+/* A bias_gelu backward y whose other readers are sum_tos of it: they read its cast (at place i) instead,
+ * which moves to right after y */
+static void gelu_grad_sums_lowp(fusion *F, int i, pdde_tensor *y, pdde_tensor **sums) {
+    pdde_program *P = F->P;
+    pdde_tensor *c = P->order[i];
+    if (y->op != PDDE_OP_BIAS_GELU_BACK || y->dtype != PDDE_F32 || (y->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) || y->device != c->device ||
+        pdde_tensor_numel(y) != pdde_tensor_numel(c) || F->at[y->id] >= i)
+        return;
+    int n_sums = 0;
+    for (int j = F->at[y->id] + 1; j < P->n_order; j++) /* every other reader: a sum_to of y to a suffix of c's shape */
+        for (int k = 0; k < P->order[j]->nsrc; k++) {
+            pdde_tensor *r = P->order[j];
+            if (r->src[k] != y || r == c) continue;
+            bool suffix = r->op == PDDE_OP_SUM_TO && k == 0 && r->dtype == PDDE_F32 && r->device == y->device && r->ndim <= c->ndim;
+            for (int d = 1; suffix && d <= r->ndim; d++) suffix = r->shape[r->ndim - d] == c->shape[c->ndim - d];
+            sums[n_sums++] = suffix ? r : NULL;
+        }
+    bool ok = n_sums > 0 && n_sums + 1 == F->readers[y->id];
+    for (int k = 0; k < n_sums && ok; k++) ok = sums[k] != NULL;
+    for (int k = 0; k < n_sums && ok; k++) {
+        sums[k]->src[0] = c;
+        ok = device_runs(F->L, sums[k]);
+    }
+    if (!ok) {
+        for (int k = 0; k < n_sums; k++)
+            if (sums[k]) sums[k]->src[0] = y;
+        return;
+    }
+    fusion_move(F, i, F->at[y->id] + 1);
+    F->readers[y->id] -= n_sums, F->readers[c->id] += n_sums;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1220,12 +1319,12 @@ static pdde_status lower_lowp_logits(lowering *L) {
  * copy (memory planning and the session place it: node_alloc_bytes, storage_offset_in_root). With
  * PDDE_FUSE_ADD_LN=1 every residual gradient is such a layernorm backward. */
 static pdde_status lower_bf16_grads(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_BF16_GRADS")) return PDDE_OK;
-    int *at, *readers = lower_readers(P, &at);
-    pdde_tensor **sums = readers ? malloc(((size_t)P->n_order * PDDE_MAX_SRC + 1) * sizeof *sums) : NULL; /* (y's other reads) */
-    if (!sums) { free(readers), free(readers ? at : NULL); return lower_oom(L); }
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_BF16_GRADS", &F);
+    if (st || !F.P) return st;
+    pdde_program *P = F.P;
+    pdde_tensor **sums = malloc(((size_t)P->n_order * PDDE_MAX_SRC + 1) * sizeof *sums); /* (y's other reads) */
+    if (!sums) { fusion_end(&F); return lower_oom(L); }
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
         if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y ||
@@ -1234,49 +1333,13 @@ static pdde_status lower_bf16_grads(lowering *L) {
         pdde_tensor *ln = y; /* (through f32 views: PDDE_FUSE_ADD_LN leaves the add it folds as one) */
         while (ln->op == PDDE_OP_RESHAPE && (ln->flags & PDDE_TENSOR_VIEW) && ln->dtype == PDDE_F32 && ln->nsrc == 1) ln = ln->src[0];
         if (ln != y && ln->op == PDDE_OP_LAYERNORM_BACK) y = ln;
-        if (y->op == PDDE_OP_LAYERNORM_BACK && y->dtype == PDDE_F32 && !(y->flags & (kept | PDDE_TENSOR_VIEW)) && !(c->flags & kept) &&
-            y->device == c->device && pdde_tensor_numel(y) == pdde_tensor_numel(c) && !pdde_op_i32(y, PDDE_P_NORM_LOWP_COPY)) {
-            /* a layernorm backward (the residual stream's gradient, read in f32 on): it writes the rounded copy
-             * beside its values (the same bits as the cast), and the cast becomes the copy's view */
-            pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, (int32_t)c->dtype);
-            if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
-                pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, 0);
-                continue;
-            }
-            c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
-            pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
-            continue;
-        }
-        if (y->op != PDDE_OP_BIAS_GELU_BACK || y->dtype != PDDE_F32 || (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device ||
-            pdde_tensor_numel(y) != pdde_tensor_numel(c) || at[y->id] >= i)
-            continue;
-        int n_sums = 0;
-        for (int j = at[y->id] + 1; j < P->n_order; j++) /* every other reader: a sum_to of y to a suffix of c's shape */
-            for (int k = 0; k < P->order[j]->nsrc; k++) {
-                pdde_tensor *r = P->order[j];
-                if (r->src[k] != y || r == c) continue;
-                bool suffix = r->op == PDDE_OP_SUM_TO && k == 0 && r->dtype == PDDE_F32 && r->device == y->device && r->ndim <= c->ndim;
-                for (int d = 1; suffix && d <= r->ndim; d++) suffix = r->shape[r->ndim - d] == c->shape[c->ndim - d];
-                sums[n_sums++] = suffix ? r : NULL;
-            }
-        bool ok = n_sums > 0 && n_sums + 1 == readers[y->id];
-        for (int k = 0; k < n_sums && ok; k++) ok = sums[k] != NULL;
-        for (int k = 0; k < n_sums && ok; k++) {
-            sums[k]->src[0] = c;
-            ok = registry_device_supports(L->ctx, L->ctx->registry, sums[k]->device, sums[k]);
-        }
-        if (!ok) {
-            for (int k = 0; k < n_sums; k++)
-                if (sums[k]) sums[k]->src[0] = y;
-            continue;
-        }
-        int from = at[y->id] + 1; /* c moves to right after y */
-        memmove(P->order + from + 1, P->order + from, (size_t)(i - from) * sizeof *P->order);
-        P->order[from] = c;
-        for (int j = from; j <= i; j++) at[P->order[j]->id] = j;
-        readers[y->id] -= n_sums, readers[c->id] += n_sums;
+        if (y->op == PDDE_OP_LAYERNORM_BACK && y->dtype == PDDE_F32 && !(y->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) && !(c->flags & FUSION_KEPT) &&
+            y->device == c->device && pdde_tensor_numel(y) == pdde_tensor_numel(c) && !pdde_op_i32(y, PDDE_P_NORM_LOWP_COPY))
+            norm_lowp_copy(&F, c, y);
+        else
+            gelu_grad_sums_lowp(&F, i, y, sums);
     }
-    free(sums), free(readers), free(at);
+    free(sums), fusion_end(&F);
     return PDDE_OK;
 }
 
@@ -1290,25 +1353,23 @@ static pdde_status lower_bf16_grads(lowering *L) {
 static pdde_status lower_att_lowp(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_switch_any(L, "PDDE_ATT_LOWP")) return PDDE_OK;
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
-        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | kept)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y ||
+        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | FUSION_KEPT)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y ||
             !lower_switch_on(L, "PDDE_ATT_LOWP", c->device))
             continue;
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !pdde_op_i32(y, PDDE_P_VIEW_BESIDE) && y->dtype == PDDE_F32 && y->nsrc == 1)
             y = y->src[0];
         if ((y->op != PDDE_OP_ATTENTION && y->op != PDDE_OP_ATTENTION_BACK) || pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) <= 0 || y->dtype != PDDE_F32 ||
-            (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            (y->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) || y->device != c->device || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             pdde_op_i32(y, PDDE_P_ATTENTION_LOWP_COPY))
             continue;
         pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, (int32_t)c->dtype);
-        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+        if (!device_runs(L, y)) {
             pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, 0);
             continue;
         }
-        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
-        pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
+        fusion_make_view(c, y, true);
     }
     return PDDE_OK;
 }
@@ -1323,35 +1384,44 @@ static pdde_status lower_att_lowp(lowering *L) {
  * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
  * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
 static pdde_status lower_fold_casts(lowering *L) {
-    pdde_program *P = L->P;
-    int *readers = lower_readers(P, NULL);
-    if (!readers) return lower_oom(L);
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    fusion F;
+    pdde_status st = fusion_begin(L, NULL, &F);
+    if (st) return st;
+    pdde_program *P = F.P;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
         if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
-        /* through reshapes (views) that nothing else reads, to the producer */
-        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
-            y = y->src[0];
+        y = fusion_behind_views(&F, y); /* (to the producer) */
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
         bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on(L, "PDDE_FUSE_EPILOGUE", y->device); /* (lower_fuse_epilogue) */
         bool moe = y->op == PDDE_OP_MOE_GROUPED_MATMUL || y->op == PDDE_OP_MOE_DISPATCH; /* (the rows a bf16 MoE moves next) */
         if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && y->op != PDDE_OP_BIAS_GELU_BACK && !matmul && !moe && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
-            y->dtype != PDDE_F32 || readers[y->id] != 1 ||
-            y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            y->dtype != PDDE_F32 || F.readers[y->id] != 1 ||
+            y->device != c->device || (y->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))
             continue;
         y->dtype = c->dtype;
-        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+        if (!device_runs(L, y)) {
             y->dtype = PDDE_F32;
             continue;
         }
         if (P->info[y->id].bytes) P->info[y->id].bytes = pdde_tensor_nbytes(y);
         for (pdde_tensor *v = c->src[0]; v != y; v = v->src[0]) v->dtype = c->dtype; /* (the views between) */
-        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
+        fusion_make_view(c, c->src[0], false);
     }
-    free(readers);
+    fusion_end(&F);
     return PDDE_OK;
+}
+
+/* The cross-entropy forward that b (its backward, at place i) differentiates: its place, or -1 */
+static int ce_forward_at(const fusion *F, int i, const pdde_tensor *b) {
+    for (int j = 0; j < i; j++) {
+        const pdde_tensor *c = F->P->order[j];
+        if (c->op == PDDE_OP_CROSS_ENTROPY && c->nsrc == 2 && c->src[0] == b->src[0] && c->src[1] == b->src[1] && c->device == b->device &&
+            !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) && !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && !pdde_op_i32(c, PDDE_P_CE_DLOGITS))
+            return j;
+    }
+    return -1;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1365,41 +1435,31 @@ static pdde_status lower_fold_casts(lowering *L) {
  * reader, as the unfused dlogits did, while the logits are free after the forward). Runs after the casts
  * are folded (the backward's dtype is final), only where the device runs the fused node. */
 static pdde_status lower_fuse_ce(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_FUSE_CE")) return PDDE_OK;
-    int *at, *readers = lower_readers(P, &at);
-    if (!readers) return lower_oom(L);
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_FUSE_CE", &F);
+    if (st || !F.P) return st;
+    pdde_program *P = F.P;
     for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *b = P->order[i], *f = NULL, *dl = b->nsrc == 3 ? b->src[2] : NULL;
-        if (b->op != PDDE_OP_CROSS_ENTROPY_BACK || !dl || (b->flags & kept) || pdde_op_i32(b, PDDE_P_VOCAB_FIRST) ||
+        pdde_tensor *b = P->order[i], *dl = b->nsrc == 3 ? b->src[2] : NULL;
+        if (b->op != PDDE_OP_CROSS_ENTROPY_BACK || !dl || (b->flags & (FUSION_KEPT | PDDE_TENSOR_VIEW)) || pdde_op_i32(b, PDDE_P_VOCAB_FIRST) ||
             pdde_op_i32(b, PDDE_P_VOCAB_SIZE) || pdde_op_i32(b, PDDE_P_CE_DLOGITS) || dl->dtype != PDDE_F32 || dl->device != b->device ||
             !lower_switch_on(L, "PDDE_FUSE_CE", b->device))
             continue;
-        int j = 0;
-        for (; j < i && !f; j++) {
-            pdde_tensor *c = P->order[j];
-            if (c->op == PDDE_OP_CROSS_ENTROPY && c->nsrc == 2 && c->src[0] == b->src[0] && c->src[1] == b->src[1] && c->device == b->device &&
-                !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) && !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && !pdde_op_i32(c, PDDE_P_CE_DLOGITS))
-                f = c;
-        }
-        if (!f || (dl->op != PDDE_OP_NONE && at[dl->id] > at[f->id])) continue;
+        int j = ce_forward_at(&F, i, b);
+        pdde_tensor *f = j >= 0 ? P->order[j] : NULL;
+        if (!f || (dl->op != PDDE_OP_NONE && F.at[dl->id] > F.at[f->id])) continue;
         f->src[2] = dl, f->src[3] = b, f->nsrc = 4;
         pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 1 + (int32_t)b->dtype);
         pdde_op_set_i32(b, PDDE_P_CE_DLOGITS, 1);
-        if (!registry_device_supports(L->ctx, L->ctx->registry, f->device, f) ||
-            !registry_device_supports(L->ctx, L->ctx->registry, b->device, b)) {
+        if (!device_runs(L, f) || !device_runs(L, b)) {
             f->src[2] = f->src[3] = NULL, f->nsrc = 2;
             pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 0), pdde_op_set_i32(b, PDDE_P_CE_DLOGITS, 0);
             continue;
         }
         b->phase = f->phase; /* (made with the forward: memory planning allocates it there) */
-        int from = j - 1; /* f's place: b goes right before it */
-        memmove(P->order + from + 1, P->order + from, (size_t)(i - from) * sizeof *P->order);
-        P->order[from] = b;
-        for (int k = from; k <= i; k++) at[P->order[k]->id] = k;
+        fusion_move(&F, i, j); /* (b right before f) */
     }
-    free(readers), free(at);
+    fusion_end(&F);
     return PDDE_OK;
 }
 
@@ -1415,55 +1475,53 @@ static pdde_status lower_fuse_ce(lowering *L) {
  * unfused's; in bf16 X is stored rounded (cublasLt keeps it in the output's dtype) and the backward
  * reads it so: 2^-9 relative on gelu'. Runs after the casts are folded (the dtypes are final), only
  * where the devices run the fused nodes (supports_op). */
-static pdde_status lower_fuse_gelu(lowering *L) {
-    pdde_program *P = L->P;
-    if (!lower_switch_any(L, "PDDE_FUSE_GELU")) return PDDE_OK;
-    int *at, *readers = lower_readers(P, &at);
-    if (!readers) return lower_oom(L);
-    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *gl = P->order[i], *m = gl->nsrc == 2 ? gl->src[0] : NULL, *b = gl->nsrc == 2 ? gl->src[1] : NULL;
-        if (gl->op != PDDE_OP_BIAS_GELU || !lower_bias_epilogue_ok(L, gl, m, b, at, kept, "PDDE_FUSE_GELU")) continue;
-        /* m's other reader: the bias_gelu backward (x = m, bias = b), whose gradient input comes from a matmul read by nothing else */
-        pdde_tensor *gb = NULL, *md = NULL;
-        for (int j = i + 1; j < P->n_order && readers[m->id] == 2 && !gb; j++)
-            if (P->order[j]->op == PDDE_OP_BIAS_GELU_BACK && P->order[j]->nsrc == 3 && P->order[j]->src[0] == m && P->order[j]->src[1] == b)
-                gb = P->order[j];
-        if (readers[m->id] != (gb ? 2 : 1) || (gb && (gb->flags & kept)) || (gb && gb->device != m->device)) continue;
-        if (gb) {
-            md = gb->src[2];
-            while (md->op == PDDE_OP_RESHAPE && (md->flags & PDDE_TENSOR_VIEW) && !(md->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[md->id] == 1 &&
-                   md->dtype == PDDE_F32 && md->nsrc == 1)
-                md = md->src[0];
-            if (md->op != PDDE_OP_MATMUL || md->nsrc != 2 || md->dtype != PDDE_F32 || readers[md->id] != 1 || (md->flags & kept) ||
-                md->device != m->device || pdde_tensor_numel(md) != pdde_tensor_numel(m) || md->shape[md->ndim - 1] != m->shape[m->ndim - 1])
-                continue;
-        }
-        pdde_dtype xdt = gl->dtype, gdt = gb ? gb->dtype : PDDE_F32;
-        m->src[m->nsrc++] = b, m->dtype = xdt;
-        pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, PDDE_MATMUL_GELU);
-        bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
-        if (ok && md) {
-            md->src[md->nsrc++] = m, md->dtype = gdt;
-            pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, PDDE_MATMUL_DGELU);
-            ok = registry_device_supports(L->ctx, L->ctx->registry, md->device, md);
-            if (!ok) md->src[--md->nsrc] = NULL, md->dtype = PDDE_F32, pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, 0);
-        }
-        if (!ok) {
-            m->src[--m->nsrc] = NULL, m->dtype = PDDE_F32;
-            pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, 0);
-            continue;
-        }
-        gl->op = PDDE_OP_RESHAPE, gl->flags |= PDDE_TENSOR_VIEW, gl->src[1] = NULL, gl->nsrc = 1;
-        pdde_op_set_i32(gl, PDDE_P_VIEW_BESIDE, 1);
-        if (gb) { /* (the views between md and gb take gb's dtype, as lower_fold_casts does) */
-            for (pdde_tensor *v = gb->src[2]; v != md; v = v->src[0]) v->dtype = gdt;
-            gb->op = PDDE_OP_RESHAPE, gb->flags |= PDDE_TENSOR_VIEW, gb->src[0] = gb->src[2], gb->src[1] = gb->src[2] = NULL, gb->nsrc = 1;
-            memset(gb->iparams, 0, sizeof gb->iparams);
-        }
-        readers[b->id]++;
+static void gelu_into_matmuls(fusion *F, int i) {
+    const uint32_t kept = FUSION_KEPT | PDDE_TENSOR_VIEW;
+    pdde_program *P = F->P;
+    pdde_tensor *gl = P->order[i], *m = gl->nsrc == 2 ? gl->src[0] : NULL, *b = gl->nsrc == 2 ? gl->src[1] : NULL;
+    if (gl->op != PDDE_OP_BIAS_GELU || !lower_bias_epilogue_ok(F, gl, m, b, "PDDE_FUSE_GELU")) return;
+    /* m's other reader: the bias_gelu backward (x = m, bias = b), whose gradient input comes from a matmul read by nothing else */
+    pdde_tensor *gb = NULL, *md = NULL;
+    for (int j = i + 1; j < P->n_order && F->readers[m->id] == 2 && !gb; j++)
+        if (P->order[j]->op == PDDE_OP_BIAS_GELU_BACK && P->order[j]->nsrc == 3 && P->order[j]->src[0] == m && P->order[j]->src[1] == b)
+            gb = P->order[j];
+    if (F->readers[m->id] != (gb ? 2 : 1) || (gb && (gb->flags & kept)) || (gb && gb->device != m->device)) return;
+    if (gb) {
+        md = fusion_behind_views(F, gb->src[2]);
+        if (md->op != PDDE_OP_MATMUL || md->nsrc != 2 || md->dtype != PDDE_F32 || F->readers[md->id] != 1 || (md->flags & kept) ||
+            md->device != m->device || pdde_tensor_numel(md) != pdde_tensor_numel(m) || md->shape[md->ndim - 1] != m->shape[m->ndim - 1])
+            return;
     }
-    free(readers), free(at);
+    pdde_dtype xdt = gl->dtype, gdt = gb ? gb->dtype : PDDE_F32;
+    m->src[m->nsrc++] = b, m->dtype = xdt;
+    pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, PDDE_MATMUL_GELU);
+    bool ok = device_runs(F->L, m);
+    if (ok && md) {
+        md->src[md->nsrc++] = m, md->dtype = gdt;
+        pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, PDDE_MATMUL_DGELU);
+        ok = device_runs(F->L, md);
+        if (!ok) md->src[--md->nsrc] = NULL, md->dtype = PDDE_F32, pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, 0);
+    }
+    if (!ok) {
+        m->src[--m->nsrc] = NULL, m->dtype = PDDE_F32;
+        pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, 0);
+        return;
+    }
+    fusion_make_view(gl, m, true);
+    if (gb) { /* (the views between md and gb take gb's dtype, as lower_fold_casts does) */
+        for (pdde_tensor *v = gb->src[2]; v != md; v = v->src[0]) v->dtype = gdt;
+        fusion_make_view(gb, gb->src[2], false);
+        memset(gb->iparams, 0, sizeof gb->iparams);
+    }
+    F->readers[b->id]++;
+}
+
+static pdde_status lower_fuse_gelu(lowering *L) {
+    fusion F;
+    pdde_status st = fusion_begin(L, "PDDE_FUSE_GELU", &F);
+    if (st || !F.P) return st;
+    for (int i = 0; i < F.P->n_order; i++) gelu_into_matmuls(&F, i);
+    fusion_end(&F);
     return PDDE_OK;
 }
 
