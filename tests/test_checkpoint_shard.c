@@ -228,6 +228,7 @@ static int run_job(proc *p, int n, char *const *args, const char *env, double li
     for (int i = 0; args[i] && k < 31; i++) argv[k++] = args[i];
     argv[k] = NULL;
     start(p, argv, env);
+    limit_s *= test_load_factor(); /* (a job of 4 ranks on a loaded machine takes longer; a hang still ends) */
     int rc = pump(p, limit_s);
     if (rc == -2) kill(p->pid, SIGKILL), waitpid(p->pid, NULL, 0), fprintf(stderr, "job timed out after %.0f s:\n%s\n", limit_s, p->out);
     if (rc) fprintf(stderr, "job exit %d:\n%s\n", rc, p->out);
