@@ -11,7 +11,8 @@
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
-#   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
+#   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers; ZeRO-3's
+#   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured);
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; f32 attention's tiled kernels; the host's
 #   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
@@ -113,6 +114,7 @@ elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 say "UCX: ${UCX_DIR:-$([ "${ucx[*]}" = NO_UCX=1 ] && echo none || echo "pkg-config's")} $(grep -s '^libucx0=' "${UCX_DIR:-/nonexistent}/PACKAGES")"
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
     build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets build/test_attention_dispatch \
+    build/test_zero3_device build/test_sparse_device \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -266,6 +268,10 @@ fi
 # which on one GPU must decline two ranks before its init ("share one GPU") and leave them to host buckets
 [ -x build/pdde-run ] && test_step test_device_buckets_cuda 120 env PDDE_TEST_DEVICE=cuda build/test_device_buckets
 [ -x build/pdde-run ] && test_step test_device_buckets_nccl 120 env PDDE_TEST_DEVICE=cuda PDDE_DEVICE_COLLECTIVES=nccl build/test_device_buckets
+# ZeRO-3's parameter gathers prefetched a layer ahead on CUDA memory (PDDE_ZERO3_PREFETCH=1: off on CUDA until this
+# has run), and the sparse batch's gradients zeroed on the device (PDDE_CUDA_ZERO=1: off until this has run)
+[ -x build/pdde-run ] && test_step test_zero3_device_cuda 150 env PDDE_TEST_DEVICE=cuda build/test_zero3_device
+test_step test_sparse_device_cuda 60 env PDDE_CUDA_ZERO=1 build/test_sparse_device
 
 # ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
 # recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)
