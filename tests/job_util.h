@@ -207,12 +207,6 @@ static inline int job_wait_step(job *j, const char *metrics, int step, double li
     return 0;
 }
 
-/* The peer timeout for a test's elastic jobs: base seconds times test_load_factor (the load per core
- * above 1, at most 4). A member renews a lease of about the peer timeout at the store every quarter of
- * it, and a loaded machine can starve a process past a short one: the store then drops the member as
- * frozen. Bounds a test derives from it keep their meaning. */
-static inline double job_peer_timeout(double base) { return base * test_load_factor(); }
-
 /* A free TCP port on 127.0.0.1 (bound and released: another process may take it in between); 0 if none. */
 static inline int job_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -254,6 +248,12 @@ static inline int job_gpt_setup(const char *argv0, char *run, char *gpt, size_t 
 }
 
 #ifdef PDDE_TEST_UTIL_H
+/* The peer timeout for a test's elastic jobs: base seconds times test_util.h's test_load_factor (the load per core
+ * above 1, at most 4). A member renews a lease of about the peer timeout at the store every quarter of
+ * it, and a loaded machine can starve a process past a short one: the store then drops the member as
+ * frozen. Bounds a test derives from it keep their meaning. */
+static inline double job_peer_timeout(double base) { return base * test_load_factor(); }
+
 /* job_gpt_setup for a test's main (test_util.h included before this header): -1 when ready; else what
  * main returns: a skip saying what is missing (test_finish's code), 1 when the folder cannot be made. */
 static inline int job_gpt_test_setup(const char *argv0, char *run, char *gpt, size_t cap, char *tmp, size_t tmp_cap,
