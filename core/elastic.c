@@ -726,13 +726,19 @@ static int elastic_joiners_waiting(pdde_elastic *e, int cap) {
     return waiting;
 }
 
+/* Tests only: whether the hook `name` ("id@step") names this member at the boundary before `step` of
+ * the first world. */
+static bool elastic_test_hook_at(const pdde_elastic *e, const char *name, int64_t step) {
+    const char *v = getenv(name), *at = v ? strchr(v, '@') : NULL;
+    return at && e->generation == 0 && atoi(v) == e->id && atoll(at + 1) == step;
+}
+
 /* Tests only (PDDE_TEST_ELASTIC_LAG="id@step"): member id, at the boundary before `step` of the first
  * world, waits (up to 10 s) for a member's death notice before it snapshots; when one appears, the
  * failure has reached it before it began the step, while the others began it (and took its snapshot):
  * the race of a survivor a step behind the others, made certain. 1: treat it as a failure. */
 static int elastic_test_lag(pdde_elastic *e, int64_t step) {
-    const char *v = getenv("PDDE_TEST_ELASTIC_LAG");
-    if (!v || !*v || e->generation != 0 || atoi(v) != e->id || !strchr(v, '@') || atoll(strchr(v, '@') + 1) != step) return 0;
+    if (!elastic_test_hook_at(e, "PDDE_TEST_ELASTIC_LAG", step)) return 0;
     char key[300];
     for (double until = elastic_now() + 10; elastic_now() < until; elastic_sleep(0.005))
         for (int r = 0; r < e->n_members; r++) {
@@ -747,8 +753,7 @@ static int elastic_test_lag(pdde_elastic *e, int64_t step) {
  * and 0.5 s (the store drops it once the lease ends; its world, whose connection renews on its own
  * thread, stays up), then renews, which the store refuses. */
 static void elastic_test_stall(pdde_elastic *e, int64_t step) {
-    const char *v = getenv("PDDE_TEST_ELASTIC_STALL");
-    if (!v || !*v || e->generation != 0 || atoi(v) != e->id || !strchr(v, '@') || atoll(strchr(v, '@') + 1) != step) return;
+    if (!elastic_test_hook_at(e, "PDDE_TEST_ELASTIC_STALL", step)) return;
     fprintf(stderr, "elastic: member %d stalls %.3g s at step %lld (PDDE_TEST_ELASTIC_STALL)\n", e->id, 2 * e->lease_s + 0.5,
             (long long)step);
     atomic_store(&e->mute, 1);
