@@ -2002,41 +2002,25 @@ static size_t prefetch_staging_need(const pdde_context *ctx, const pdde_tensor *
     return (need + 63) & ~(size_t)63;
 }
 
-/* Places each prefetched gather's staging region (first fit, in the order: from its start to its wait;
- * a region is reused only by a gather that starts after the wait). */
+/* Places each prefetched gather's staging region: a block alive from its start to its wait, so that
+ * a region is reused only by a gather that starts after the wait (arena_greedy, as the arenas). */
 static pdde_status prefetch_staging_place(lowering *L, pdde_tensor *const *wait_of, int n_nodes) {
     pdde_program *P = L->P;
-    int cap = 0, n_live = 0;
-    struct { size_t at, size; int until; } *live = NULL;
+    int n = 0;
     int *place = malloc(((size_t)P->n + 1) * sizeof *place); /* by node id (the waits' too): its place in the order */
-    if (!place) return lower_oom(L);
+    arena_item *items = malloc(((size_t)P->n_order + 1) * sizeof *items);
+    if (!place || !items) { free(place), free(items); return lower_oom(L); }
     for (int i = 0; i < P->n_order; i++) place[P->order[i]->id] = i;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i];
         size_t need = c->id < n_nodes && wait_of[c->id] ? prefetch_staging_need(L->ctx, c) : 0;
-        if (!need) continue;
-        int k = 0;
-        for (int j = 0; j < n_live; j++)
-            if (live[j].until >= i) live[k++] = live[j];
-        n_live = k;
-        size_t at = 0; /* the lowest offset clear of every live region */
-        for (bool moved = true; moved;) {
-            moved = false;
-            for (int j = 0; j < n_live; j++)
-                if (at < live[j].at + live[j].size && live[j].at < at + need) at = live[j].at + live[j].size, moved = true;
-        }
-        if (n_live == cap) {
-            void *more = realloc(live, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *live);
-            if (!more) { free(live), free(place); return lower_oom(L); }
-            live = more;
-        }
-        int until = place[wait_of[c->id]->id];
-        live[n_live].at = at, live[n_live].size = need, live[n_live++].until = until;
-        P->info[c->id].staging_offset = at;
-        if (at + need > P->prefetch_staging_bytes) P->prefetch_staging_bytes = at + need;
+        if (need) items[n++] = (arena_item){need, i, place[wait_of[c->id]->id], c->id, 0, 0};
     }
-    free(live), free(place);
-    return PDDE_OK;
+    int64_t top = arena_greedy(items, n);
+    for (int k = 0; k < n && top >= 0; k++) P->info[items[k].id].staging_offset = items[k].offset;
+    if (top > 0 && (size_t)top > P->prefetch_staging_bytes) P->prefetch_staging_bytes = (size_t)top;
+    free(place), free(items);
+    return top < 0 ? lower_oom(L) : PDDE_OK;
 }
 
 /* A ZeRO-3 gather of a parameter's value for a forward or backward reader (not a gather of updated

@@ -84,9 +84,6 @@ PDDE_PRIVATE void program_memory_free(program_memory *m) {
     if (m) free(m->devs), free(m->slot);
 }
 
-/* A tensor of the arena with its lifetime: made at step `from`, released after step `to`. */
-typedef struct { size_t size; int from, to, id, slot; size_t offset; } arena_item;
-
 /* by device slot, then the largest first, then the earliest */
 static int arena_item_order(const void *a, const void *b) {
     const arena_item *x = a, *y = b;
@@ -100,7 +97,7 @@ static int arena_item_order(const void *a, const void *b) {
  * lifetime in advance, so a tensor freed and made again later (ZeRO-3's parameter gathered for forward
  * and again for backward) does not leave holes that smaller tensors split; the walk in step order
  * cannot. Returns the arena's size, the items their offsets; -1: out of memory. */
-static int64_t arena_greedy(arena_item *items, int n) {
+PDDE_PRIVATE int64_t arena_greedy(arena_item *items, int n) {
     arena_item **placed = malloc((size_t)(n ? n : 1) * sizeof *placed);
     if (!placed) return -1;
     size_t top = 0;

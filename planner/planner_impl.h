@@ -427,6 +427,11 @@ typedef struct {
     pdde_memory_stats stats;     /* what pdde_session_memory reports for a session of this program */
 } program_memory;
 
+/* A block of an arena with its lifetime: made at step `from`, released after step `to`. */
+typedef struct { size_t size; int from, to, id, slot; size_t offset; } arena_item;
+/* Places the items (one arena; the largest first places best) so that no two whose lifetimes overlap
+ * share bytes: writes their offsets, returns the arena's size (-1: out of memory). */
+PDDE_PRIVATE int64_t arena_greedy(arena_item *items, int n);
 /* Plans p's memory (reuse = 0: every tensor its own bytes): writes each node's offset (in its device's
  * persistent buffer or arena) and clears the INPLACE flag of in-place nodes whose input is read later. */
 PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *p, bool reuse, program_memory *out);
