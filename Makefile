@@ -117,9 +117,10 @@ LLVM_SPIRV  ?= $(shell command -v llvm-spirv-15 2>/dev/null || command -v llvm-s
 NVCC_PTX_ARCH ?= compute_75
 NVCC_PTX_ARCH_MMA ?= compute_80
 
-# A text file as a C array of string pieces (NULL-terminated), each under 4095 characters.
+# A text file as a C array of string pieces (NULL-terminated), each under 4095 characters. ("&&": the
+# backslash doubled, in every awk; a replacement of "\\\\" writes one backslash in mawk.)
 text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
-	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
+	       { gsub(/\\/, "&&"); gsub(/"/, "\\\""); l = length($$0) + 1; \
 	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
 	         printf "    \"%s\\n\"\n", $$0; n += l } \
 	       END { print "    , 0};" }'

@@ -1143,51 +1143,43 @@ static void flash_dkv(__global const void *q, __global const void *k, __global c
 }
 
 /* The kernels, one name per head size (64: k_flash_*, 128: k_flash_*_d128), as the CUDA backend has them;
- * here both take D as it comes. (Written out: backslash-continued macros do not survive the embedding.) */
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_fwd(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16, long H) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
-    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);
-}
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_fwd_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16, long H) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
-    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);
-}
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
-    BIND(const float, rowdot); BIND(float, out);
-    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);
-}
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
-    BIND(const float, rowdot); BIND(float, out);
-    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);
-}
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
-    BIND(const float, rowdot); BIND(float, out);
-    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
-    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);
-}
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
-    BIND(const float, rowdot); BIND(float, out);
-    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
-    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);
-}
+ * here both take D as it comes: each kernel below is made under both names. */
+#define FLASH_FWD_KERNEL(name)                                                                                             \
+    __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void                                                          \
+    name(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale,  \
+         int bf16, long H) {                                                                                                \
+        BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);                                      \
+        __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                           \
+        flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);                                                            \
+    }
+FLASH_FWD_KERNEL(k_flash_fwd)
+FLASH_FWD_KERNEL(k_flash_fwd_d128)
+
+/* (the two backward kernels' arguments) */
+#define FLASH_BACK_PARAMS                                                                                                  \
+    PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),                 \
+        PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H
+#define FLASH_BACK_BIND                                                                                                    \
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);            \
+    BIND(const float, rowdot); BIND(float, out)
+
+#define FLASH_BACK_DQ_KERNEL(name)                                                                                         \
+    __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void name(FLASH_BACK_PARAMS) {                                \
+        FLASH_BACK_BIND;                                                                                                   \
+        __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                          \
+        flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);                                           \
+    }
+FLASH_BACK_DQ_KERNEL(k_flash_back_dq)
+FLASH_BACK_DQ_KERNEL(k_flash_back_dq_d128)
+
+#define FLASH_BACK_DKV_KERNEL(name)                                                                                        \
+    __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void name(FLASH_BACK_PARAMS) {                                \
+        FLASH_BACK_BIND;                                                                                                   \
+        __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];                                     \
+        flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);                             \
+    }
+FLASH_BACK_DKV_KERNEL(k_flash_back_dkv)
+FLASH_BACK_DKV_KERNEL(k_flash_back_dkv_d128)
 
 /* ---- Mixture-of-Experts (backends/gpu_moe.h; mirrored in cuda_kernels.cu) ----------------------------
  * The expert-ordered buffer as backends/cpu_moe.c lays it out: choice (n, j) of token n, expert
