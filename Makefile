@@ -59,30 +59,22 @@ ifndef NO_UCX
     HAVE_UCX = 1
   endif
 endif
-ifndef NO_HWLOC
-  ifeq ($(call has_pc,hwloc),1)
-    DEFS += -DPDDE_HAVE_HWLOC
-    LDLIBS += $(shell pkg-config --libs hwloc)
-    HAVE_HWLOC = 1
+# An optional dependency pkg-config finds (NAME, its pkg-config module): -DPDDE_HAVE_NAME, its flags and
+# HAVE_NAME = 1; NO_NAME=1 leaves it out.
+define optional_pc
+ifndef NO_$(1)
+  ifeq ($$(call has_pc,$(2)),1)
+    DEFS += -DPDDE_HAVE_$(1)
+    CFLAGS += $$(shell pkg-config --cflags $(2))
+    LDLIBS += $$(shell pkg-config --libs $(2))
+    HAVE_$(1) = 1
   endif
 endif
-ifndef NO_CJSON
-  ifeq ($(call has_pc,libcjson),1)
-    DEFS += -DPDDE_HAVE_CJSON
-    CFLAGS += $(shell pkg-config --cflags libcjson)
-    LDLIBS += $(shell pkg-config --libs libcjson)
-    HAVE_CJSON = 1
-  endif
-endif
+endef
+$(eval $(call optional_pc,HWLOC,hwloc))
+$(eval $(call optional_pc,CJSON,libcjson))
 # libcurl (Debian: libcurl4-openssl-dev) for etcd as the store (comm/etcd.c: elastic jobs' membership)
-ifndef NO_CURL
-  ifeq ($(call has_pc,libcurl),1)
-    DEFS += -DPDDE_HAVE_CURL
-    CFLAGS += $(shell pkg-config --cflags libcurl)
-    LDLIBS += $(shell pkg-config --libs libcurl)
-    HAVE_CURL = 1
-  endif
-endif
+$(eval $(call optional_pc,CURL,libcurl))
 CFLAGS += $(DEFS)
 
 LIB_SRC   := pdde.c pdde_extension.h $(wildcard core/*.c backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
