@@ -1,6 +1,6 @@
-/* comm_test_util.h — runs a function as N rank processes (fork) around a store server in the parent,
- * sums the ranks' CHECK counts into the parent's and hands each rank's result back. Include after
- * test_util.h. */
+/* comm_test_util.h — runs a function as N rank processes (fork) around a store server in the parent
+ * (test_store_serve), sums the ranks' CHECK counts into the parent's and hands each rank's result back
+ * (test_session_hash: a rank's parameters in a few bytes). Include after test_util.h. */
 #ifndef PDDE_COMM_TEST_UTIL_H
 #define PDDE_COMM_TEST_UTIL_H
 #include <limits.h>
@@ -29,6 +29,31 @@ typedef struct {
     const pdde_store_server *server; /* the store served from this process (NULL: elsewhere) */
     int hosts;              /* > 1: the ranks as that many hosts, rank r on host r / (n / hosts) (their host ids) */
 } test_ranks_params;
+
+/* Serves the store the ranks meet at from this process, on a free port of 127.0.0.1, and writes its
+ * address ("127.0.0.1:port") into addr. NULL, the reason in pdde_last_error(ctx), when it cannot. */
+static inline pdde_store_server *test_store_serve(pdde_context *ctx, char *addr, size_t addr_cap) {
+    pdde_store_server *srv;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) != PDDE_OK) return NULL;
+    snprintf(addr, addr_cap, "127.0.0.1:%d", pdde_store_server_port(srv));
+    return srv;
+}
+
+/* A rank's tensors as its session holds them (its parts), hashed (FNV-1a) into *hash, to compare ranks'
+ * parameters bit for bit through a small result. PDDE_OK, or the read's error. */
+static inline pdde_status test_session_hash(pdde_session *s, pdde_tensor *const *tensors, int n, uint64_t *hash) {
+    uint64_t h = 1469598103934665603ull;
+    for (int k = 0; k < n; k++) {
+        size_t bytes = pdde_tensor_nbytes(pdde_session_tensor(s, tensors[k]));
+        unsigned char *buf = malloc(bytes);
+        pdde_status st = buf ? pdde_session_read(s, tensors[k], buf, bytes) : PDDE_ERR_OOM;
+        for (size_t i = 0; st == PDDE_OK && i < bytes; i++) h = (h ^ buf[i]) * 1099511628211ull;
+        free(buf);
+        if (st != PDDE_OK) return st;
+    }
+    *hash = h;
+    return PDDE_OK;
+}
 
 /* In a rank: result_size zeroed bytes for the rank function to fill (NULL without results). */
 static void *test_rank_result;

@@ -271,10 +271,9 @@ int main(void) {
     setenv("PDDE_BACKENDS", "cpu", 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     static const char *ways[] = {"cma", "chunks", "ucx", "refused", "registered", "mixed", "reg_nocma", "reg_refused", "reg_nocma_refused", "reg_off"};
     for (int w = 0; w < (int)(sizeof ways / sizeof *ways); w++)
         for (int n = 2; n <= 3; n++) {

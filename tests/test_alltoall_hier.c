@@ -200,10 +200,9 @@ int main(void) {
     setenv("PDDE_BACKENDS", "cpu", 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     static const struct { int n, local, interleaved, die; const char *name; } runs[] = {
         {4, 2, 0, 0, "2 hosts x 2"}, {4, 2, 1, 0, "2 hosts x 2, interleaved"}, {6, 2, 0, 0, "3 hosts x 2"},
         {6, 3, 0, 0, "2 hosts x 3"}, {4, 2, 0, 1, "2 hosts x 2, a rank killed"}};

@@ -552,10 +552,9 @@ static void scale_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 }
 
 static void test_f16_loss_scaling_ranks(pdde_context *ctx) {
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) != PDDE_OK) { CHECK(0, "store: %s", pdde_last_error(ctx)); return; }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { CHECK(0, "store: %s", pdde_last_error(ctx)); return; }
     scale_result res[SCALE_RANKS];
     memset(res, 0, sizeof res);
     test_ranks_params tp = {.addr = addr, .prefix = "amp-scale", .timeout_s = 60, .n_threads = 1, .server = srv, .results = res,

@@ -449,10 +449,9 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
 }
 
 static void test_ranks(pdde_context *ctx) {
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) != PDDE_OK) { CHECK(0, "store: %s", pdde_last_error(ctx)); return; }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { CHECK(0, "store: %s", pdde_last_error(ctx)); return; }
     static const struct { const char *name; gpt_plan plan; } plans[] = {
         {"dp 2, ZeRO-1", {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 1}},
         {"dp 2, ZeRO-2", {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 2}},

@@ -413,10 +413,9 @@ int main(void) {
     setenv("PDDE_BACKENDS", "cpu", 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     const char *only = getenv("TEST_COMM_N");
     static const int algos[] = {PDDE_ALGO_AUTO, PDDE_ALGO_RING, PDDE_ALGO_RECURSIVE};
     static const char *algo_names[] = {"auto", "ring", "recursive"};

@@ -407,9 +407,8 @@ int main(int argc, char **argv) {
     setenv("PDDE_BACKENDS", "cpu", 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
-    snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, g_addr, sizeof g_addr);
+    if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     g_shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 
     test_store(ctx);

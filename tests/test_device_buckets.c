@@ -59,11 +59,6 @@ typedef struct {
     char error[200];
 } result;
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-    return h;
-}
-
 /* A device-collectives implementation as NCCL's would be used, its collective relayed through host
  * memory: the device buffer read through the backend, pdde_comm's allreduce, written back. Its init
  * bootstraps as NCCL's does (rank 0's id broadcast to the group). */
@@ -228,13 +223,9 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         goto done;
     }
     out->predicted_transfer = pm.transfer_bytes, out->predicted_allocated = pm.allocated_bytes;
-    out->param_hash = 1469598103934665603ull;
-    for (int k = 0; k < 6; k++) {
-        size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
-        void *buf = malloc(n);
-        if (!buf || pdde_session_read(s, params[k], buf, n)) { free(buf); snprintf(out->error, sizeof out->error, "read: %s", pdde_last_error(ctx)); goto done; }
-        out->param_hash = fnv(out->param_hash, buf, n);
-        free(buf);
+    if (test_session_hash(s, params, 6, &out->param_hash)) {
+        snprintf(out->error, sizeof out->error, "read: %s", pdde_last_error(ctx));
+        goto done;
     }
     out->ok = 1;
 done:
@@ -295,12 +286,11 @@ int main(void) {
     cp.backends = "cpu";
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
-    pdde_store_server *srv;
-    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
+    char addr[64];
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    CHECK(srv != NULL, "store server: %s", pdde_last_error(ctx));
     if (test_failed) return test_finish();
     g_server = srv;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     static const config configs[] = {
         {"unbucketed", "dp=2", -1, 0, 0, 0, 0},
         {"unbucketed_again", "dp=2", -1, 0, 0, 0, 0}, /* (the kernels are deterministic: else nothing below can hold) */

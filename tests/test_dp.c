@@ -214,12 +214,11 @@ int main(void) {
 #else
     int has_device = other_device_exists();
 #endif
-    pdde_store_server *srv;
-    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
-    g_server = srv;
-    if (test_failed) return test_finish();
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    CHECK(srv != NULL, "store server: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
+    g_server = srv;
 
     static const dp_config configs[] = {
         {"dp2", 0, 1, 0, 0, 0, 0, {0}, 0, 0},

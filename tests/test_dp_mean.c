@@ -76,11 +76,10 @@ int main(void) {
     cp.n_threads = 1, cp.backends = "cpu";
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
-    pdde_store_server *srv;
-    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
-    if (test_failed) return test_finish();
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    CHECK(srv != NULL, "store server: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
     for (which = 0; which < (int)(sizeof names / sizeof *names); which++) {
         result ref = {0}, res[2];
         memset(res, 0, sizeof res);

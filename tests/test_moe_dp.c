@@ -157,12 +157,11 @@ int main(int argc, char **argv) {
     cp.n_threads = 1, cp.backends = "cpu"; /* the ranks' thread count: the same arithmetic */
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
-    pdde_store_server *srv;
-    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
+    char addr[64];
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    CHECK(srv != NULL, "store server: %s", pdde_last_error(ctx));
     if (test_failed) return test_finish();
     g_server = srv;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
         {"moe_dp2", 0, 0, 0, 0, 2, 1, 0, 0, 0},

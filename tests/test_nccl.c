@@ -94,11 +94,6 @@ typedef struct {
     char error[200];
 } result;
 
-static uint64_t fnv(uint64_t h, const void *q, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)q)[i]) * 1099511628211ull;
-    return h;
-}
-
 static pdde_device_collectives_iface g_nccl_on_opencl; /* NCCL's, offered for OpenCL's devices */
 
 static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
@@ -143,14 +138,9 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         }
         out->losses[step] = pdde_session_loss(s);
     }
-    out->param_hash = 1469598103934665603ull;
-    pdde_tensor *ws[2] = {w0, w1};
-    for (int k = 0; k < 2; k++) {
-        size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, ws[k]));
-        void *buf = malloc(n);
-        if (!buf || pdde_session_read(s, ws[k], buf, n)) { free(buf); snprintf(out->error, sizeof out->error, "read: %s", pdde_last_error(ctx)); goto done; }
-        out->param_hash = fnv(out->param_hash, buf, n);
-        free(buf);
+    if (test_session_hash(s, (pdde_tensor *[]){w0, w1}, 2, &out->param_hash)) {
+        snprintf(out->error, sizeof out->error, "read: %s", pdde_last_error(ctx));
+        goto done;
     }
     out->ok = 1;
 done:
@@ -272,11 +262,10 @@ int main(void) {
     cp.backends = "cpu";
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
-    g_server = srv;
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
+    g_server = srv;
 
     shared_devices();
     /* unavailable: a named file that does not exist, then the default search */

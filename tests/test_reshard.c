@@ -326,10 +326,9 @@ int main(void) {
     setenv("PDDE_BACKENDS", "cpu", 1);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_store_server *srv;
-    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     for (size_t m = 0; m < sizeof meshes / sizeof meshes[0]; m++) {
         const mesh_case *mc = &meshes[m];
         char prefix[32];

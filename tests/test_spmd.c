@@ -333,12 +333,11 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
     ctx_of_main = ctx;
-    pdde_store_server *srv;
-    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store: %s", pdde_last_error(ctx));
-    g_server = srv;
-    if (test_failed) return test_finish();
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
+    CHECK(srv != NULL, "store: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
+    g_server = srv;
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_spmd.%d", (int)getpid());
     for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "%s.%d.ckpt", tmp_prefix, i);
     result ref;
