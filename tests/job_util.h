@@ -1,8 +1,8 @@
-/* job_util.h — job control for the tests and benchmarks that start `pdde-run` jobs (test_elastic,
- * test_etcd, bench_elastic): start a job with its output captured, poll the output, find the ranks it
- * started, kill everything, run it to its end within a limit; read gpt's --metrics file; a free port; a
- * gpt job test's setup (job_gpt_setup; job_gpt_test_setup in a test's main). Header-only
- * (static inline functions): include it once per program, after <stdio.h>. */
+/* job_util.h — job control for the tests and benchmarks that start `pdde-run` jobs and other programs
+ * (test_elastic*, test_etcd, test_launcher, bench_elastic): start a job with its output captured, poll
+ * the output, find the ranks it started, kill everything, run it to its end within a limit; read gpt's
+ * --metrics file; a free port; a gpt job test's setup (job_gpt_setup; job_gpt_test_setup in a test's
+ * main). Header-only (static inline functions): include it once per program, after <stdio.h>. */
 #ifndef PDDE_JOB_UTIL_H
 #define PDDE_JOB_UTIL_H
 #include <arpa/inet.h>
@@ -42,8 +42,9 @@ static inline double job_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Starts argv[0] with argv, stdout and stderr into a pipe the job's functions read; env: "NAME=VALUE"
- * set, "NAME" unset in the child (NULL-terminated; NULL for none). pid -1 when it could not start. */
+/* Starts argv[0] (looked up in PATH when it names no folder) with argv, stdout and stderr into a pipe the
+ * job's functions read; env: "NAME=VALUE" set, "NAME" unset in the child (NULL-terminated; NULL for
+ * none). pid -1 when it could not start. */
 static inline job job_spawn(char *const *argv, const char *const *env) {
     job j = {.pid = -1, .fd = -1, .t0 = job_now()};
     int fds[2];
@@ -60,7 +61,7 @@ static inline job job_spawn(char *const *argv, const char *const *env) {
         }
         dup2(fds[1], 1), dup2(fds[1], 2);
         close(fds[0]), close(fds[1]);
-        execv(argv[0], argv);
+        execvp(argv[0], argv);
         _exit(127);
     }
     close(fds[1]);

@@ -15,10 +15,10 @@ int main(void) {
 #else
 #include "test_util.h"
 #include "tools/proc_stat.h"
+#include "job_util.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,72 +64,21 @@ static int child_main(const char *mode) {
     return st ? 1 : 0;
 }
 
-/* ---- running a command and collecting its output ---- */
+/* ---- running a command and collecting its output (job_util.h) ---- */
 
-typedef struct {
-    pid_t pid;
-    int fd;
-    double t0;
-} proc;
-
-/* Starts argv (NULL-terminated) with stdout and stderr into one pipe; env: "NAME=value" to set, "NAME"
- * to unset, NULL-terminated (may be NULL). */
-static proc start(char *const *argv, const char *const *env) {
-    proc p = {-1, -1, test_now()};
-    int fds[2];
-    if (pipe(fds)) return p;
-    fflush(NULL);
-    p.pid = fork();
-    if (p.pid == 0) {
-        for (int i = 0; env && env[i]; i++) {
-            const char *eq = strchr(env[i], '=');
-            if (!eq) { unsetenv(env[i]); continue; }
-            char name[128];
-            snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
-            setenv(name, eq + 1, 1);
-        }
-        dup2(fds[1], 1); dup2(fds[1], 2);
-        close(fds[0]); close(fds[1]);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    p.fd = fds[0];
-    return p;
-}
-
-/* Reads the output until the process ends (killed after limit_s); returns its exit code (-1 killed
- * or signalled) and how long it ran in *dt. */
-static int finish(proc p, char *out, size_t cap, double limit_s, double *dt) {
-    size_t n = 0;
-    int status = 0, done = 0;
-    for (;;) {
-        struct pollfd q = {p.fd, POLLIN, 0};
-        if (p.fd >= 0 && poll(&q, 1, 50) == 1) {
-            char buf[4096];
-            ssize_t r = read(p.fd, buf, sizeof buf);
-            if (r <= 0) { close(p.fd); p.fd = -1; }
-            for (ssize_t i = 0; i < r && n + 1 < cap; i++) out[n++] = buf[i];
-        } else if (p.fd < 0) {
-            usleep(10000);
-        }
-        if (!done && waitpid(p.pid, &status, WNOHANG) == p.pid) done = 1;
-        if (done && p.fd < 0) break;
-        if (test_now() - p.t0 > limit_s) {
-            if (!done) { kill(p.pid, SIGKILL); waitpid(p.pid, &status, 0); }
-            if (p.fd >= 0) close(p.fd);
-            out[n] = 0;
-            *dt = test_now() - p.t0;
-            return -1;
-        }
-    }
-    out[n] = 0;
-    *dt = test_now() - p.t0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+/* Reads the job's output until it ends (killed after limit_s): its exit code (-1 killed or signalled),
+ * its output in out (cut at cap) and how long it ran in *dt. */
+static int finish(job *j, char *out, size_t cap, double limit_s, double *dt) {
+    int rc = job_finish(j, limit_s);
+    snprintf(out, cap, "%s", job_text(j));
+    *dt = job_now() - j->t0;
+    free(j->out);
+    return rc;
 }
 
 static int run(char *const *argv, const char *const *env, char *out, size_t cap, double limit_s, double *dt) {
-    return finish(start(argv, env), out, cap, limit_s, dt);
+    job j = job_spawn(argv, env);
+    return finish(&j, out, cap, limit_s, dt);
 }
 
 /* ---- pdde-run ---- */
@@ -138,8 +87,7 @@ static void test_pdde_run_args(void) {
     char out[8192];
     double dt;
     char *help[] = {g_run, "--help", NULL};
-    proc p = start(help, (const char *const[]){NULL});
-    int rc = finish(p, out, sizeof out, 10, &dt);
+    int rc = run(help, (const char *const[]){NULL}, out, sizeof out, 10, &dt);
     CHECK(rc == 0 && strstr(out, "usage: pdde-run"), "--help exits 0: rc %d\n%s", rc, out);
     /* stdout only: run it again with stderr closed off */
     int fds[2];
@@ -220,12 +168,12 @@ static void test_pdde_run_grandchild(void) {
              "sleep 60 & echo $! > %s; setsid sh -c 'echo $$ > %s; exec sleep 60' & echo started; exec sleep 60",
              groupfile, pidfile);
     char *argv[] = {g_run, "-n", "2", "--grace", "1", "sh", "-c", script, NULL};
-    proc p = start(argv, NULL);
+    job p = job_spawn(argv, NULL);
     for (double t0 = test_now(); test_now() - t0 < 10 && access(pidfile, F_OK);) usleep(20000);
     usleep(200000);
     double t_sig = test_now();
     kill(p.pid, SIGTERM);
-    int rc = finish(p, out, sizeof out, 20, &dt);
+    int rc = finish(&p, out, sizeof out, 20, &dt);
     double took = test_now() - t_sig;
     CHECK(rc == 128 + SIGTERM && took < 4, "pdde-run exits promptly after SIGTERM with a grandchild holding the pipe: "
           "rc %d after %.1f s\n%s", rc, took, out);
@@ -289,17 +237,17 @@ static void test_mpirun(void) {
 }
 
 /* Two ranks with the variables srun gives them (and nothing of pdde's). */
-static void test_slurm(const char *nodes, const char *nodelist, const char *job) {
+static void test_slurm(const char *nodes, const char *nodelist, const char *job_id) {
     char dir[700], out[2][8192], env[10][800];
     double dt;
     snprintf(dir, sizeof dir, "%s/test_launcher.secrets.%d", g_dir, (int)getpid());
     mkdir(dir, 0700);
-    proc p[2];
+    job p[2];
     for (int r = 0; r < 2; r++) {
         snprintf(env[0], sizeof env[0], "SLURM_PROCID=%d", r);
         snprintf(env[1], sizeof env[1], "SLURM_LOCALID=%d", r);
         snprintf(env[2], sizeof env[2], "SLURM_NTASKS=2");
-        snprintf(env[3], sizeof env[3], "SLURM_JOB_ID=%s", job);
+        snprintf(env[3], sizeof env[3], "SLURM_JOB_ID=%s", job_id);
         snprintf(env[4], sizeof env[4], "SLURM_STEP_ID=0");
         snprintf(env[5], sizeof env[5], "SLURM_NNODES=%s", nodes);
         snprintf(env[6], sizeof env[6], "SLURM_JOB_NODELIST=%s", nodelist);
@@ -312,10 +260,10 @@ static void test_slurm(const char *nodes, const char *nodelist, const char *job)
         e[k++] = "OMPI_COMM_WORLD_SIZE";
         e[k] = NULL;
         char *argv[] = {g_self, "--child", "ok", NULL};
-        p[r] = start(argv, e);
+        p[r] = job_spawn(argv, e);
     }
     int rc[2];
-    for (int r = 0; r < 2; r++) rc[r] = finish(p[r], out[r], sizeof out[r], 40, &dt);
+    for (int r = 0; r < 2; r++) rc[r] = finish(&p[r], out[r], sizeof out[r], 40, &dt);
     CHECK(rc[0] == 0 && rc[1] == 0 && strstr(out[0], "rank 0 sum 3") && strstr(out[1], "rank 1 sum 3"),
           "Slurm environment (%s nodes, %s) without PDDE_STORE_ADDR: rc %d %d\n%s\n%s", nodes, nodelist, rc[0], rc[1],
           out[0], out[1]);
@@ -340,11 +288,11 @@ int main(int argc, char **argv) {
     test_pdde_run_grandchild();
     test_pdde_run_frozen();
     test_mpirun();
-    char job[64];
-    snprintf(job, sizeof job, "%d", 100000 + (int)getpid());
-    test_slurm("1", "vm", job);
-    snprintf(job, sizeof job, "%d", 200000 + (int)getpid());
-    test_slurm("2", "127.0.0.[1-4],node9", job); /* two hosts: the store on the first, open to the network */
+    char job_id[64];
+    snprintf(job_id, sizeof job_id, "%d", 100000 + (int)getpid());
+    test_slurm("1", "vm", job_id);
+    snprintf(job_id, sizeof job_id, "%d", 200000 + (int)getpid());
+    test_slurm("2", "127.0.0.[1-4],node9", job_id); /* two hosts: the store on the first, open to the network */
     return test_finish();
 }
 #endif
