@@ -980,50 +980,68 @@ static double attention_tolerance(pdde_dtype dt, bool gradient) {
  * on CUDA only: elsewhere it is flash). */
 static const char *const attention_paths[] = {"rows", "unfused", "flash", "flash2"};
 
-static void test_fused_attention(const options *o, int device) {
+/* One case of a form of the fused attention: shape s (attention_shapes[si]), compute dtype dt. */
+typedef void (*attention_case_fn)(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label);
+
+/* Runs a form's case (run_case) for every attention path of the device (PDDE_ATTENTION; the CPU has
+ * one), dtype and shape; PDDE_CUDA_ATTENTION, which would override PDDE_ATTENTION on CUDA, unset
+ * meanwhile. */
+static void each_attention_case(const options *o, int device, const char *form, attention_case_fn run_case) {
     pdde_device_props props;
     pdde_device_get_props(o->ctx, device, &props);
     static const pdde_dtype dtypes[3] = {PDDE_F32, PDDE_BF16, PDDE_F16};
     bool gpu = strcmp(props.backend, "cpu") != 0;
     const char *cuda_was = getenv("PDDE_CUDA_ATTENTION");
     char *cuda_saved = cuda_was ? strdup(cuda_was) : NULL;
-    unsetenv("PDDE_CUDA_ATTENTION"); /* (it would override PDDE_ATTENTION on CUDA) */
+    unsetenv("PDDE_CUDA_ATTENTION");
     int paths = !gpu ? 1 : strcmp(props.backend, "cuda") == 0 ? 4 : 3;
     for (int pi = 0; pi < paths; pi++)
     for (int di = 0; di < 3; di++)
     for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
         const int64_t *s = attention_shapes[si];
-        pdde_dtype dt = dtypes[di];
         if (gpu) setenv("PDDE_ATTENTION", attention_paths[pi], 1);
         char label[128];
-        snprintf(label, sizeof label, "fused attention %s [%lld,%lld,%lld,%lld] on %s%s%s", pdde_dtype_name(dt), (long long)s[0],
+        snprintf(label, sizeof label, "%s attention %s [%lld,%lld,%lld,%lld] on %s%s%s", form, pdde_dtype_name(dtypes[di]), (long long)s[0],
                  (long long)s[1], (long long)s[2], (long long)s[3], props.backend, gpu ? " path " : "", gpu ? attention_paths[pi] : "");
-        pdde_graph *gf, *gu;
-        const pdde_tensor *cf[4], *cu[4];
-        pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
-        attention_graph(gf, s, true, dt, cf), attention_graph(gu, s, false, PDDE_F32, cu);
-        bool has_fused = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax");
-        CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && has_fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
-        CHECK(attention_reads(gf, dt), "%s: the attention nodes do not read %s q, k, v", label, pdde_dtype_name(dt));
-        results got, ref;
-        pdde_status st = run_fused_and_reference(o, gf, gu, device, 1000 + (int)si, cf, cu, 4, &got, &ref);
-        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
-        for (int k = 0; st == PDDE_OK && k < 4; k++) {
-            /* T = 1: dq and dk are exactly zero (one key: the softmax is constant), and both paths give
-             * round-off there, so an absolute bound stands in for the relative one */
-            double e = nmse(got.v[k], ref.v[k], got.len[k]), worst = 0, tol = attention_tolerance(dt, k > 0);
-            for (int64_t i = 0; i < got.len[k]; i++) worst = fmax(worst, fabs(got.v[k][i] - ref.v[k][i]));
-            bool ok = e <= tol || (s[2] == 1 && k && k < 3 && worst <= 1e-6); /* (NaN fails both) */
-            CHECK(got.len[k] == ref.len[k] && ok, "%s: %s NMSE %.3g > %.3g (largest difference %.3g)", label,
-                  k ? cu[k]->name : "output", e, tol, worst);
-            if (o->verbose) printf("  %-72s %-8s NMSE %.3g (bound %.3g)\n", label, k ? cu[k]->name : "output", e, tol);
-        }
-        results_free(&got), results_free(&ref);
-        pdde_graph_free(gf), pdde_graph_free(gu);
+        run_case(o, device, s, (int)si, dtypes[di], label);
     }
     unsetenv("PDDE_ATTENTION");
     if (cuda_saved) setenv("PDDE_CUDA_ATTENTION", cuda_saved, 1), free(cuda_saved);
 }
+
+/* A fused attention's n checked tensors (names[k]; 0: the output) against the reference's: NMSE within
+ * attention_tolerance. Where T = 1 checks 1 .. roundoff_end - 1 (dq and dk) are exactly zero (one key:
+ * the softmax is constant) and both paths give round-off there, so an absolute bound stands in. */
+static void check_attention_results(const options *o, const char *label, const results *got, const results *ref, const char *const *names,
+                                    int n, int roundoff_end, const int64_t *s, pdde_dtype dt) {
+    for (int k = 0; k < n; k++) {
+        double e = nmse(got->v[k], ref->v[k], got->len[k]), worst = 0, tol = attention_tolerance(dt, k > 0);
+        for (int64_t i = 0; i < got->len[k]; i++) worst = fmax(worst, fabs(got->v[k][i] - ref->v[k][i]));
+        bool ok = e <= tol || (s[2] == 1 && k && k < roundoff_end && worst <= 1e-6); /* (NaN fails both) */
+        CHECK(got->len[k] == ref->len[k] && ok, "%s: %s NMSE %.3g > %.3g (largest difference %.3g)", label, names[k], e, tol, worst);
+        if (o->verbose) printf("  %-72s %-8s NMSE %.3g (bound %.3g)\n", label, names[k], e, tol);
+    }
+}
+
+/* q, k, v apart: the output and the gradients of q, k, v; the attention nodes read q, k, v in dt. */
+static void fused_attention_case(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label) {
+    pdde_graph *gf, *gu;
+    const pdde_tensor *cf[4], *cu[4];
+    pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+    attention_graph(gf, s, true, dt, cf), attention_graph(gu, s, false, PDDE_F32, cu);
+    bool has_fused = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax");
+    CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && has_fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
+    CHECK(attention_reads(gf, dt), "%s: the attention nodes do not read %s q, k, v", label, pdde_dtype_name(dt));
+    results got, ref;
+    pdde_status st = run_fused_and_reference(o, gf, gu, device, 1000 + si, cf, cu, 4, &got, &ref);
+    CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+    const char *names[4] = {"output", cu[1]->name, cu[2]->name, cu[3]->name};
+    if (st == PDDE_OK) check_attention_results(o, label, &got, &ref, names, 4, 3, s, dt); /* (dv exact at T = 1) */
+    results_free(&got), results_free(&ref);
+    pdde_graph_free(gf), pdde_graph_free(gu);
+}
+
+static void test_fused_attention(const options *o, int device) { each_attention_case(o, device, "fused", fused_attention_case); }
 
 /* The packed form (pdde_attention_qkv): qkv [B, T, H*3*D] -> y [B, T, H*D] against the unfused reference
  * on slices and permutes of the same qkv (the layout the GPT block had before): y and qkv's gradient, on
@@ -1048,54 +1066,26 @@ static pdde_tensor *attention_qkv_graph(pdde_graph *g, const int64_t *s, bool fu
     return loss;
 }
 
-static void test_packed_attention(const options *o, int device) {
-    pdde_device_props props;
-    pdde_device_get_props(o->ctx, device, &props);
-    static const pdde_dtype dtypes[3] = {PDDE_F32, PDDE_BF16, PDDE_F16};
-    bool gpu = strcmp(props.backend, "cpu") != 0;
-    const char *env[1] = {"PDDE_CUDA_ATTENTION"};
-    char *saved[1];
-    for (int i = 0; i < 1; i++) saved[i] = getenv(env[i]) ? strdup(getenv(env[i])) : NULL;
-    unsetenv("PDDE_CUDA_ATTENTION");
-    int paths = !gpu ? 1 : strcmp(props.backend, "cuda") == 0 ? 4 : 3; /* (flash2 on CUDA, packed: k_flash2_*_qkv) */
-    for (int pi = 0; pi < paths; pi++)
-    for (int di = 0; di < 3; di++)
-    for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
-        const int64_t *s = attention_shapes[si];
-        pdde_dtype dt = dtypes[di];
-        if (gpu) setenv("PDDE_ATTENTION", attention_paths[pi], 1);
-        char label[128];
-        snprintf(label, sizeof label, "packed attention %s B%lld H%lld T%lld D%lld on %s%s%s", pdde_dtype_name(dt), (long long)s[0],
-                 (long long)s[1], (long long)s[2], (long long)s[3], props.backend, gpu ? " path " : "", gpu ? attention_paths[pi] : "");
-        pdde_graph *gf, *gu;
-        const pdde_tensor *cf[2], *cu[2];
-        pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
-        attention_qkv_graph(gf, s, true, dt, cf), attention_qkv_graph(gu, s, false, PDDE_F32, cu);
-        bool clean = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax") &&
-                     !graph_has_op(gf, "slice") && !graph_has_op(gf, "slice_back") && !graph_has_op(gf, "permute");
-        CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && clean, "%s: graphs (fused, no slice or permute): %s",
-              label, pdde_last_error(o->ctx));
-        results got, ref;
-        pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, cf, cu, 2, &got, &ref);
-        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
-        for (int k = 0; st == PDDE_OK && k < 2; k++) {
-            double e = nmse(got.v[k], ref.v[k], got.len[k]), worst = 0, tol = attention_tolerance(dt, k > 0);
-            for (int64_t i = 0; i < got.len[k]; i++) worst = fmax(worst, fabs(got.v[k][i] - ref.v[k][i]));
-            /* T = 1: dq and dk are round-off (see test_fused_attention), dv exact: an absolute bound */
-            bool ok = e <= tol || (s[2] == 1 && k && worst <= 1e-6);
-            CHECK(got.len[k] == ref.len[k] && ok, "%s: %s NMSE %.3g > %.3g (largest difference %.3g)", label, k ? "qkv.grad" : "output",
-                  e, tol, worst);
-            if (o->verbose) printf("  %-72s %-8s NMSE %.3g (bound %.3g)\n", label, k ? "qkv.grad" : "output", e, tol);
-        }
-        results_free(&got), results_free(&ref);
-        pdde_graph_free(gf), pdde_graph_free(gu);
-    }
-    unsetenv("PDDE_ATTENTION");
-    for (int i = 0; i < 1; i++) {
-        if (saved[i]) setenv(env[i], saved[i], 1), free(saved[i]);
-        else unsetenv(env[i]);
-    }
+/* qkv packed: the output and qkv's gradient (dq and dk in it round-off at T = 1, dv exact); no slice or
+ * permute left in the fused graph. */
+static void packed_attention_case(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label) {
+    pdde_graph *gf, *gu;
+    const pdde_tensor *cf[2], *cu[2];
+    pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+    attention_qkv_graph(gf, s, true, dt, cf), attention_qkv_graph(gu, s, false, PDDE_F32, cu);
+    bool clean = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax") &&
+                 !graph_has_op(gf, "slice") && !graph_has_op(gf, "slice_back") && !graph_has_op(gf, "permute");
+    CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && clean, "%s: graphs (fused, no slice or permute): %s",
+          label, pdde_last_error(o->ctx));
+    results got, ref;
+    pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + si, cf, cu, 2, &got, &ref);
+    CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+    if (st == PDDE_OK) check_attention_results(o, label, &got, &ref, (const char *const[]){"output", "qkv.grad"}, 2, 2, s, dt);
+    results_free(&got), results_free(&ref);
+    pdde_graph_free(gf), pdde_graph_free(gu);
 }
+
+static void test_packed_attention(const options *o, int device) { each_attention_case(o, device, "packed", packed_attention_case); }
 
 /* ------------------------------------------------------------------------------------------------
  * Multi-tensor AdamW: the update nodes of a device run as one launch (one threaded loop on the CPU,
