@@ -1016,6 +1016,19 @@ static float ld_qkv(__global const void *p, long i, int bf16) {
     return bf16 ? as_float((uint)((__global const ushort *)p)[i] << 16) : ((__global const float *)p)[i];
 }
 
+/* Keys and values j0 .. j0 + FK - 1 of the head whose rows start at base (zeros past T) into group
+ * memory, the group's items sharing the loads; between barriers: every item is done with the tile before. */
+static void flash_load_kv(__global const void *k, __global const void *v, long base, long j0, long T, long D, long H, int bf16,
+                          __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long e = get_local_id(0); e < FK * D; e += FR) {
+        long jj = e / D, d = e % D, j = j0 + jj;
+        ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
+        vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
 static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,
                       long T, long D, float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
@@ -1026,13 +1039,7 @@ static void flash_fwd(__global const void *q, __global const void *k, __global c
     for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f, acc[d] = 0.0f;
     float m = -INFINITY, lsum = 0.0f;
     for (long j0 = 0; j0 < kend; j0 += FK) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (long e = l; e < FK * D; e += FR) {
-            long jj = e / D, d = e % D, j = j0 + jj;
-            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
-            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        flash_load_kv(k, v, base, j0, T, D, H, bf16, ks, vs);
         for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
             float s = 0.0f;
             for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d];
@@ -1082,13 +1089,7 @@ static void flash_dq(__global const void *q, __global const void *k, __global co
     }
     float lse = live ? y[att_lse(base + i, BH * T, T, D, H)] : 0.0f, dot = live ? rowdot[base + i] : 0.0f;
     for (long j0 = 0; j0 < kend; j0 += FK) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (long e = l; e < FK * D; e += FR) {
-            long jj = e / D, d = e % D, j = j0 + jj;
-            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
-            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
+        flash_load_kv(k, v, base, j0, T, D, H, bf16, ks, vs);
         for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
             float s = 0.0f, dp = 0.0f;
             for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d], dp += dor[d] * vs[jj][d];
