@@ -255,6 +255,15 @@ static inline int job_gpt_setup(const char *argv0, char *run, char *gpt, size_t 
  * frozen. Bounds a test derives from it keep their meaning. */
 static inline double job_peer_timeout(double base) { return base * test_load_factor(); }
 
+/* job_wait_step in a test, with JOB_STEP_LIMIT_S: 0 once the job reaches step; else a failed check
+ * ("what: the job did not reach step N" and its output), the job killed, -1. */
+static inline int job_test_wait_step(job *j, const char *metrics, int step, const char *what) {
+    if (!job_wait_step(j, metrics, step, JOB_STEP_LIMIT_S)) return 0;
+    CHECK(0, "%s: the job did not reach step %d:\n%s", what, step, job_text(j));
+    job_kill(j);
+    return -1;
+}
+
 /* job_gpt_setup for a test's main (test_util.h included before this header): -1 when ready; else what
  * main returns: a skip saying what is missing (test_finish's code), 1 when the folder cannot be made. */
 static inline int job_gpt_test_setup(const char *argv0, char *run, char *gpt, size_t cap, char *tmp, size_t tmp_cap,

@@ -114,6 +114,21 @@ static void compare_losses(const char *what, const char *got_path, const char *w
     free(got), free(want);
 }
 
+/* The reference of a recovery: the same job (gpt_args) without the failure, rank `victim` leaving on
+ * purpose at the step the recovery resumed at. It must finish (saying must_say where not NULL), and the
+ * recovered run's losses (m_fail) must equal its own (m_ref) step by step. */
+static void compare_with_leave(const char *name, int victim, int resumed, const char *const *gpt_args, const char *must_say,
+                               const char *m_fail, const char *m_ref) {
+    char leave[32];
+    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
+    job ref = job_start(leave, m_ref, NULL, gpt_args);
+    int rc = job_finish(&ref, JOB_LIMIT_S);
+    CHECK(rc == 0 && (!must_say || strstr(job_text(&ref), must_say)), "%s: the reference run (leave %s)%s%s: rc %d\n%s", name, leave,
+          must_say ? " says " : "", must_say ? must_say : "", rc, job_text(&ref));
+    compare_losses(name, m_fail, m_ref, 1, STEPS, 1e-6);
+    free(ref.out);
+}
+
 /* Kills (SIGKILL) or freezes (SIGSTOP) rank `victim` at a random step; checks the recovery. */
 static void test_lose_one(unsigned seed, int sig, int zero) {
     const char *name = zero ? "kill (ZeRO-1)" : sig == SIGKILL ? "kill" : "freeze";
@@ -124,11 +139,7 @@ static void test_lose_one(unsigned seed, int sig, int zero) {
     srand(seed);
     int victim = 1 + rand() % 3, at = 20 + rand() % 100;
     job j = job_start(NULL, m_fail, NULL, gpt_args);
-    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
-        CHECK(0, "%s: the job did not reach step %d: %s", name, at, job_text(&j));
-        job_kill(&j);
-        return;
-    }
+    if (job_test_wait_step(&j, m_fail, at, name)) return;
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
     int step_hit = metrics_last_step(m_fail);
@@ -173,18 +184,11 @@ static void test_lose_one(unsigned seed, int sig, int zero) {
     int again = metrics_losses(m_fail, loss, STEPS);
     /* (split state: the newest snapshot whose copy reached the next rank, one step older at worst) */
     CHECK(again >= 0 && again <= 1 + zero, "%s: %d steps lost and done again (snapshot interval 1)", name, again);
-    /* the reference: no failure, rank `victim` leaves at the step the recovery resumed at */
-    char leave[32];
-    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
-    job ref = job_start(leave, m_ref, NULL, gpt_args);
-    rc = job_finish(&ref, JOB_LIMIT_S);
-    CHECK(rc == 0 && strstr(job_text(&ref), "left at step"), "%s: the reference run (leave %s): rc %d\n%s", name, leave, rc,
-          job_text(&ref));
-    compare_losses(name, m_fail, m_ref, 1, STEPS, 1e-6);
+    compare_with_leave(name, victim, resumed, gpt_args, "left at step", m_fail, m_ref);
     /* and a run that never changed (4 ranks throughout): the same training up to the reductions'
      * rounding, which the training then amplifies: the steps up to 10 after the resume */
     compare_losses(name, m_fail, zero ? g_base_zero : g_base, 1, resumed + 10, 1e-4);
-    free(j.out), free(ref.out);
+    free(j.out);
 }
 
 /* A survivor a step behind: under ZeRO-1, member `lag` waits at the boundary before step `at`
@@ -204,11 +208,7 @@ static void test_lagging_survivor(unsigned seed) {
     setenv("PDDE_TEST_ELASTIC_LAG", lag, 1);
     job j = job_start(NULL, m_fail, NULL, zero_gpt);
     unsetenv("PDDE_TEST_ELASTIC_LAG");
-    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
-        CHECK(0, "lagging survivor: the job did not reach step %d: %s", at, job_text(&j));
-        job_kill(&j);
-        return;
-    }
+    if (job_test_wait_step(&j, m_fail, at, "lagging survivor")) return;
     pid_t pids[8];
     job_ranks(j.pid, pids, 8);
     usleep(300000); /* (the others are inside step `at`; the lagging one waits before it) */
@@ -231,13 +231,8 @@ static void test_lagging_survivor(unsigned seed) {
     printf("lagging survivor: rank %d behind, rank %d killed at step %d (seed %u): %s; finished %.1f s after the kill\n", lagging,
            victim, at, seed, line, test_now() - t_kill);
     if (rc || resumed < 0) { free(j.out); return; }
-    char leave[32];
-    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
-    job ref = job_start(leave, m_ref, NULL, zero_gpt);
-    rc = job_finish(&ref, JOB_LIMIT_S);
-    CHECK(rc == 0, "lagging survivor: the reference run (leave %s): rc %d\n%s", leave, rc, job_text(&ref));
-    compare_losses("lagging survivor", m_fail, m_ref, 1, STEPS, 1e-6);
-    free(j.out), free(ref.out);
+    compare_with_leave("lagging survivor", victim, resumed, zero_gpt, NULL, m_fail, m_ref);
+    free(j.out);
 }
 
 /* A member stalled longer than its lease (a process starved of the CPU; PDDE_TEST_ELASTIC_STALL pauses
@@ -270,13 +265,8 @@ static void test_stalled_member(unsigned seed) {
           victim, at, rc, job_text(&j));
     printf("stalled member: rank %d stalled at step %d (seed %u): %s\n", victim, at, seed, line);
     if (rc || resumed < 0) { free(j.out); return; }
-    char leave[32];
-    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
-    job ref = job_start(leave, m_ref, NULL, NULL);
-    rc = job_finish(&ref, JOB_LIMIT_S);
-    CHECK(rc == 0, "stalled member: the reference run (leave %s): rc %d\n%s", leave, rc, job_text(&ref));
-    compare_losses("stalled member", m_fail, m_ref, 1, STEPS, 1e-6);
-    free(j.out), free(ref.out);
+    compare_with_leave("stalled member", victim, resumed, NULL, NULL, m_fail, m_ref);
+    free(j.out);
 }
 
 /* Re-planning (gpt --plan auto under --elastic): the planner picks the plan for 4 ranks at the start
@@ -303,11 +293,7 @@ static void test_replan(unsigned seed) {
     srand(seed * 11 + 7);
     int victim = 1 + rand() % 3, at = 20 + rand() % 80;
     job j = job_start(NULL, m_fail, NULL, auto_gpt);
-    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
-        CHECK(0, "replan: the job did not reach step %d: %s", at, job_text(&j));
-        job_kill(&j);
-        return;
-    }
+    if (job_test_wait_step(&j, m_fail, at, "replan")) return;
     pid_t pids[8];
     job_ranks(j.pid, pids, 8);
     job_signal_rank(pids[victim], SIGKILL);
@@ -325,14 +311,8 @@ static void test_replan(unsigned seed) {
     printf("replan: rank %d killed at step ~%d (seed %u): the planner chose %s for 4 ranks, %s for 3: %s\n", victim, at, seed, chose4,
            chose3, line);
     if (rc || resumed < 0) { free(j.out); return; }
-    char leave[32];
-    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
-    job ref = job_start(leave, m_ref, NULL, auto_gpt);
-    rc = job_finish(&ref, JOB_LIMIT_S);
-    CHECK(rc == 0 && strstr(job_text(&ref), want), "replan: the reference run (leave %s) makes the same re-plan: rc %d\n%s", leave, rc,
-          job_text(&ref));
-    compare_losses("replan", m_fail, m_ref, 1, STEPS, 1e-6);
-    free(j.out), free(ref.out);
+    compare_with_leave("replan", victim, resumed, auto_gpt, want, m_fail, m_ref); /* (the same re-plan) */
+    free(j.out);
 }
 
 /* The loss of step `step` in a metrics file (NaN when none). */
@@ -358,11 +338,7 @@ static void test_ft_replicas(unsigned seed) {
     int victim = 1 + rand() % 2, at = 20 + rand() % 80;
     const char *ft_gpt[] = {"--ft-replicas", NULL};
     job j = job_start(NULL, m_fail, NULL, ft_gpt);
-    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
-        CHECK(0, "ft replicas: the job did not reach step %d: %s", at, job_text(&j));
-        job_kill(&j);
-        return;
-    }
+    if (job_test_wait_step(&j, m_fail, at, "ft replicas")) return;
     pid_t pids[8];
     job_ranks(j.pid, pids, 8);
     job_signal_rank(pids[victim], SIGKILL);
@@ -375,12 +351,7 @@ static void test_ft_replicas(unsigned seed) {
           "ft replicas: rank %d killed: the survivors go on with their rows (%s): rc %d\n%s", victim, want, rc, job_text(&j));
     printf("ft replicas: rank %d killed at step ~%d (seed %u): %s\n", victim, at, seed, line);
     if (rc || resumed < 0) { free(j.out); return; }
-    char leave[32];
-    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
-    job ref = job_start(leave, m_ref, NULL, ft_gpt);
-    rc = job_finish(&ref, JOB_LIMIT_S);
-    CHECK(rc == 0 && strstr(job_text(&ref), want), "ft replicas: the reference run (leave %s): rc %d\n%s", leave, rc, job_text(&ref));
-    compare_losses("ft replicas", m_fail, m_ref, 1, STEPS, 1e-6);
+    compare_with_leave("ft replicas", victim, resumed, ft_gpt, want, m_fail, m_ref);
     /* two runs of 2 replicas each from the resume step: P keeps the victim's and replica 3's rows, Q the
      * other two; together their rows are all 12 */
     int q0 = -1, q1 = -1;
@@ -400,7 +371,7 @@ static void test_ft_replicas(unsigned seed) {
     printf("ft replicas: step %d: (6 x %.7f + 6 x %.7f) / 12 = %.7f; all 12 rows %.7f (difference %.2g relative); the survivors' 9 rows %.7f\n",
            resumed + 1, lp, lq, mix, l12, d, metrics_loss_at(m_fail, resumed + 1));
     free(q.out);
-    free(j.out), free(ref.out), free(alone.out);
+    free(j.out), free(alone.out);
 }
 
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and planned shrinks 4 -> 2 and 2 -> 1 at one step. */

@@ -111,11 +111,7 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     snprintf(admit_fail, sizeof admit_fail, "PDDE_TEST_ELASTIC_ADMIT=%d", at + 150);
     const char *fail_env[] = {"PDDE_ELASTIC_LEAVE", admit_fail, "PDDE_BACKENDS=cpu", NULL};
     job j = ft_start(run, m_fail, fail_env, gpt);
-    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
-        CHECK(0, "%s: the job did not reach step %d:\n%s", name, at, job_text(&j));
-        job_kill(&j);
-        return;
-    }
+    if (job_test_wait_step(&j, m_fail, at, name)) return;
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
     job_signal_rank(before[victim], SIGKILL);

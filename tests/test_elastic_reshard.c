@@ -75,11 +75,7 @@ static int test_case_try(const reshard_case *c, int k, unsigned seed) {
     srand(seed * 31 + (unsigned)k);
     int victim = 1 + rand() % (n - 1), at = 20 + rand() % 80;
     job j = case_start(c, NULL, m_fail);
-    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
-        CHECK(0, "%s: the job did not reach step %d: %s", name, at, job_text(&j));
-        job_kill(&j);
-        return 0;
-    }
+    if (job_test_wait_step(&j, m_fail, at, name)) return 0;
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
     job_signal_rank(before[victim], SIGKILL);
