@@ -23,18 +23,13 @@ int main(void) {
 }
 #else
 #include "bench_common.h"
+#include "bench_collect.h"
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAXS 32
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char *const COLLECTIVES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
 
@@ -66,9 +61,9 @@ static int worker(size_t max, const char *what) {
         rc |= run_one(c, coll, buf, out, count); /* warm-up */
         for (int r = 0; r < reps && !rc; r++) {
             rc |= pdde_comm_barrier(c);
-            double t0 = now_s();
+            double t0 = bench_now();
             for (int i = 0; i < iters && !rc; i++) rc |= run_one(c, coll, buf, out, count);
-            t[r] = (now_s() - t0) / iters;
+            t[r] = (bench_now() - t0) / iters;
         }
         if (rc) fprintf(stderr, "%s: %s\n", COLLECTIVES[coll], pdde_last_error(ctx));
         else if (pdde_comm_rank(c) == 0) printf("RES %zu %.9g %s\n", bytes, bench_median(t, reps), pdde_comm_last_algo(c));
@@ -78,24 +73,6 @@ static int worker(size_t max, const char *what) {
     pdde_comm_free(c);
     pdde_context_free(ctx);
     return rc ? 1 : 0;
-}
-
-/* Runs cmd and collects its "RES bytes seconds" lines (with or without a "[0] " prefix). */
-static int collect(const char *cmd, size_t *sizes, double *lat) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, p)) {
-        char *s = strstr(line, "RES ");
-        size_t b;
-        double t;
-        if (s && n < MAXS && sscanf(s, "RES %zu %lf", &b, &t) == 2) { sizes[n] = b; lat[n++] = t; }
-        else fputs(line, stderr);
-    }
-    int st = pclose(p);
-    if (st) fprintf(stderr, "bench_comm: '%s' failed (status 0x%x)\n", cmd, st);
-    return n;
 }
 
 static double find(const size_t *sizes, const double *v, int n, size_t bytes) {
@@ -114,9 +91,9 @@ int main(int argc, char **argv) {
         size_t s1[MAXS], s2[MAXS];
         double l1[MAXS], l2[MAXS];
         snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s/bench_comm --worker %zu 2>&1", build, n, build, max);
-        int n1 = collect(cmd, s1, l1);
+        int n1 = bench_collect("bench_comm", cmd, s1, l1, MAXS);
         snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_allreduce %zu 2>&1", n, build, max);
-        int n2 = collect(cmd, s2, l2);
+        int n2 = bench_collect("bench_comm", cmd, s2, l2, MAXS);
         double f = 2.0 * (n - 1) / n;
         printf("\nallreduce f32 sum, %d ranks (one host, %ld cores)\n", n, sysconf(_SC_NPROCESSORS_ONLN));
         printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
@@ -143,10 +120,10 @@ int main(int argc, char **argv) {
             size_t s1[MAXS], s2[MAXS];
             double l1[MAXS], l2[MAXS];
             snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s/bench_comm --worker %zu %s 2>&1", build, n, build, small_max, COLLECTIVES[coll]);
-            int n1 = collect(cmd, s1, l1);
+            int n1 = bench_collect("bench_comm", cmd, s1, l1, MAXS);
             snprintf(cmd, sizeof cmd, "PDDE_COMM_SHM=0 %s/pdde-run -n %d %s/bench_comm --worker %zu %s 2>&1", build, n, build, small_max,
                      COLLECTIVES[coll]);
-            int n2 = collect(cmd, s2, l2);
+            int n2 = bench_collect("bench_comm", cmd, s2, l2, MAXS);
             printf("\n%s f32, %d ranks: shared memory against the transport\n", COLLECTIVES[coll], n);
             printf("%12s %12s %12s %8s\n", "bytes", "shm us", "ucx us", "ucx/shm");
             for (int i = 0; i < n1; i++) {

@@ -1,6 +1,6 @@
 /* bench_common.h — what bench_comm.c (pdde) and mpi_allreduce.c (OpenMPI) share, so that both sides
- * measure exactly the same way: message sizes, iterations per sample, repeats and the median (also
- * used by pdde-bench and bench_costmodel for the median and the clock). */
+ * measure exactly the same way: message sizes, iterations per sample, repeats and the median; the
+ * clock and the sort order of times of pdde-bench and the other benchmarks. */
 #ifndef PDDE_BENCH_COMMON_H
 #define PDDE_BENCH_COMMON_H
 #include <stdlib.h>

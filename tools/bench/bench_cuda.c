@@ -36,17 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_common.h"
 
 /* cuBLAS and the driver, called directly for the reference numbers. */
 typedef struct {
@@ -92,12 +82,12 @@ static double time_median(bench_fn fn, void *arg, int warm, int reps, void (*syn
     double t[64];
     if (reps > 64) reps = 64;
     for (int i = 0; i < reps; i++) {
-        double t0 = now();
+        double t0 = bench_now();
         fn(arg);
         sync(sarg);
-        t[i] = now() - t0;
+        t[i] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp);
     return t[reps / 2];
 }
 
@@ -336,16 +326,16 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         for (int i = 0; i < BT; i++) x[i] = (i * 7 + st * 13) % 1000, y[i] = (x[i] + 1) % 1000; /* learnable */
         pdde_session_write(s, m.ids, x, (size_t)BT * 4);
         pdde_session_write(s, m.targets, y, (size_t)BT * 4);
-        double t0 = now();
+        double t0 = bench_now();
         ok = pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK;
-        if (st >= 2) t[st - 2] = now() - t0;
+        if (st >= 2) t[st - 2] = bench_now() - t0;
         if (st == 0) loss0 = pdde_session_loss(s), casts0 = pdde_session_op_runs(s, PDDE_OP_CAST);
         loss = pdde_session_loss(s);
     }
     double casts = (double)(pdde_session_op_runs(s, PDDE_OP_CAST) - casts0) / (steps + 1);
     if (!ok) fprintf(stderr, "gpt step: %s\n", pdde_last_error(ctx));
     else {
-        qsort(t, (size_t)steps, sizeof *t, cmp_double);
+        qsort(t, (size_t)steps, sizeof *t, bench_cmp);
         double ms = t[steps / 2] * 1e3, n_params = (double)gpt_n_params(&c);
         /* model FLOPs per token: 6N for the weights' products (forward and backward), 12 L C T for the
          * attention's (PaLM's accounting), against 989 TFLOP/s (dense bf16 of an H100/H200) */
@@ -401,13 +391,13 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packe
     double t[32];
     int reps = 20;
     for (int i = 0; i < reps + 3 && o.ok; i++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (pdde_session_run(o.s, PDDE_RUN_FORWARD_BACKWARD) != PDDE_OK) o.ok = 0;
-        if (i >= 3) t[i - 3] = now() - t0;
+        if (i >= 3) t[i - 3] = bench_now() - t0;
     }
     if (!o.ok) fprintf(stderr, "attention run: %s\n", pdde_last_error(ctx));
     else {
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        qsort(t, (size_t)reps, sizeof *t, bench_cmp);
         const char *path = getenv("PDDE_CUDA_ATTENTION");
         printf("ATTENTION dtype=%s attention=%s layout=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n", pdde_dtype_name(dt),
                path && *path ? path : "default", packed ? "packed" : "apart", t[reps / 2] * 1e3, pdde_session_loss(o.s));

@@ -160,18 +160,18 @@ static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
         void *e0 = NULL, *e1 = NULL;
         int ev = g->have_events && !g->ev.EventCreate(&e0, 0) && !g->ev.EventCreate(&e1, 0);
         for (int r = 0; r < runs && ok; r++) {
-            double h0 = now();
+            double h0 = bench_now();
             if (ev) g->ev.EventRecord(e0, g->native);
             for (int c = 0; c < calls && ok; c++, k++)
                 ok = g->b->compute(g->dev, g->stream, &D[k % sets]) == PDDE_OK && (!cast || g->b->compute(g->dev, g->stream, &Cast[k % sets]) == PDDE_OK);
             float el = 0;
             if (ev) g->ev.EventRecord(e1, g->native), g->ev.EventSynchronize(e1), g->ev.EventElapsedTime(&el, e0, e1);
             g->b->stream_sync(g->dev, g->stream);
-            t[r] = (ev ? (double)el : (now() - h0) * 1e3) / calls;
+            t[r] = (ev ? (double)el : (bench_now() - h0) * 1e3) / calls;
         }
         if (e0) g->ev.EventDestroy(e0);
         if (e1) g->ev.EventDestroy(e1);
-        if (ok) qsort(t, (size_t)runs, sizeof *t, cmp_double), ms = t[runs / 2];
+        if (ok) qsort(t, (size_t)runs, sizeof *t, bench_cmp), ms = t[runs / 2];
     }
     for (int i = 0; i < sets; i++) {
         if (ha[i]) g->b->buffer_free(g->dev, ha[i]);

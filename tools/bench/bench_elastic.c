@@ -24,6 +24,7 @@ int main(void) {
 }
 #else
 #include "tests/job_util.h"
+#include "bench_common.h"
 
 #define STEPS 40
 #define KILL_AT 15
@@ -52,14 +53,8 @@ static job job_start(const char *leave, const char *metrics, const char *const *
     return job_spawn(argv, env);
 }
 
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp);
     return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : NAN;
 }
 

@@ -14,12 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_common.h"
 
 static double cpu_s(void) {
     struct timespec ts;
@@ -31,11 +26,6 @@ static double max_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -98,13 +88,13 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < bt; k++) x[k] = (int32_t)((k * 31 + (size_t)i * 7) % (size_t)c.vocab), y[k] = (int32_t)((k * 17 + (size_t)i) % (size_t)c.vocab);
         pdde_session_write(s, m.ids, x, bt * 4);
         pdde_session_write(s, m.targets, y, bt * 4);
-        double t = now(), c = cpu_s();
+        double t = bench_now(), c = cpu_s();
         int64_t syncs0 = pdde_session_host_syncs(s);
         if (pdde_session_run(s, PDDE_RUN_STEP)) { fprintf(stderr, "bench_gpt: %s\n", pdde_last_error(ctx)); return 1; }
-        if (i >= warmup) times[i - warmup] = now() - t, cpu[i - warmup] = cpu_s() - c, syncs += pdde_session_host_syncs(s) - syncs0;
+        if (i >= warmup) times[i - warmup] = bench_now() - t, cpu[i - warmup] = cpu_s() - c, syncs += pdde_session_host_syncs(s) - syncs0;
     }
-    qsort(times, (size_t)steps, sizeof *times, cmp_double);
-    qsort(cpu, (size_t)steps, sizeof *cpu, cmp_double);
+    qsort(times, (size_t)steps, sizeof *times, bench_cmp);
+    qsort(cpu, (size_t)steps, sizeof *cpu, bench_cmp);
     double med = times[steps / 2];
     printf("PDDE tokens_per_s=%.1f step_ms=%.2f cpu_ms=%.2f peak_mb=%.1f loss=%.4f", (double)bt / med, med * 1e3,
            cpu[steps / 2] * 1e3, max_rss_mb() - rss0, pdde_session_loss(s));

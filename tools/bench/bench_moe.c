@@ -44,6 +44,7 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
+#include "bench_collect.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -154,22 +155,6 @@ static int worker(size_t min, size_t max, int registered) {
 }
 
 #define MAXS 32
-static int collect(const char *cmd, size_t *sizes, double *lat) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof line, p)) {
-        char *s = strstr(line, "RES ");
-        size_t b;
-        double t;
-        if (s && n < MAXS && sscanf(s, "RES %zu %lf", &b, &t) == 2) sizes[n] = b, lat[n++] = t;
-        else fputs(line, stderr);
-    }
-    int st = pclose(p);
-    if (st) fprintf(stderr, "bench_moe: '%s' failed (status 0x%x)\n", cmd, st);
-    return n;
-}
 
 /* 2. the all-to-all: pdde (plain send buffer, registered send buffer) and MPI in alternating rounds
  * (load from elsewhere hits them alike), each size's latency the median over the rounds of each run's
@@ -193,7 +178,7 @@ static void alltoall_sweep(const char *build, size_t min, size_t max, double vs_
                 else
                     snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu %s 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "",
                              build, n, bind ? "--bind cores" : "", build, min, max, side == REG ? "registered" : "");
-                int k = collect(cmd, sz, lat[side][rounds[side]]);
+                int k = bench_collect("bench_moe", cmd, sz, lat[side][rounds[side]], MAXS);
                 if (k > 0) { memcpy(sizes[side], sz, sizeof sz); got[side] = k < got[side] ? k : got[side]; rounds[side]++; }
             }
         for (int side = 0; side < SIDES; side++) {

@@ -39,25 +39,15 @@ void openblas_set_num_threads(int n);
 #endif
 
 #include "tools/bench/bench_peak.h"
+#include "bench_common.h"
 
 #ifdef PDDE_HAVE_CLBLAST
 #define CL_TARGET_OPENCL_VERSION 120
 #include <clblast_c.h>
 #endif
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -108,9 +98,9 @@ static int bench_graph_compile(pdde_context *ctx, bench_graph *b, int device) {
 }
 
 static double time_run(bench_graph *b) {
-    double t0 = now_s();
+    double t0 = bench_now();
     if (pdde_session_run(b->s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
-    return now_s() - t0;
+    return bench_now() - t0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -236,9 +226,9 @@ static int direct_dnnl_init(direct_dnnl *d, int64_t M, int64_t N, int64_t K, int
 static double direct_dnnl_time(direct_dnnl *d, int threads) {
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d->mem[0]}, {DNNL_ARG_WEIGHTS, d->mem[1]}, {DNNL_ARG_DST, d->mem[2]}};
     omp_set_num_threads(threads);
-    double t0 = now_s();
+    double t0 = bench_now();
     int ok = dnnl_primitive_execute(d->prim, d->stream, 3, args) == dnnl_success && dnnl_stream_wait(d->stream) == dnnl_success;
-    double t = now_s() - t0;
+    double t = bench_now() - t0;
     /* libgomp's idle team threads spin for a while after a call: let them sleep before pdde runs */
     nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     return ok ? t : NAN;
@@ -333,12 +323,12 @@ int main(int argc, char **argv) {
                 double t_p = time_run(&b), t_d = NAN, t_b = NAN;
 #ifdef PDDE_HAVE_CLBLAST
                 if (row == ROW_OPENCL && have_direct) {
-                    double t0 = now_s();
+                    double t0 = bench_now();
                     CLBlastStatusCode st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
                                                         (size_t)sh.M, (size_t)sh.N, (size_t)sh.K, 1.0f, A, 0, (size_t)sh.K, B,
                                                         0, (size_t)sh.N, 0.0f, C, 0, (size_t)sh.N, &dcl.q, NULL);
                     dcl.Finish(dcl.q);
-                    t_d = st == CLBlastSuccess ? now_s() - t0 : NAN;
+                    t_d = st == CLBlastSuccess ? bench_now() - t0 : NAN;
                 }
 #endif
 #ifdef PDDE_HAVE_DNNL
@@ -347,10 +337,10 @@ int main(int argc, char **argv) {
 #ifdef PDDE_HAVE_OPENBLAS
                 if (have_blas) {
                     openblas_set_num_threads(n_threads); /* OpenBLAS at its best: its own threads */
-                    double t0 = now_s();
+                    double t0 = bench_now();
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sh.M, (int)sh.N, (int)sh.K, 1.0f, hA,
                                 (int)sh.K, hB, (int)sh.N, 0.0f, hC, (int)sh.N);
-                    t_b = now_s() - t0;
+                    t_b = bench_now() - t0;
                     openblas_set_num_threads(1); /* as pdde's CPU backend keeps it */
                 }
 #endif
@@ -422,9 +412,9 @@ int main(int argc, char **argv) {
             if (bench_graph_compile(ctx, &b, device)) { bench_graph_free(&b); continue; }
             int mode = strcmp(op, "adamw_update") ? PDDE_RUN_FORWARD : PDDE_RUN_OPTIMIZER;
             for (int r = -1; r < reps; r++) {
-                double t0 = now_s();
+                double t0 = bench_now();
                 pdde_status st = pdde_session_run(b.s, (pdde_run_mode)mode);
-                if (r >= 0) tp[r] = st == PDDE_OK ? now_s() - t0 : NAN;
+                if (r >= 0) tp[r] = st == PDDE_OK ? bench_now() - t0 : NAN;
             }
             double m = median(tp, reps);
             printf("  %-14s %-8s %9.3f ms %8.2f GB/s\n", op, which == 0 ? "opencl" : "cpu", m * 1e3, bytes / m * 1e-9);

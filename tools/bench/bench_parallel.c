@@ -70,12 +70,6 @@ typedef struct {
 
 static int n_steps; /* warm-up + timed */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int n_ranks(const plan *p) { return p->dp * p->tp * p->pp; }
 
 /* the global batch of a step: pseudo-random bytes, the same for every plan */
@@ -93,6 +87,17 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     op.lr = 3e-3f, op.weight_decay = 0.1f;
     gpt_plan gp = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = p->recompute, .pp_chunks = p->chunks};
     return gpt_build_plan(g, &cfg, &gp, &op, m);
+}
+
+/* The largest relative difference of a run's losses from the reference's over the steps (a NaN, once
+ * met, stays: fmax would drop it). */
+static double worst_loss_difference(const rank_result *res, const rank_result *ref) {
+    double worst = 0;
+    for (int k = 0; k < n_steps; k++) {
+        double d = fabs(res->losses[k] - ref->losses[k]) / fabs(ref->losses[k]);
+        if (isnan(d) || d > worst) worst = d;
+    }
+    return worst;
 }
 
 /* Trains n_steps steps on this rank (world NULL: one process), timing each step from a barrier. */
@@ -147,12 +152,12 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
             snprintf(out->error, sizeof out->error, "barrier: %.180s", pdde_last_error(ctx));
             goto done;
         }
-        double t0 = now_s();
+        double t0 = bench_now();
         if (pdde_session_run(s, PDDE_RUN_STEP)) {
             snprintf(out->error, sizeof out->error, "step %d: %.180s", step, pdde_last_error(ctx));
             goto done;
         }
-        out->step_s[step] = now_s() - t0;
+        out->step_s[step] = bench_now() - t0;
         out->losses[step] = pdde_session_loss(s); /* the step's global mean, on every rank */
     }
     out->ok = 1;
@@ -303,11 +308,7 @@ int main(int argc, char **argv) {
             continue;
         }
         ran++;
-        double worst = 0;
-        for (int k = 0; k < n_steps; k++) {
-            double d = fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]);
-            if (isnan(d) || d > worst) worst = d; /* (fmax would drop a NaN) */
-        }
+        double worst = worst_loss_difference(&res, &ref);
         int match = worst <= LOSS_TOL;
         equal += match;
         double ms = 1e3 * bench_median(res.step_s + WARMUP, timed), mem = res.state_bytes / ref.state_bytes;
@@ -339,11 +340,7 @@ int main(int argc, char **argv) {
             continue;
         }
         ran++;
-        double worst = 0;
-        for (int k = 0; k < n_steps; k++) {
-            double d = fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]);
-            if (isnan(d) || d > worst) worst = d;
-        }
+        double worst = worst_loss_difference(&res, &ref);
         int match = worst <= LOSS_TOL;
         equal += match;
         double ms = 1e3 * bench_median(res.step_s + WARMUP, timed), cpu_ms = 1e3 * bench_median(cpu.step_s + WARMUP, timed);
