@@ -845,13 +845,13 @@ static int store_round_trip(store_tcp *t, double deadline, int32_t *status, char
 }
 
 static pdde_status store_lost(store_tcp *t, pdde_context *ctx, int rc) {
+    const char *why = rc == -3 ? "the store closed it" : rc == -4 ? "a malformed reply" : strerror(errno);
     if (rc == -2) { /* perhaps only slow: the round trip stays owed (see store_tcp) */
         t->owed = 1;
         return pdde_error(ctx, PDDE_ERR_TIMEOUT, "store %s: no reply in time", t->addr);
     }
     t->broken = 1;
-    return pdde_error(ctx, PDDE_ERR_PEER_LOST, "store %s: connection lost (%s)", t->addr,
-                      rc == -3 ? "the store closed it" : rc == -4 ? "a malformed reply" : "a socket error");
+    return pdde_error(ctx, PDDE_ERR_PEER_LOST, "store %s: connection lost (%s)", t->addr, why);
 }
 
 /* Takes in what has arrived of an owed round trip's reply, sending the rest of its request first,
