@@ -6,6 +6,7 @@
 #define PDDE_COMM_PROGRESS_C
 
 #include "util.c"
+#include "../backends/deadline.h"
 #include "world.c"
 #include "schedule.c"
 
@@ -200,11 +201,7 @@ static void *comm_service(void *arg) {
             pthread_mutex_lock(&w->lock);
         } else {
             /* idle, or a caller is waiting and progressing itself: only the store checks remain */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_nsec * 1e-9 + (watch ? 0.05 : ping_every);
-            ts.tv_sec += (time_t)t;
-            ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+            struct timespec ts = cond_deadline(watch ? 0.05 : ping_every);
             w->watching = watch;
             pthread_cond_timedwait(&w->cv, &w->lock, &ts);
             w->watching = 0;

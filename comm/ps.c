@@ -7,6 +7,7 @@
 #define PDDE_COMM_PS_C
 
 #include "../backends/backend_impl.h"
+#include "../backends/deadline.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1034,10 +1035,7 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
 
 /* Takes a free lane (waiting at most timeout_s for one); -1 when none came free. */
 static int ps_lane_get(pdde_ps_client *c) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + c->timeout_s;
-    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    struct timespec until = cond_deadline(c->timeout_s);
     int lane = -1, rc = 0;
     pthread_mutex_lock(&c->lane_lock);
     while (lane < 0 && rc != ETIMEDOUT) {

@@ -546,6 +546,13 @@ static int store_client_read(pdde_store_server *srv, store_client *c) {
     return 0;
 }
 
+/* Whether bytes from c wait unread: then c is alive, and the server was the one held up (stopped or
+ * starved of the CPU after its poll), which must not cost c its lease. */
+static int store_input_waiting(const store_client *c) {
+    char byte;
+    return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 /* Accepts a connection and sends the challenge, or a refusal when the connections or the file
  * descriptors are used up (then the listen socket rests a while instead of waking poll at once). */
 static int store_accept(pdde_store_server *srv) {
@@ -648,7 +655,7 @@ static void *store_server_main(void *arg) {
                 drop = 1;
             }
             char why[120] = "";
-            if (!drop && c->lease_s > 0 && now - c->last_seen > c->lease_s) {
+            if (!drop && c->lease_s > 0 && now - c->last_seen > c->lease_s && !store_input_waiting(c)) {
                 snprintf(why, sizeof why, "its lease expired: no sign of life for %.3g s; stopped or hung", c->lease_s);
                 drop = 1;
             }
@@ -750,35 +757,125 @@ typedef struct {
     char addr[256];
     double timeout_s;   /* per request: a store that does not answer is as good as lost */
     double lease_s;     /* the lease this client holds (0: none); it bounds the wait for a reply (store_rpc) */
-    int broken;         /* a failed round trip leaves the stream unsynchronised: fail fast from then on */
+    int broken;         /* the connection closed, failed or carried garbage: fail fast from then on */
     size_t max_value;   /* the server's limit, from its challenge */
+    /* A round trip that ran out of time stays owed. The wire has no request ids, so no new request
+     * goes out before the rest of the owed one is sent and its reply read and dropped: a late reply
+     * is never taken for another request's. Each later call first takes in what has arrived, without
+     * waiting: a store that was only slow is used again once it has answered, and until then (a host
+     * cut off) calls fail at once, as they did when one late reply broke the connection for good. */
+    int owed;
+    unsigned char *tx;        /* the request being sent, how much of it went, and when it started */
+    size_t tx_len, tx_off;
+    double tx_since;
+    unsigned char rx_hdr[12]; /* the reply being read: its header, then its value */
+    size_t rx_hdr_have;
+    char *rx_val;
+    uint32_t rx_len, rx_have;
 } store_tcp;
 
-/* Reads one reply frame: its status and its value (malloc'ed, NUL-terminated). 0 ok, else as
- * comm_read_all. */
-static int store_read_reply(store_tcp *t, int32_t *status, char **val, uint32_t *vlen) {
-    unsigned char hdr[12];
-    *val = NULL;
-    int rc = comm_read_all(t->fd, hdr, 12, t->timeout_s);
+/* Sends the rest of t->tx by the deadline (a deadline now: what the socket takes at once). 0 sent,
+ * -2 out of time, -1 error. */
+static int store_send_until(store_tcp *t, double deadline) {
+    while (t->tx_off < t->tx_len) {
+        ssize_t w = send(t->fd, t->tx + t->tx_off, t->tx_len - t->tx_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { t->tx_off += (size_t)w; continue; }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        int ms = (int)((deadline - comm_now()) * 1000);
+        if (ms <= 0) return -2;
+        struct pollfd pfd = {t->fd, POLLOUT, 0};
+        if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
+    }
+    return 0;
+}
+
+/* Reads the reply frame in progress by the deadline (a deadline now: what has arrived); what was read
+ * stays for the next try. 0 whole (store_take_reply), -2 out of time, -3 closed, -4 not a reply frame,
+ * -1 error. */
+static int store_recv_until(store_tcp *t, double deadline) {
+    for (;;) {
+        unsigned char *dst;
+        size_t want;
+        if (t->rx_hdr_have < sizeof t->rx_hdr) {
+            dst = t->rx_hdr + t->rx_hdr_have, want = sizeof t->rx_hdr - t->rx_hdr_have;
+        } else if (!t->rx_val) { /* the header is in: check it, make room for the value */
+            t->rx_len = get_u32(t->rx_hdr + 8);
+            if (t->rx_len > (uint32_t)INT32_MAX || get_u32(t->rx_hdr) != 8 + t->rx_len) return -4;
+            if (!(t->rx_val = malloc((size_t)t->rx_len + 1))) return -1;
+            t->rx_have = 0;
+            continue;
+        } else if (t->rx_have < t->rx_len) {
+            dst = (unsigned char *)t->rx_val + t->rx_have, want = t->rx_len - t->rx_have;
+        } else {
+            t->rx_val[t->rx_len] = 0;
+            return 0;
+        }
+        ssize_t r = recv(t->fd, dst, want, MSG_DONTWAIT);
+        if (r > 0) {
+            if (t->rx_hdr_have < sizeof t->rx_hdr) t->rx_hdr_have += (size_t)r;
+            else t->rx_have += (uint32_t)r;
+            continue;
+        }
+        if (r == 0) return -3;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        int ms = (int)((deadline - comm_now()) * 1000);
+        if (ms <= 0) return -2;
+        struct pollfd pfd = {t->fd, POLLIN, 0};
+        if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
+    }
+}
+
+/* Hands over the whole reply just read: its status and its value (malloc'ed, NUL-terminated). */
+static void store_take_reply(store_tcp *t, int32_t *status, char **val, uint32_t *vlen) {
+    *status = (int32_t)get_u32(t->rx_hdr + 4);
+    *val = t->rx_val, *vlen = t->rx_len;
+    t->rx_val = NULL, t->rx_hdr_have = 0, t->rx_have = t->rx_len = 0;
+}
+
+/* Sends the rest of t->tx and reads its reply by the deadline. 0 with the reply, else as
+ * store_recv_until (the round trip stays where it got to). */
+static int store_round_trip(store_tcp *t, double deadline, int32_t *status, char **val, uint32_t *vlen) {
+    int rc = store_send_until(t, deadline);
+    if (!rc) rc = store_recv_until(t, deadline);
     if (rc) return rc;
-    *status = (int32_t)get_u32(hdr + 4);
-    *vlen = get_u32(hdr + 8);
-    if (get_u32(hdr) != 8 + *vlen || *vlen > (uint32_t)INT32_MAX) return -1;
-    if (!(*val = malloc((size_t)*vlen + 1))) return -1;
-    if (*vlen && (rc = comm_read_all(t->fd, *val, *vlen, t->timeout_s))) { free(*val); *val = NULL; return rc; }
-    (*val)[*vlen] = 0;
+    free(t->tx);
+    t->tx = NULL, t->tx_len = t->tx_off = 0;
+    store_take_reply(t, status, val, vlen);
     return 0;
 }
 
 static pdde_status store_lost(store_tcp *t, pdde_context *ctx, int rc) {
+    const char *why = rc == -3 ? "the store closed it" : rc == -4 ? "a malformed reply" : strerror(errno);
+    if (rc == -2) { /* perhaps only slow: the round trip stays owed (see store_tcp) */
+        t->owed = 1;
+        return pdde_error(ctx, PDDE_ERR_TIMEOUT, "store %s: no reply in time", t->addr);
+    }
     t->broken = 1;
-    return pdde_error(ctx, rc == -2 ? PDDE_ERR_TIMEOUT : PDDE_ERR_PEER_LOST, "store %s: %s", t->addr,
-                      rc == -2 ? "no reply in time" : "connection lost");
+    return pdde_error(ctx, PDDE_ERR_PEER_LOST, "store %s: connection lost (%s)", t->addr, why);
+}
+
+/* Takes in what has arrived of an owed round trip's reply, sending the rest of its request first,
+ * by the deadline; the reply is dropped. 0: nothing is owed any more. */
+static int store_catch_up(store_tcp *t, double deadline) {
+    int32_t status;
+    char *v = NULL;
+    uint32_t len;
+    int rc = store_round_trip(t, deadline, &status, &v, &len);
+    free(v);
+    if (!rc) t->owed = 0;
+    return rc;
 }
 
 static pdde_status store_rpc(store_tcp *t, pdde_context *ctx, int op, const char *key, const void *a, size_t alen,
                              const void *b, size_t blen, void **val, size_t *vlen) {
     if (t->broken) return pdde_error(ctx, PDDE_ERR_PEER_LOST, "store %s: connection lost", t->addr);
+    if (t->owed) {
+        int rc = store_catch_up(t, comm_now());
+        if (rc == -2)
+            return pdde_error(ctx, PDDE_ERR_TIMEOUT, "store %s: still no reply to a request made %.3g s ago (the store is "
+                              "slow or out of reach)", t->addr, comm_now() - t->tx_since);
+        if (rc) return store_lost(t, ctx, rc);
+    }
     size_t klen = key ? strlen(key) : 0, body = 1 + 12 + klen + alen + blen;
     if (klen > STORE_MAX_KEY || alen > t->max_value || blen > t->max_value)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "store %s: %s of %zu bytes is over the store's limit of %zu", t->addr,
@@ -790,20 +887,19 @@ static pdde_status store_rpc(store_tcp *t, pdde_context *ctx, int op, const char
     put_u32(p, (uint32_t)body); p[4] = (unsigned char)op; p += 5;
     const void *fs[3] = {key, a, b}; size_t fl[3] = {klen, alen, blen};
     for (int i = 0; i < 3; i++) { put_u32(p, (uint32_t)fl[i]); p += 4; if (fl[i]) memcpy(p, fs[i], fl[i]); p += fl[i]; }
+    free(t->tx);
+    t->tx = msg, t->tx_len = 4 + body, t->tx_off = 0, t->tx_since = comm_now();
     /* A client holding a lease waits for a reply at most twice the lease, not timeout_s: the server
      * answers at once, and a client it has not heard from for the lease is dropped (its notice set, the
      * others go on without it). No reply by then means this host is cut off from the store (a link
      * down drops packets silently: no error comes), and waiting for timeout_s (minutes) would hold the
      * caller, and a collective waiting on the store's failure key, long after the others re-formed. */
-    double saved = t->timeout_s;
-    if (t->lease_s > 0 && 2 * t->lease_s < t->timeout_s) t->timeout_s = 2 * t->lease_s;
-    int rc = comm_write_all(t->fd, msg, 4 + body, t->timeout_s);
-    free(msg);
+    double wait = t->timeout_s;
+    if (t->lease_s > 0 && 2 * t->lease_s < wait) wait = 2 * t->lease_s;
     int32_t status = 0;
     char *v = NULL;
     uint32_t len = 0;
-    rc = rc ? rc : store_read_reply(t, &status, &v, &len);
-    t->timeout_s = saved;
+    int rc = store_round_trip(t, t->tx_since + wait, &status, &v, &len);
     if (rc) return store_lost(t, ctx, rc);
     if (val && status == PDDE_OK) { *val = v; *vlen = len; v = NULL; }
     pdde_status r = PDDE_OK;
@@ -852,11 +948,13 @@ static pdde_status store_tcp_ping(void *impl, pdde_context *ctx) {
 }
 static void store_tcp_close(void *impl) {
     store_tcp *t = impl;
-    if (!t->broken) {
+    if (!t->broken) { /* (a reply still owed and not in: no goodbye, as for a broken connection) */
         t->timeout_s = 1.0;
         store_rpc(t, NULL, STORE_OP_BYE, NULL, NULL, 0, NULL, 0, NULL, NULL);
     }
     close(t->fd);
+    free(t->tx);
+    free(t->rx_val);
     free(t);
 }
 
@@ -871,8 +969,13 @@ static pdde_status store_tcp_auth(store_tcp *t, pdde_context *ctx, const comm_se
     int32_t status = 0;
     char *v = NULL;
     uint32_t len = 0;
-    int rc = store_read_reply(t, &status, &v, &len);
-    if (rc) { free(v); return store_lost(t, ctx, rc); }
+    int rc = store_recv_until(t, comm_now() + t->timeout_s);
+    if (rc) {
+        pdde_status r = store_lost(t, ctx, rc);
+        t->broken = 1;
+        return r;
+    }
+    store_take_reply(t, &status, &v, &len);
     if (status) {
         pdde_status r = pdde_error(ctx, status, "store %s refused the connection: %s", t->addr, len ? v : pdde_status_str(status));
         free(v);

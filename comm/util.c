@@ -67,37 +67,4 @@ static int comm_resolve(const char *host, int port, struct sockaddr_in *sa) {
     return 0;
 }
 
-/* Writes all of buf; waits for POLLOUT up to timeout_s in total. 0 ok, -1 error/timeout. */
-static int comm_write_all(int fd, const void *buf, size_t n, double timeout_s) {
-    const char *p = buf;
-    double deadline = comm_now() + timeout_s;
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) { p += w; n -= (size_t)w; continue; }
-        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
-        int ms = (int)((deadline - comm_now()) * 1000);
-        if (ms <= 0) return -1;
-        struct pollfd pfd = {fd, POLLOUT, 0};
-        if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
-    }
-    return 0;
-}
-
-/* Reads exactly n bytes within timeout_s. 0 ok, -1 error, -2 timeout, -3 peer closed. */
-static int comm_read_all(int fd, void *buf, size_t n, double timeout_s) {
-    char *p = buf;
-    double deadline = comm_now() + timeout_s;
-    while (n) {
-        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
-        if (r > 0) { p += r; n -= (size_t)r; continue; }
-        if (r == 0) return -3;
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
-        int ms = (int)((deadline - comm_now()) * 1000);
-        if (ms <= 0) return -2;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
-    }
-    return 0;
-}
-
 #endif /* PDDE_COMM_UTIL_C */

@@ -898,7 +898,8 @@ static void elastic_cause(pdde_elastic *e, int id, char *buf, size_t cap) {
     snprintf(key, sizeof key, "%s/left/%d", e->job, id);
     if (el_exists(e, key)) { snprintf(buf, cap, "left"); return; }
     snprintf(key, sizeof key, "%s/exit/%d", e->job, id);
-    for (int k = 0; k < 20 && el_get(e, key, &v) != PDDE_OK; k++) elastic_sleep(0.005); /* (the launcher writes it as it reaps) */
+    /* (the launcher writes it as it reaps, or for a stopped rank within 0.1 s of its death notice) */
+    for (int k = 0; k < 80 && el_get(e, key, &v) != PDDE_OK; k++) elastic_sleep(0.005);
     if (v) { snprintf(buf, cap, "lost (%s)", v); free(v); return; }
     snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
     snprintf(buf, cap, el_exists(e, key) ? "lost (died or stopped answering)" : "lost (cut off)");

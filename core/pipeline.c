@@ -1,6 +1,8 @@
 /* core/pipeline.c — the asynchronous pipeline: stage functions on worker threads joined by bounded queues.
  * A part of pdde.c: included there in place (it uses the core's private types and helpers). */
 
+#include "../backends/deadline.h"
+
 /* ================================================================================================
  * Asynchronous pipeline (pdde.h): stage functions on worker threads, bounded queues of slots between
  * them. Queue k feeds stage k (queue 0 holds the free slots); the last stage gives its slots back to
@@ -164,10 +166,7 @@ typedef struct {
  * (no batches left, the stage before has finished, or an error). */
 static bool pipe_get(pdde_pipeline *pl, int k, pipe_item *it) {
     pipe_queue *q = &pl->q[k];
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double t = (double)dl.tv_sec + 1e-9 * (double)dl.tv_nsec + pl->p.timeout_s;
-    dl.tv_sec = (time_t)t, dl.tv_nsec = (long)((t - (double)dl.tv_sec) * 1e9);
+    struct timespec dl = cond_deadline(pl->p.timeout_s);
     for (;;) {
         if (pl->failed || (k == 0 && pl->next >= pl->end)) return false;
         if (q->n > 0) {
@@ -189,9 +188,7 @@ static bool pipe_get(pdde_pipeline *pl, int k, pipe_item *it) {
 /* Puts a batch into queue k (the caller holds mu): false on an error or a timeout. */
 static bool pipe_put(pdde_pipeline *pl, int k, pipe_item it, int from) {
     pipe_queue *q = &pl->q[k];
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += (time_t)pl->p.timeout_s + 1;
+    struct timespec dl = cond_deadline(pl->p.timeout_s + 1);
     while (q->n == q->cap && !pl->failed)
         if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) {
             pipe_fail(pl, PDDE_ERR_TIMEOUT, "pipeline: stage %d (%s) waited %g s for room after it", from, pl->stage[from].name,

@@ -4,12 +4,13 @@
  * training of the DLRM model equals one process, async never exceeds its staleness bound, geo deltas
  * add up to the local copies' change, a SIGKILLed server restarted from its checkpoint serves its
  * rows, a worker killed mid-push leaves no half-applied update; and the DLRM model reaches the
- * ground-truth AUC of synthetic data within 0.01. */
+ * ground-truth AUC of synthetic data within 0.01; the deadline the timed waits end at. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/dlrm.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
+#include "backends/deadline.h"
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -801,6 +802,22 @@ static void pipe_probe_init(pipe_probe *pr, int s0, int s1, int s2) {
     pr->sleep_us[0] = s0, pr->sleep_us[1] = s1, pr->sleep_us[2] = s2;
 }
 
+/* The deadline every timed wait here ends at (the pipeline's queues, the client's lanes; comm's service
+ * thread too): s seconds from now, whole seconds and fraction, a valid timespec; no wait for a
+ * negative or NaN s; a "forever" that does not wrap round. */
+static void test_cond_deadline(void) {
+    const double waits[] = {0.3, 1.7, 2.999999999, 12.5, 0, -1, NAN, 1e12};
+    for (int i = 0; i < 8; i++) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        struct timespec d = cond_deadline(waits[i]);
+        double ahead = (double)(d.tv_sec - now.tv_sec) + 1e-9 * (double)(d.tv_nsec - now.tv_nsec);
+        double want = waits[i] > 0 ? (waits[i] < 1e9 ? waits[i] : 1e9) : 0;
+        CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L && ahead >= want - 1e-6 && ahead < want + 0.05,
+              "cond_deadline(%g): %.6f s ahead (want %g), tv_nsec %ld", waits[i], ahead, want, (long)d.tv_nsec);
+    }
+}
+
 static void test_pipeline(pdde_context *ctx) {
     pipe_probe pr;
     pipe_stage_arg a[3];
@@ -1081,6 +1098,7 @@ int main(void) {
     test_bytes_per_id(ctx);
     test_sparse_pooling(ctx);
     test_reader();
+    test_cond_deadline();
     test_pipeline(ctx);
 
     char synth[300];

@@ -3,7 +3,8 @@
  * out), key ownership, and its limits (value, memory per client and in all, connections); 2-rank jobs
  * that run to the end, leases kept, while outsiders try to set the failure key, a client reads none of
  * its big replies, a client hoards memory, and a client exhausts the store's file descriptors (which
- * must not make it spin); the UCX handshake refusing a peer with another secret. */
+ * must not make it spin); a store stopped past a client's wait for a reply (the late reply is dropped, the
+ * next call gets its own) and one killed; the UCX handshake refusing a peer with another secret. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
 
@@ -464,26 +465,41 @@ static int fd_abuser(const abuse_args *a) {
     return (refused ? 0 : 1) + (busy < 0.1 ? 0 : 2);
 }
 
-static void test_fd_exhaustion(void) {
+static void on_usr1(int sig) { (void)sig; }
+
+/* Starts a store in a process of its own (descriptors limited to nofile when that is > 0), so that
+ * the test can stop or kill it; *port: where it listens (0 when it did not start). */
+static pid_t store_host_start(rlim_t nofile, int *port) {
     int pp[2];
-    if (pipe(pp)) return;
+    *port = 0;
+    if (pipe(pp)) return -1;
     fflush(NULL);
     pid_t host = fork();
     if (host == 0) {
-        struct rlimit rl = {48, 48};
-        setrlimit(RLIMIT_NOFILE, &rl);
+        struct rlimit rl = {nofile, nofile};
+        if (nofile > 0) setrlimit(RLIMIT_NOFILE, &rl);
         pdde_store_server_params sp = PDDE_STORE_SERVER_PARAMS_INIT;
         sp.secret = SECRET;
         sp.auth_timeout_s = 1;
         pdde_store_server *srv;
+        signal(SIGUSR1, on_usr1);
         if (pdde_store_server_init_params(NULL, &sp, &srv)) _exit(1);
-        int port = pdde_store_server_port(srv);
-        if (write(pp[1], &port, sizeof port) != sizeof port) _exit(1);
+        sigset_t usr1; /* the store's thread takes SIGUSR1 (its poll returns early, as a signal makes it) */
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+        int p = pdde_store_server_port(srv);
+        if (write(pp[1], &p, sizeof p) != sizeof p) _exit(1);
         for (;;) pause(); /* until the test kills it */
     }
-    int port = 0;
-    if (read(pp[0], &port, sizeof port) != sizeof port) port = 0;
+    if (read(pp[0], port, sizeof *port) != sizeof *port) *port = 0;
     close(pp[0]); close(pp[1]);
+    return host;
+}
+
+static void test_fd_exhaustion(void) {
+    int port = 0;
+    pid_t host = store_host_start(48, &port);
     CHECK(port > 0, "store host started");
     if (port <= 0) return;
     setenv("PDDE_JOB_SECRET", SECRET, 1);
@@ -503,6 +519,88 @@ static void test_fd_exhaustion(void) {
     pdde_store_close(s);
     kill(host, SIGKILL);
     waitpid(host, NULL, 0);
+}
+
+/* ---- a store that is only slow, and one that is gone ---- */
+
+/* A store stalled past a client's wait for its reply (its process stopped, as a starved or debugged
+ * one is) costs that call a timeout; calls while the reply is owed fail at once; once the store runs
+ * again the next call succeeds with its own reply (the late one is dropped, not taken for its answer),
+ * and the client's lease held. A store killed: calls fail at once, saying so. */
+static void test_slow_store(pdde_context *ctx) {
+    int port = 0;
+    pid_t host = store_host_start(0, &port);
+    CHECK(port > 0, "slow: store host started");
+    if (port <= 0) return;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const double lease = 1.5; /* a's wait for a reply: twice its lease (a loaded machine keeps it) */
+    pdde_store *a = NULL, *b = NULL;
+    int ok = pdde_store_connect_secret(ctx, addr, SECRET, 5, &a) == PDDE_OK && pdde_store_connect_secret(ctx, addr, SECRET, 5, &b) == PDDE_OK &&
+             pdde_store_set(b, "slow/one", "one", 3) == PDDE_OK && pdde_store_set(b, "slow/two", "two", 3) == PDDE_OK &&
+             pdde_store_set_liveness(a, "slow/notice", "gone", 4, lease) == PDDE_OK;
+    CHECK(ok, "slow: setup: %s", pdde_last_error(ctx));
+    void *v = NULL;
+    size_t n = 0;
+    if (ok) {
+        int ws = 0;
+        kill(host, SIGSTOP);
+        waitpid(host, &ws, WUNTRACED); /* (stopped now, not soon) */
+        double t0 = test_now();
+        pdde_status st = pdde_store_get(a, "slow/one", &v, &n);
+        double took = test_now() - t0;
+        CHECK(st == PDDE_ERR_TIMEOUT && took > 2 * lease - 0.05 && took < 2 * lease + 1,
+              "slow: a get from the stopped store times out after twice the lease (status %d after %.2f s): %s", st, took,
+              pdde_last_error(ctx));
+        free(v), v = NULL;
+        t0 = test_now();
+        st = pdde_store_get(a, "slow/two", &v, &n);
+        took = test_now() - t0;
+        CHECK(st == PDDE_ERR_TIMEOUT && took < 0.5 && strstr(pdde_last_error(ctx), "still no reply"),
+              "slow: while the reply is owed a call fails at once (status %d after %.2f s): %s", st, took, pdde_last_error(ctx));
+        free(v), v = NULL;
+        usleep(300 * 1000); /* (stopped longer than a's lease) */
+        kill(host, SIGUSR1); /* the server resumes with its poll interrupted: it has read nothing yet */
+        kill(host, SIGCONT);
+        /* b's two round trips show the store serves again: the poll that brought b's first request
+         * (or an earlier one) brought a's waiting request too, and the second is served after it */
+        for (int k = 0; k < 2; k++) {
+            st = pdde_store_get(b, "slow/two", &v, &n);
+            CHECK(st == PDDE_OK, "slow: the store serves again after SIGCONT: %s", pdde_last_error(ctx));
+            free(v), v = NULL;
+        }
+        st = pdde_store_get(a, "slow/two", &v, &n);
+        CHECK(st == PDDE_OK && n == 3 && !memcmp(v, "two", 3),
+              "slow: the next call succeeds with its own reply (status %d, value '%.*s', want 'two'): %s", st, (int)n,
+              v ? (char *)v : "", pdde_last_error(ctx));
+        free(v), v = NULL;
+        int64_t x = 0;
+        st = pdde_store_add(a, "slow/count", 5, &x);
+        if (!st) st = pdde_store_get(a, "slow/one", &v, &n);
+        CHECK(st == PDDE_OK && x == 5 && n == 3 && !memcmp(v, "one", 3), "slow: and so do the calls after it (add %lld, get '%.*s'): %s",
+              (long long)x, st ? 0 : (int)n, v ? (char *)v : "", pdde_last_error(ctx));
+        free(v), v = NULL;
+        st = pdde_store_get(b, "slow/notice", &v, &n);
+        CHECK(st == PDDE_ERR_NOT_FOUND, "slow: a's lease held while the store was stopped (no death notice: status %d)", st);
+        free(v), v = NULL;
+        /* a store killed: at once, clearly, and from then on */
+        kill(host, SIGKILL);
+        waitpid(host, NULL, 0);
+        host = -1;
+        t0 = test_now();
+        st = pdde_store_ping(a);
+        took = test_now() - t0;
+        CHECK(st == PDDE_ERR_PEER_LOST && took < 0.5 && strstr(pdde_last_error(ctx), "connection lost"),
+              "slow: the store killed: a call fails at once (status %d after %.2f s): %s", st, took, pdde_last_error(ctx));
+        t0 = test_now();
+        st = pdde_store_get(a, "slow/two", &v, &n);
+        took = test_now() - t0;
+        CHECK(st == PDDE_ERR_PEER_LOST && took < 0.1, "slow: and so does every call after it (status %d after %.2f s)", st, took);
+        free(v), v = NULL;
+    }
+    pdde_store_close(a);
+    pdde_store_close(b);
+    if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0);
 }
 
 /* ---- the UCX handshake ---- */
@@ -568,7 +666,8 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     test_vectors();
-    test_fd_exhaustion();   /* first: no store thread in this process while it forks */
+    test_fd_exhaustion();   /* first: no store thread in this process while they fork */
+    test_slow_store(ctx);
     test_ucx_handshake(ctx);
     test_auth(ctx);
     test_job_vs_abuse();

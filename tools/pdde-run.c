@@ -23,7 +23,8 @@
  *   pdde-run -n 4 --elastic --min 2 --max 4 [--max-restarts K] [--rdzv tcp://HOST:PORT/JOB] ./prog
  *       an elastic job: a rank that dies or is stopped does not stop the others; the program recovers
  *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
- *       store how each rank ended (SIGKILL, stopped), kills ranks left stopped once the others are
+ *       store how each rank ended (SIGKILL; stopped, once the store wrote it off or it stayed stopped
+ *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
  *       done, and succeeds when at least --min ranks finish cleanly. */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -61,6 +62,8 @@ typedef struct {
     char *line[2];      /* a partial line per stream */
     size_t len[2];
     int exited, status;
+    double stopped_since; /* --elastic: when it was first seen stopped (0: not stopped) */
+    int written_off;      /* --elastic: stopped long enough that the others go on without it */
 } child;
 
 static volatile sig_atomic_t got_signal;
@@ -96,7 +99,8 @@ static void usage(FILE *f) {
             "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
             "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
             "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches)\n"
-            "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5)\n"
+            "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5); a rank stopped\n"
+            "                 for less (a debugger, SIGSTOP then SIGCONT) stays a member\n"
             "  --restart K    a rank killed by a signal is started again (K times at most in all), as a joiner: the\n"
             "                 members take it in at their next step boundary and hand it their state\n"
             "  --join         these ranks join a running elastic job (--rdzv tcp://HOST:PORT/JOB of it, the same\n"
@@ -245,8 +249,24 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
     setpgid(c->pid, c->pid); /* here too: the group exists before the first signal, whoever runs first */
     close(out[1]); close(err[1]);
     c->fd[0] = out[0]; c->fd[1] = err[0];
-    c->exited = 0, c->status = 0;
+    c->exited = 0, c->status = 0, c->stopped_since = 0, c->written_off = 0;
     return 0;
+}
+
+/* Whether a rank seen stopped for `stopped_s` is lost to the job: the store wrote it off (its death
+ * notice: its lease ran out), or it has been stopped past the peer timeout (a rank that has not yet
+ * registered holds no lease). A rank paused for less (a debugger, SIGSTOP then SIGCONT, a freezer)
+ * keeps its lease and goes on as a member. */
+static int rank_written_off(pdde_store *notes, const char *job, const child *c, double stopped_s, double peer_timeout_s) {
+    if (stopped_s > peer_timeout_s) return 1;
+    if (!notes) return 0;
+    char key[300];
+    void *v = NULL;
+    size_t len;
+    snprintf(key, sizeof key, "elastic/%s/dead/%d", job, c->rank);
+    pdde_status st = pdde_store_get(notes, key, &v, &len);
+    free(v);
+    return st == PDDE_OK;
 }
 
 /* The rest of a dead rank's output (its group is killed first, so nothing holds the pipes for long). */
@@ -432,7 +452,9 @@ int main(int argc, char **argv) {
     /* The notes connection holds a lease (renewed below), which bounds the wait for each reply (twice
      * the lease, not 30 s): on a host cut off from the store pdde-run must not wait that long for every
      * note after its ranks stopped. Its notice (set if this pdde-run vanishes) is read by nobody. */
-    double notes_lease = peer_timeout ? atof(peer_timeout) : 5, notes_ping = 0;
+    const char *peer_env = getenv("PDDE_PEER_TIMEOUT"); /* (the ranks' peer timeout: --peer-timeout sets it) */
+    double peer_timeout_s = peer_env && atof(peer_env) > 0 ? atof(peer_env) : 5;
+    double notes_lease = peer_timeout_s, notes_ping = 0;
     if (notes && !etcd) {
         char key[300];
         snprintf(key, sizeof key, "elastic/%s/agent/%d", job, node_rank);
@@ -531,21 +553,33 @@ int main(int argc, char **argv) {
         }
         if (notes && !etcd && notes_lease > 0 && now_s() > notes_ping) pdde_store_ping(notes), notes_ping = now_s() + notes_lease / 4;
         if (elastic && running && now_s() > next_stop_check) {
-            /* a stopped rank: say so once; ranks all stopped with no one else left would wait forever */
-            int stopped = 0;
+            /* A rank written off (rank_written_off) is noted once, "SIGSTOP": a world forming counts it
+             * as ended, and the others' log line names the cause. If it continues it stays written off
+             * (its lease ran out: it finds itself fenced). Ranks all written off with no one else left
+             * would wait forever: they are killed. */
+            int stuck = 0;
+            double now = now_s();
             for (int r = 0; r < n; r++) {
-                if (ch[r].exited || !proc_is_stopped(ch[r].pid)) continue;
-                stopped++;
-                char key[300];
-                snprintf(key, sizeof key, "elastic/%s/exit/%d", job, ch[r].rank);
-                void *old = NULL;
-                size_t ol;
-                if (notes && pdde_store_get(notes, key, &old, &ol) != PDDE_OK) pdde_store_set(notes, key, "SIGSTOP", 7);
-                free(old);
+                child *c = &ch[r];
+                if (c->exited || !proc_is_stopped(c->pid)) {
+                    c->stopped_since = 0;
+                    continue;
+                }
+                if (!c->stopped_since) c->stopped_since = now;
+                if (!c->written_off && rank_written_off(notes, job, c, now - c->stopped_since, peer_timeout_s)) {
+                    c->written_off = 1;
+                    char key[300];
+                    snprintf(key, sizeof key, "elastic/%s/exit/%d", job, c->rank);
+                    void *old = NULL;
+                    size_t ol;
+                    if (notes && pdde_store_get(notes, key, &old, &ol) != PDDE_OK) pdde_store_set(notes, key, "SIGSTOP", 7);
+                    free(old);
+                }
+                stuck += c->written_off;
             }
-            if (stopped == running && stopped && (finished_ok || lost)) {
-                fprintf(stderr, "pdde-run: --elastic: the %d rank%s left %s stopped and the others are gone: killing %s\n", stopped,
-                        stopped > 1 ? "s" : "", stopped > 1 ? "are" : "is", stopped > 1 ? "them" : "it");
+            if (stuck == running && stuck && (finished_ok || lost)) {
+                fprintf(stderr, "pdde-run: --elastic: the %d rank%s left %s stopped and the others are gone: killing %s\n", stuck,
+                        stuck > 1 ? "s" : "", stuck > 1 ? "are" : "is", stuck > 1 ? "them" : "it");
                 for (int r = 0; r < n; r++) signal_rank(&ch[r], SIGKILL);
             }
             next_stop_check = now_s() + 0.1;
