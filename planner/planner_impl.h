@@ -393,8 +393,10 @@ PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 /* Whether ZeRO-3 gathers a parameter again for backward (PDDE_ZERO3_REGATHER, default on; planner/lower.c). */
 PDDE_PRIVATE bool lower_regather_on(void);
 /* Whether ZeRO-3 starts a layer's gathers while the layer before it computes (PDDE_ZERO3_PREFETCH,
- * default on; planner/lower.c). */
+ * default on; planner/lower.c), and whether it does so for a gather on host memory or on a device of
+ * `backend` (lowering and the search's estimate both decide by it). */
 PDDE_PRIVATE bool lower_prefetch_on(void);
+PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, const char *backend);
 /* Lowers g for one rank. The program is freed with program_free. */
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);
 PDDE_PRIVATE void program_free(pdde_program *p);
