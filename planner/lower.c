@@ -1986,7 +1986,7 @@ static pdde_status lower_schedule(lowering *L) {
  * wait, so the staging holds about a layer's gathers. */
 
 /* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. */
-PDDE_PRIVATE bool lower_prefetch_on(void) {
+static bool lower_prefetch_on(void) {
     const char *env = getenv("PDDE_ZERO3_PREFETCH");
     return !env || strcmp(env, "0") != 0;
 }
