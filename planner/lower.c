@@ -2045,28 +2045,29 @@ static bool param_gather(const lowering *L, const pdde_tensor *c) {
            (c->phase == PDDE_PHASE_FORWARD || c->phase == PDDE_PHASE_BACKWARD) && gathered_param(c->src[0], c);
 }
 
-/* The bytes prefetched gathers may hold ahead of their places: the largest layer's gathered parameters
- * in one pass (forward or backward, per micro-batch). 0: none (or out of memory: nothing moves). */
-static size_t prefetch_budget(const lowering *L) {
+/* *budget: the bytes prefetched gathers may hold ahead of their places, the largest layer's gathered
+ * parameters in one pass (forward or backward, per micro-batch); 0 without any. */
+static pdde_status prefetch_budget(lowering *L, size_t *budget) {
     const pdde_program *P = L->P;
     int lo = INT32_MAX, hi = INT32_MIN;
+    *budget = 0;
     for (int i = 0; i < P->n_order; i++) {
         int l = P->order[i]->layer;
         if (param_gather(L, P->order[i])) lo = l < lo ? l : lo, hi = l > hi ? l : hi;
     }
-    if (lo > hi) return 0;
-    size_t n_layers = (size_t)((int64_t)hi - lo + 1), most = 0;
+    if (lo > hi) return PDDE_OK;
+    size_t n_layers = (size_t)((int64_t)hi - lo + 1);
     size_t *sum = calloc(2 * n_layers, sizeof *sum); /* [backward?][layer - lo] */
-    for (int i = 0; sum && i < P->n_order; i++) {
+    if (!sum) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) {
         const pdde_tensor *c = P->order[i];
         if (!param_gather(L, c)) continue;
         size_t *s = &sum[(c->phase == PDDE_PHASE_BACKWARD) * n_layers + (size_t)(c->layer - lo)];
         *s += node_alloc_bytes(c);
-        if (*s > most) most = *s;
+        if (*s > *budget) *budget = *s;
     }
-    if (!sum) return 0;
     free(sum);
-    return most;
+    return PDDE_OK;
 }
 
 static pdde_status lower_zero3_prefetch(lowering *L) {
@@ -2092,9 +2093,9 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
             seg_start[i] = prev;
         }
     }
-    size_t budget = !st ? prefetch_budget(L) : 0;
+    size_t budget = 0;
     size_t *ahead = calloc((size_t)n + 1, sizeof *ahead); /* by place: bytes of gathers started before it and waited for after it */
-    if (!st && !ahead) st = lower_oom(L);
+    if (!st) st = ahead ? prefetch_budget(L, &budget) : lower_oom(L);
     bool moved = false;
     for (int i = 0; i < n && !st; i++) {
         pdde_tensor *c = P->order[i];
