@@ -9,8 +9,10 @@
  * two under ZeRO-3) is smaller with the regathering by at least 60% of the gathered parameters that
  * backward reads (those the forward copies held from forward to backward), with one micro-batch; with
  * two, or every block recomputed, it must not grow. The planner's estimate of the dp 2 plan's peak is
- * the memory plan's within 5%, with and without the regathering. test_zero3_run trains both models
- * under pdde-run against one process. */
+ * the memory plan's within 5%, with and without the regathering. With the prefetch (on by default)
+ * the live peak grows by at most the largest layer's gathered parameters (check_prefetch_bound: dense
+ * and MoE, forward only and training, several layer counts). test_zero3_run trains both models under
+ * pdde-run against one process. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
