@@ -1129,6 +1129,11 @@ typedef struct {
     const double *place_flops, *place_mem_bw, *place_memory;
     char place_backend[16];
     double place_bw, place_lat;
+    /* [n] each device's backend ("cpu", "opencl", "cuda", "level_zero": pdde_device_spec.backend); NULL =
+     * every one "cpu". What lowering does differs by it: ZeRO-3's gathers on CUDA and Level Zero memory
+     * stay blocking unless PDDE_ZERO3_PREFETCH=1, so the search hides them behind compute only where
+     * lowering prefetches them. */
+    const char *const *backend;
 } pdde_plan_devices;
 
 struct pdde_plan;

@@ -593,15 +593,24 @@ static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m) {
 
 static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim, int dim, int n, size_t esz, bool pack);
 
+/* The session's scratch for collective t's `bytes` packed rank by rank along a dim other than 0; NULL
+ * (an error in ctx) where they exceed it: the session sized it at init for the program's largest
+ * (program_gather_scratch_bytes), so a larger one is a bug in that sizing, not a reason to allocate. */
+static char *gather_scratch(pdde_session *s, const pdde_tensor *t, size_t bytes) {
+    if (bytes <= s->gather_scratch_bytes && s->gather_scratch) return s->gather_scratch;
+    pdde_error(s->ctx, PDDE_ERR_STATE, "%s: its %zu bytes packed along dim %d exceed the gathers' scratch of %zu bytes (sized for the "
+               "program's largest)", t->name, bytes, node_info(s, t)->dim, s->gather_scratch_bytes);
+    return NULL;
+}
+
 /* A prefetched gather along a dim other than 0 arrived rank by rank (block r of the result at r x the
  * input's size): its blocks into their places along that dim. */
 static pdde_status unpack_gathered(pdde_session *s, pdde_tensor *t) {
     size_t bytes = pdde_tensor_nbytes(t);
-    char *out = (char *)t->data + t->offset;
-    if (bytes > s->gather_scratch_bytes) /* (sized at init for the largest: program_gather_scratch_bytes) */
-        return pdde_error(s->ctx, PDDE_ERR_STATE, "%s: %zu bytes exceed the gathers' scratch of %zu", t->name, bytes, s->gather_scratch_bytes);
-    memcpy(s->gather_scratch, out, bytes);
-    blocks_along(s->gather_scratch, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]),
+    char *out = (char *)t->data + t->offset, *tmp = gather_scratch(s, t, bytes);
+    if (!tmp) return PDDE_ERR_STATE;
+    memcpy(tmp, out, bytes);
+    blocks_along(tmp, out, t->shape, t->ndim, node_info(s, t)->dim, pdde_comm_size(s->axis_comm[node_info(s, t)->axis]),
                  pdde_dtype_size(t->dtype), false);
     return PDDE_OK;
 }
@@ -819,9 +828,8 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
         return st;
     }
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
-    size_t need = (t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz; /* (the session's scratch, sized for the largest) */
-    char *tmp = dim == 0 ? NULL : need <= s->gather_scratch_bytes ? s->gather_scratch : malloc(need);
-    if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    char *tmp = dim == 0 ? NULL : gather_scratch(s, t, (t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
+    if (dim != 0 && !tmp) return PDDE_ERR_STATE;
     pdde_status st;
     if (t->op == PDDE_OP_REDUCE_SCATTER) {
         if (tmp) blocks_along(tmp, in, x->shape, x->ndim, dim, n, esz, true);
@@ -830,7 +838,6 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
         st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, t->dtype);
         if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, esz, false);
     }
-    if (tmp != s->gather_scratch) free(tmp);
     return st;
 }
 

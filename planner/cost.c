@@ -254,6 +254,14 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
                       device_id, s->name, pdde_op_class_name(op->op_class)), NAN;
 }
 
+/* n backend names (pdde_plan_devices.backend) in one block, each room for a spec's backend; NULL: out of memory */
+static char **plan_backends_alloc(int n) {
+    size_t room = sizeof ((pdde_device_spec *)0)->backend;
+    char **names = malloc((size_t)(n > 0 ? n : 1) * (sizeof *names + room));
+    for (int i = 0; names && i < n; i++) names[i] = (char *)(names + n) + (size_t)i * room;
+    return names;
+}
+
 pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out) {
     memset(out, 0, sizeof *out);
@@ -261,8 +269,9 @@ pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int
     if (nd < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cluster \"%s\" has no devices", c->name);
     double *flops = malloc((size_t)nd * 4 * sizeof *flops);
     int *host = malloc((size_t)nd * sizeof *host);
-    if (!flops || !host) {
-        free(flops), free(host);
+    char **backend = plan_backends_alloc(nd);
+    if (!flops || !host || !backend) {
+        free(flops), free(host), free(backend);
         return pdde_error(ctx, PDDE_ERR_OOM, "cluster: out of memory");
     }
     double *bw = flops + nd, *mem = flops + 2 * nd, *lat = flops + 3 * nd;
@@ -279,6 +288,7 @@ pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int
             mem[i] = (double)mc->devices[d].memory;
             lat[i] = ne ? ew[0].seconds : 0; /* the smallest op measured: dispatch and launch dominate it */
             host[i] = h;
+            snprintf(backend[i], sizeof s->backend, "%s", s->backend);
         }
         if (mc->n_devices > 1 && mc->intra.bandwidth < out->intra_bw) out->intra_bw = mc->intra.bandwidth;
         if (mc->n_devices > 1 && mc->intra.latency > out->intra_lat) out->intra_lat = mc->intra.latency;
@@ -304,12 +314,13 @@ pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int
         *(intra ? &out->intra_lat : &out->inter_lat) = best->latency / steps;
     }
     out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host, out->op_latency = lat;
+    out->backend = (const char *const *)backend;
     return PDDE_OK;
 }
 
 void pdde_plan_devices_free(pdde_plan_devices *d) {
     if (!d) return;
-    free((void *)d->flops), free((void *)d->host); /* mem_bw, memory and op_latency share flops' block */
+    free((void *)d->flops), free((void *)d->host), free((void *)d->backend); /* mem_bw, memory and op_latency share flops' block */
     memset(d, 0, sizeof *d);
 }
 
@@ -337,8 +348,9 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
     int *acc = malloc((size_t)nd * sizeof *acc), *dev = malloc((size_t)ranks * sizeof *dev), *on = calloc((size_t)nd, sizeof *on);
     double *a = malloc((size_t)ranks * 7 * sizeof *a);
     int *host = calloc((size_t)ranks, sizeof *host);
-    if (!acc || !dev || !on || !a || !host) {
-        free(acc), free(dev), free(on), free(a), free(host), pdde_plan_devices_free(&all);
+    char **backend = plan_backends_alloc(ranks);
+    if (!acc || !dev || !on || !a || !host || !backend) {
+        free(acc), free(dev), free(on), free(a), free(host), free(backend), pdde_plan_devices_free(&all);
         return pdde_error(ctx, PDDE_ERR_OOM, "plan devices: out of memory");
     }
     for (int i = 0; i < nd; i++) {
@@ -374,17 +386,18 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
         bool placing = place >= 0 && d != place;
         a[4 * ranks + r] = placing ? all.flops[place] : 0, a[5 * ranks + r] = placing ? all.mem_bw[place] : 0;
         a[6 * ranks + r] = placing ? all.memory[place] / n_place : 0;
+        snprintf(backend[r], sizeof c->specs[0].backend, "%s", all.backend[d]);
     }
     *out = all;
     out->n_devices = ranks, out->flops = a, out->mem_bw = a + ranks, out->memory = a + 2 * ranks, out->op_latency = a + 3 * ranks;
-    out->host = host;
+    out->host = host, out->backend = (const char *const *)backend;
     if (!(out->intra_bw > 0)) out->intra_bw = mc->intra.bandwidth, out->intra_lat = mc->intra.latency;
     if (place >= 0) {
         out->place_flops = a + 4 * ranks, out->place_mem_bw = a + 5 * ranks, out->place_memory = a + 6 * ranks;
         out->place_bw = link.bandwidth, out->place_lat = link.latency;
         snprintf(out->place_backend, sizeof out->place_backend, "%s", c->specs[mc->devices[place].spec].backend);
     }
-    free((void *)all.flops), free((void *)all.host), free(acc), free(dev), free(on);
+    free((void *)all.flops), free((void *)all.host), free((void *)all.backend), free(acc), free(dev), free(on);
     return PDDE_OK;
 }
 

@@ -1969,29 +1969,43 @@ static pdde_status lower_schedule(lowering *L) {
 /* ------------------------------------------------------------------------------------------------
  * ZeRO-3's prefetch (FSDP's forward and backward prefetch, depth 1). Each pass runs its layers in turn
  * (forward in layer order, backward in reverse); a parameter's gather for a layer's first reader is
- * started instead at the start of the layer that runs before it in the same pass, so it travels while
- * that layer computes, and a COMM_WAIT takes its place (its readers read the wait). The gathered copy
- * is alive one layer earlier: the memory plan sees it from the order, the search's estimate adds a
- * layer. Not the first layer's gathers of a pass, not across interleaved chunks (another pass), never
- * before what they read; every rank of an axis lowers the same order, so the collectives stay matched.
- * Uneven shares' phantom micro-batches (which run a pass' collectives alone) keep the gathers blocking.
- * A gather on device memory goes through host memory (the transport's): its start reads the shard out
- * and starts the collective into host memory, its wait writes the result into the device; each such
- * gather has a region of the program's prefetch staging (prefetch_staging_bytes), shared with gathers
- * whose start comes after its wait, so the staging holds about two layers' gathers at most. */
+ * started instead in the layer that runs before it in the same pass, so it travels while that layer
+ * computes, and a COMM_WAIT takes its place (its readers read the wait). A gather started early holds
+ * its result from its start to its place: the bytes in flight so, at any place, stay within the
+ * largest layer's gathered parameters of a pass (prefetch_budget), so the memory plan's peak grows by
+ * at most that much. Gathers take their starts in order: each the earliest in the layer before its own
+ * that keeps every place up to its own within the budget, so a layer's gathers start as the layer
+ * before it reaches its own (waits them out of flight), about a layer ahead of their readers. A gather
+ * with no work left between that start and its place stays blocking. Not the first layer's gathers of a
+ * pass, not across interleaved chunks (another pass), never before what they read; every rank of an
+ * axis lowers the same order, so the collectives stay matched. Uneven shares' phantom micro-batches
+ * (which run a pass' collectives alone) keep the gathers blocking. A gather on device memory goes
+ * through host memory (the transport's): its start reads the shard out and starts the collective into
+ * host memory, its wait writes the result into the device; each such gather has a region of the
+ * program's prefetch staging (prefetch_staging_bytes), shared with gathers whose start comes after its
+ * wait, so the staging holds about a layer's gathers. */
 
-/* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. Lowering and the search's estimate read it here. */
-PDDE_PRIVATE bool lower_prefetch_on(void) {
+/* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. */
+static bool lower_prefetch_on(void) {
     const char *env = getenv("PDDE_ZERO3_PREFETCH");
     return !env || strcmp(env, "0") != 0;
 }
 
-/* Whether gathers on device memory of this backend are prefetched too: OpenCL's by default (verified on
- * PoCL), every backend's with PDDE_ZERO3_PREFETCH=1 (CUDA's and Level Zero's stay blocking by default
- * until a GPU run measures them). */
-static bool prefetch_device_on(const char *backend) {
+/* Whether lowering prefetches a ZeRO-3 gather whose shard and result are on host memory (host_memory)
+ * or on a device of `backend`: on host memory unless PDDE_ZERO3_PREFETCH=0; on device memory OpenCL's
+ * by default (verified on PoCL), every backend's with PDDE_ZERO3_PREFETCH=1 (CUDA's and Level Zero's
+ * stay blocking by default until a GPU run measures them). Lowering decides by it, the search's
+ * estimate prices the gathers by it. */
+PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, const char *backend) {
     const char *env = getenv("PDDE_ZERO3_PREFETCH");
-    return (env && !strcmp(env, "1")) || (backend && !strcmp(backend, "opencl"));
+    if (!lower_prefetch_on()) return false;
+    return host_memory || (env && !strcmp(env, "1")) || (backend && !strcmp(backend, "opencl"));
+}
+
+/* Work a prefetched gather can travel behind: a node that computes (not a leaf, a view, a wait or
+ * another gather). */
+static bool prefetch_overlaps(const pdde_tensor *t) {
+    return t->op != PDDE_OP_NONE && t->op != PDDE_OP_COMM_WAIT && t->op != PDDE_OP_ALLGATHER && !(t->flags & PDDE_TENSOR_VIEW);
 }
 
 /* The host bytes a prefetched gather goes through: its shard's, where that is on a device, and its
@@ -2031,6 +2045,31 @@ static bool param_gather(const lowering *L, const pdde_tensor *c) {
            (c->phase == PDDE_PHASE_FORWARD || c->phase == PDDE_PHASE_BACKWARD) && gathered_param(c->src[0], c);
 }
 
+/* *budget: the bytes prefetched gathers may hold ahead of their places, the largest layer's gathered
+ * parameters in one pass (forward or backward, per micro-batch); 0 without any. */
+static pdde_status prefetch_budget(lowering *L, size_t *budget) {
+    const pdde_program *P = L->P;
+    int lo = INT32_MAX, hi = INT32_MIN;
+    *budget = 0;
+    for (int i = 0; i < P->n_order; i++) {
+        int l = P->order[i]->layer;
+        if (param_gather(L, P->order[i])) lo = l < lo ? l : lo, hi = l > hi ? l : hi;
+    }
+    if (lo > hi) return PDDE_OK;
+    size_t n_layers = (size_t)((int64_t)hi - lo + 1);
+    size_t *sum = calloc(2 * n_layers, sizeof *sum); /* [backward?][layer - lo] */
+    if (!sum) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *c = P->order[i];
+        if (!param_gather(L, c)) continue;
+        size_t *s = &sum[(c->phase == PDDE_PHASE_BACKWARD) * n_layers + (size_t)(c->layer - lo)];
+        *s += node_alloc_bytes(c);
+        if (*s > *budget) *budget = *s;
+    }
+    free(sum);
+    return PDDE_OK;
+}
+
 static pdde_status lower_zero3_prefetch(lowering *L) {
     pdde_program *P = L->P;
     /* (uneven shares: a rank with the largest share makes no phantoms, but its peers do) */
@@ -2054,13 +2093,17 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
             seg_start[i] = prev;
         }
     }
+    size_t budget = 0;
+    size_t *ahead = calloc((size_t)n + 1, sizeof *ahead); /* by place: bytes of gathers started before it and waited for after it */
+    if (!st) st = ahead ? prefetch_budget(L, &budget) : lower_oom(L);
     bool moved = false;
     for (int i = 0; i < n && !st; i++) {
         pdde_tensor *c = P->order[i];
         if (c->op != PDDE_OP_ALLGATHER || !param_gather(L, c)) continue;
         const pdde_tensor *x = c->src[0];
         bool on_host = registry_device_is_host(L->ctx->registry, c->device) && registry_device_is_host(L->ctx->registry, x->device);
-        if (!on_host && !prefetch_device_on(registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device))) {
+        const char *backend = on_host ? NULL : registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device);
+        if (!lower_prefetch_gathers(on_host, backend)) {
             P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
             continue;
         }
@@ -2069,7 +2112,21 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         if (x->op != PDDE_OP_NONE && at[x->id] >= from) from = at[x->id] + 1; /* (after what it reads) */
         while (from < i && to[from] < 0 && P->order[from]->op == PDDE_OP_ALLGATHER && param_gather(L, P->order[from]))
             from++; /* (after that layer's own blocking gathers: the first layer of a pass waits for those) */
-        if (from >= i) continue;
+        /* the earliest start from which the gathers in flight ahead of their places, this one with
+         * them, stay within the budget at every place up to its own (those earlier in the order took
+         * theirs first: a layer's gathers start as the layer before it takes its own from flight) */
+        size_t bytes = node_alloc_bytes(c), most = 0;
+        int start = i;
+        for (int q = i - 1; q >= from; q--) {
+            if (ahead[q] > most) most = ahead[q];
+            if (most + bytes > budget) break;
+            start = q;
+        }
+        bool overlaps = false; /* (some work between its start and its wait, else it stays blocking) */
+        for (int q = start; q < i && !overlaps; q++) overlaps = prefetch_overlaps(P->order[q]);
+        if (!overlaps) continue;
+        for (int q = start; q < i; q++) ahead[q] += bytes;
+        from = start;
         pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
         if (!w) { st = lower_oom(L); break; }
         w->flags |= PDDE_TENSOR_VIEW, w->layer = c->layer;
@@ -2095,7 +2152,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         }
     if (!st && moved) free(P->order), P->order = order, P->n_order = P->cap_order = k, order = NULL;
     if (!st && moved) st = prefetch_staging_place(L, wait_of, n_nodes);
-    free(at), free(to), free(seg_start), free(wait_of), free(order);
+    free(at), free(to), free(seg_start), free(wait_of), free(order), free(ahead);
     return st;
 }
 

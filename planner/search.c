@@ -217,11 +217,19 @@ static bool plan_group_spans_hosts(const plan_ranks *r, int first, int stride, i
     return false;
 }
 
-/* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks. */
+/* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks;
+ * blocking_gathers: lowering prefetches no ZeRO-3 gather on some of them (their backend's memory). */
 typedef struct {
     double flops, mem_bw, memory, op_latency;
     int worst_mem_device;
+    bool blocking_gathers;
 } plan_stage_devices;
+
+/* Whether lowering prefetches ZeRO-3's gathers on a device of this backend ("cpu" or none: host memory). */
+static bool backend_prefetches(const char *backend) {
+    bool host = !backend || !backend[0] || !strcmp(backend, "cpu");
+    return lower_prefetch_gathers(host, backend);
+}
 
 /* How a stage recomputes: nothing, every layer, the fewest of its first layers that make it fit (the
  * search), or the counts a plan gives (rc_given). */
@@ -281,12 +289,12 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     if (e->pp > 1 && b < p->n_layers) w->send += p->out[b - 1], w->n_send++;
 }
 
-/* Whether lowering prefetches ZeRO-3's gathers (lower_zero3_prefetch): on, and equal shares (uneven
- * ones' phantom micro-batches keep them blocking). */
-static bool zero3_prefetched(const plan_eval *e) { return lower_prefetch_on() && !e->shares; }
+/* Whether lowering prefetches ZeRO-3's gathers (lower_zero3_prefetch) on devices d: on for each one's
+ * backend, and equal shares (uneven ones' phantom micro-batches keep them blocking). */
+static bool zero3_prefetched(const plan_eval *e, const plan_stage_devices *d) { return !d->blocking_gathers && !e->shares; }
 
-/* Bytes one device of stage s holds. */
-static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
+/* Bytes one device of stage s (devices d: the stage's own, or its placement target's) holds. */
+static double stage_memory(const plan_eval *e, int s, const plan_stage_devices *d, const stage_work *w) {
     double dp = e->dp, params = w->params / e->tp, per_micro = 1.0 / ((double)e->units * e->m * e->tp);
     double weights = e->zero >= 3 ? params / dp : params;
     double grads = e->zero >= 2 ? params / dp : params;
@@ -301,7 +309,7 @@ static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
      * a layer's at a time, gathered again for backward (lowering's regathering), else every layer's
      * from its forward to its backward (PDDE_ZERO3_REGATHER=0); with the prefetch the next layer's
      * too (PDDE_ZERO3_PREFETCH) */
-    double layers = zero3_prefetched(e) ? 2 : 1;
+    double layers = zero3_prefetched(e, d) ? 2 : 1;
     double gathered = e->zero >= 3 && e->dp > 1 ? (lower_regather_on() ? fmin(layers * w->layer_params / e->tp, params) : params) : 0;
     return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro + alive * gathered;
 }
@@ -327,11 +335,12 @@ static void devices_take(plan_stage_devices *x, const pdde_plan_devices *d, int 
     if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
     if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
     if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
+    if (!backend_prefetches(d->backend ? d->backend[dev] : NULL)) x->blocking_gathers = true;
 }
 
 /* The slowest and smallest device of data-parallel index i's tensor-parallel group on stage s. */
 static plan_stage_devices plan_index_devices(const plan_eval *e, int s, int i) {
-    plan_stage_devices x = {DBL_MAX, DBL_MAX, DBL_MAX, 0, 0};
+    plan_stage_devices x = {DBL_MAX, DBL_MAX, DBL_MAX, 0, 0, false};
     for (int t = 0; t < e->tp; t++) devices_take(&x, e->ranks->d, e->ranks->dev[plan_member(e, s, i * e->tp + t)]);
     return x;
 }
@@ -356,7 +365,7 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
      * travel while the layer before it computes: the first layer's of a pass wait, the others where
      * they outlast that compute */
     double gather = zero3_gather_s(e, d, wbytes);
-    if (gather > 0 && zero3_prefetched(e) && w->n_layers > 1) gather -= fmin(gather * (w->n_layers - 1) / w->n_layers, t);
+    if (gather > 0 && zero3_prefetched(e, d) && w->n_layers > 1) gather -= fmin(gather * (w->n_layers - 1) / w->n_layers, t);
     t += gather;
     *fwd_s = fwd;
     return t;
@@ -392,7 +401,7 @@ static int stage_recompute(const plan_eval *e, int s, int a, int b, stage_work *
     int n = b - a, k;
     double room = e->st[s].memory;
     stage_work x;
-#define WORK_FITS(kk) (memset(&x, 0, sizeof x), work_add(e, &x, a, b, (kk)), stage_memory(e, s, &x) <= room)
+#define WORK_FITS(kk) (memset(&x, 0, sizeof x), work_add(e, &x, a, b, (kk)), stage_memory(e, s, &e->st[s], &x) <= room)
     if (e->rc == RC_NONE || e->rc == RC_ALL || e->rc == RC_GIVEN) {
         k = e->rc == RC_NONE ? 0 : e->rc == RC_ALL ? n : e->rc_given[s] < n ? e->rc_given[s] : n;
         if (!WORK_FITS(k)) k = -1;
@@ -484,17 +493,18 @@ static void plan_links(plan_eval *e) {
     e->no_link = e->tp > 1 && !(e->tp_bw > 0) ? "tensor" : e->dp > 1 && !(e->dp_bw > 0) ? "data" : e->pp > 1 && !(e->pp_bw > 0) ? "pipeline" : NULL;
     for (int s = 0; s < e->pp; s++) {
         plan_stage_devices *sd = &e->st[s];
-        sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0;
+        sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0, sd->blocking_gathers = false;
         for (int i = 0; i < members; i++) {
             int dev = r->dev[plan_member(e, s, i)];
             plan_stage_devices *rd = e->dp <= PDDE_PLAN_MAX_SHARES ? &e->rep[i / e->tp] : NULL; /* its dp index's, over the stages */
-            if (rd && i % e->tp == 0 && s == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev};
+            if (rd && i % e->tp == 0 && s == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev, false};
             devices_take(sd, d, dev);
             if (rd) devices_take(rd, d, dev);
         }
     }
     plan_stage_devices *pl = &e->placed;
     pl->flops = pl->mem_bw = pl->memory = DBL_MAX, pl->op_latency = 0, pl->worst_mem_device = 0;
+    pl->blocking_gathers = !backend_prefetches(d->place_backend);
     e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory;
     for (int i = 0; i < r->n && e->place_ok; i++) {
         int dev = r->dev[i];
@@ -625,7 +635,7 @@ static double stage_time_placed(const plan_eval *e, int s, int a, int b, double 
     double crossing = (pa > a && pb > pa ? p->out[pa - 1] : 0) + (pb < b && pb > pa ? p->out[pb - 1] : 0);
     double n_cross = (pa > a && pb > pa) + (pb < b && pb > pa);
     double copies = 2 * (crossing / ((double)e->units * e->m) / e->ranks->d->place_bw + n_cross * e->ranks->d->place_lat);
-    *m_own = stage_memory(e, s, &own), *m_placed = stage_memory(e, s, &placed);
+    *m_own = stage_memory(e, s, &e->st[s], &own), *m_placed = stage_memory(e, s, &e->placed, &placed);
     return stage_time_on(e, &e->st[s], &own) + (pb > pa ? stage_time_on(e, &e->placed, &placed) : 0) + copies;
 }
 
@@ -697,7 +707,7 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
         }
         plan->recompute_layers[s] = k;
         if (k < b - a) plan->recompute = 0;
-        double m = stage_memory(e, s, &w);
+        double m = stage_memory(e, s, &e->st[s], &w);
         if (m > plan->peak_bytes) plan->peak_bytes = m, plan->peak_device = e->st[s].worst_mem_device;
         if (m > e->st[s].memory) {
             fits = false;

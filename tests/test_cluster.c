@@ -330,9 +330,9 @@ static void test_one_machine(void) {
     int own = 0;
     for (int r = 0; r < d.n_devices; r++)
         own += d.flops[r] == all.flops[1 + r] && d.mem_bw[r] == all.mem_bw[1 + r] && d.memory[r] == (double)(80ull << 30) &&
-               d.place_flops && d.place_flops[r] == all.flops[0] && d.place_memory[r] == all.memory[0] / 8;
-    CHECK(own == 8 && !strcmp(d.place_backend, "cpu") && d.place_bw == 2.5e10,
-          "each of 8 ranks on its own GPU, the CPU a placement target beside it: %d of 8, place '%s'", own, d.place_backend);
+               d.place_flops && d.place_flops[r] == all.flops[0] && d.place_memory[r] == all.memory[0] / 8 && !strcmp(d.backend[r], "cuda");
+    CHECK(own == 8 && !strcmp(d.place_backend, "cpu") && d.place_bw == 2.5e10 && !strcmp(all.backend[0], "cpu"),
+          "each of 8 ranks on its own GPU (backend cuda), the CPU a placement target beside it: %d of 8, place '%s'", own, d.place_backend);
     /* the search on it: every rank used; placing layers on the CPU does not pay */
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     pp.batch = cfg.batch, pp.tp_divisor = cfg.heads, pp.use_all_devices = 1;
@@ -351,8 +351,8 @@ static void test_one_machine(void) {
     /* nine ranks: the ninth on the CPU */
     pdde_plan_devices_init_graph(ctx, c, g, 9, &all);
     CHECK(pdde_plan_devices_init_machine(ctx, c, g, 9, &d) == PDDE_OK && d.n_devices == 9 && d.flops[7] == all.flops[8] &&
-          d.flops[8] == all.flops[0] && d.memory[8] == all.memory[0] && d.place_flops[8] == 0,
-          "9 ranks: 8 on the GPUs, the ninth on the CPU (no placement beside it)");
+          d.flops[8] == all.flops[0] && d.memory[8] == all.memory[0] && d.place_flops[8] == 0 && !strcmp(d.backend[7], "cuda") &&
+          !strcmp(d.backend[8], "cpu"), "9 ranks: 8 on the GPUs, the ninth on the CPU (no placement beside it)");
     pdde_plan_devices_free(&d);
     pdde_plan_devices_free(&all);
     pdde_cluster_free(c);

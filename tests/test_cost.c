@@ -979,6 +979,55 @@ static void test_plan_devices_calibrated(void) {
     pdde_cluster_free(c);
 }
 
+/* The search prices ZeRO-3's gathers as lowering runs them on the plan's devices (their backend,
+ * pdde_plan_devices.backend from the cluster's specs): a dp 2 ZeRO-3 GPT on two devices hides all but
+ * the first layer's gathers behind compute on "cpu" and "opencl" devices (lowering prefetches them:
+ * the step shorter, the peak a layer's gathered parameters larger than with PDDE_ZERO3_PREFETCH=0),
+ * not on "cuda" or "level_zero" ones (their gathers stay blocking by default: the step and peak those
+ * of PDDE_ZERO3_PREFETCH=0), and on all four with PDDE_ZERO3_PREFETCH=1. */
+static void test_zero3_prefetch_by_backend(void) {
+    static const char *const backends[] = {"cpu", "opencl", "cuda", "level_zero"};
+    gpt_config cfg = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
+    gpt_plan one = {.dp = 1, .tp = 1, .pp = 1, .micro = 1};
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    gpt_model m;
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    CHECK(gpt_build_plan(g, &cfg, &one, &op, &m) == PDDE_OK, "%s", pdde_last_error(ctx));
+    for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
+        pdde_cluster *c = make_cluster(1, 2);
+        snprintf(c->specs[0].backend, sizeof c->specs[0].backend, "%s", backends[b]);
+        c->specs[0].kind = b ? PDDE_DEVICE_GPU : PDDE_DEVICE_CPU;
+        pdde_plan_devices d;
+        pdde_status st = pdde_plan_devices_init(ctx, c, 0, 0, 0, &d);
+        CHECK(st == PDDE_OK && d.backend && !strcmp(d.backend[1], backends[b]), "%s: %s", backends[b], pdde_last_error(ctx));
+        double step[3] = {0}, peak[3] = {0}; /* PDDE_ZERO3_PREFETCH unset, 0, 1 */
+        for (int v = 0; v < 3 && !st; v++) {
+            if (v) setenv("PDDE_ZERO3_PREFETCH", v == 1 ? "0" : "1", 1);
+            else unsetenv("PDDE_ZERO3_PREFETCH");
+            pdde_plan_params pp = {.batch = cfg.batch};
+            pdde_plan plan;
+            memset(&plan, 0, sizeof plan);
+            plan.dp = 2, plan.tp = 1, plan.pp = 1, plan.micro = 1, plan.chunks = 1, plan.zero = 3;
+            st = pdde_plan_evaluate(g, &d, &pp, &plan);
+            CHECK(st == PDDE_OK && !plan.why[0], "%s, PDDE_ZERO3_PREFETCH %d: %s %s", backends[b], v - 1, pdde_last_error(ctx), plan.why);
+            step[v] = plan.step_s, peak[v] = plan.peak_bytes;
+        }
+        unsetenv("PDDE_ZERO3_PREFETCH");
+        bool hides = b < 2;
+        printf("ZeRO-3 on %-10s: step %.3f ms, peak %.2f MB (blocking gathers %.3f ms, %.2f MB; all prefetched %.3f ms, %.2f MB)\n",
+               backends[b], step[0] * 1e3, peak[0] / 1e6, step[1] * 1e3, peak[1] / 1e6, step[2] * 1e3, peak[2] / 1e6);
+        CHECK(hides ? step[0] < step[1] && peak[0] > peak[1] : step[0] == step[1] && peak[0] == peak[1],
+              "%s: step %g s, peak %g B by default; %g s, %g B with PDDE_ZERO3_PREFETCH=0 (want %s)", backends[b], step[0], peak[0], step[1],
+              peak[1], hides ? "shorter, larger: the gathers hidden" : "the same: the gathers blocking");
+        CHECK(step[2] == step[b ? 2 : 0] && step[2] < step[1] && peak[2] > peak[1],
+              "%s with PDDE_ZERO3_PREFETCH=1: step %g s, peak %g B; %g s, %g B blocking (want hidden)", backends[b], step[2], peak[2], step[1], peak[1]);
+        pdde_plan_devices_free(&d);
+        pdde_cluster_free(c);
+    }
+    pdde_graph_free(g);
+}
+
 /* The planner search on an MoE GPT (64 experts of 1024 x 8192, 2 MoE blocks: 34 GB of expert
  * parameters, gradients and AdamW state) on one machine of 4 devices of 16 GiB: with a cluster it
  * tries the experts split over ep ranks (pdde_plan.ep, by pdde_moe_cost_estimate): the best plan
@@ -1661,6 +1710,7 @@ int main(void) {
     test_plan_programs();
     test_fusion_defaults();
     test_plan_devices_calibrated();
+    test_zero3_prefetch_by_backend();
     test_moe_cost();
     test_moe_cost_hier();
     test_moe_choose_ep_placement();

@@ -9,8 +9,10 @@
  * two under ZeRO-3) is smaller with the regathering by at least 60% of the gathered parameters that
  * backward reads (those the forward copies held from forward to backward), with one micro-batch; with
  * two, or every block recomputed, it must not grow. The planner's estimate of the dp 2 plan's peak is
- * the memory plan's within 5%, with and without the regathering. test_zero3_run trains both models
- * under pdde-run against one process. */
+ * the memory plan's within 5%, with and without the regathering. With the prefetch (on by default)
+ * the live peak grows by at most the largest layer's gathered parameters (check_prefetch_bound: dense
+ * and MoE, forward only and training, several layer counts). test_zero3_run trains both models under
+ * pdde-run against one process. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -193,9 +195,9 @@ static void check_case(pdde_context *ctx, const zcase *zc) {
         CHECK(2 * got.pf_fwd >= e.fwd && 2 * got.pf_bwd >= e.bwd && got.bare == 0,
               "%s rank %d: %d of %d forward and %d of %d backward gathers prefetched (want at least half), %d with nothing to overlap", zc->name,
               r, got.pf_fwd, e.fwd, got.pf_bwd, e.bwd, got.bare);
-        /* depth 1: the next layer's gathered parameters, alive one layer earlier (measured: dp2 0.93 of the
-         * largest layer's, the MoE form 1.44: its two-axis gathers' first halves too, and the best fit's
-         * fragments); depth 2 would hold two */
+        /* depth 1: at most the largest layer's gathered parameters in flight ahead of their places
+         * (measured: dp2 0.42 of the largest layer's, the MoE form 0.94; the live peak's bound is
+         * check_prefetch_bound's), with the placement's fragments; depth 2 would hold two */
         CHECK(arena[2][r] >= arena[1][r] && (double)arena[2][r] <= (double)arena[1][r] + 1.5 * e.layer_bytes,
               "%s rank %d: the arena %zu B with the prefetch, %zu B without: want at most 1.5 x the largest layer's %.0f B more", zc->name, r,
               arena[2][r], arena[1][r], e.layer_bytes);
@@ -297,6 +299,86 @@ static void check_simulated(pdde_context *ctx) {
     pdde_cluster_free(c);
 }
 
+/* cfg's model forward only (evaluation: no backward, no optimizer) on the mesh a plan of `ranks` ranks
+ * gives it: dense under dp, MoE in ep groups of 2 of them (as gpt_build_plan), each parameter split as
+ * ZeRO-3 splits it (over dp, then ep: its first dim the axis divides; pdde_strategy_zero wants the
+ * optimizer's state, which this graph has not), completed. */
+static pdde_status build_forward(pdde_graph *g, const gpt_config *cfg, int ranks, gpt_model *m) {
+    bool groups = cfg->moe_experts > 1;
+    gpt_config local = *cfg;
+    if (groups) local.batch = cfg->batch / 2, local.moe_ep = 1; /* (a group's rows) */
+    pdde_status st = gpt_build(g, &local, m);
+    const char *names[2] = {"dp", "ep"};
+    int shape[2] = {groups ? ranks / 2 : ranks, 2};
+    const pdde_mesh *mesh = st ? NULL : pdde_mesh_create(g, groups ? 2 : 1, shape, names, NULL);
+    if (!st && !mesh) st = pdde_graph_status(g);
+    if (!st) st = groups ? pdde_strategy_data_parallel_groups(g, mesh, "dp", "ep") : pdde_strategy_data_parallel(g, mesh, "dp");
+    if (!st && groups) st = gpt_shard_experts_tp(g, cfg, mesh, "ep", NULL);
+    for (int ax = 0; ax < (groups ? 2 : 1) && !st; ax++)
+        for (int i = 0; i < pdde_graph_tensor_count(g) && !st; i++) {
+            pdde_tensor *t = pdde_graph_tensor(g, i);
+            if (!t || t->op != PDDE_OP_NONE || !(t->flags & PDDE_TENSOR_PARAM)) continue;
+            int map[PDDE_MAX_DIMS], d = 0;
+            bool used = false;
+            for (int k = 0; k < t->ndim; k++) map[k] = t->dist.mesh == mesh ? t->dist.dims_mapping[k] : -1, used |= map[k] == ax;
+            while (d < t->ndim && (map[d] >= 0 || t->shape[d] % shape[ax])) d++;
+            if (used || d == t->ndim) continue;
+            map[d] = ax;
+            st = pdde_shard(g, t, mesh, map);
+        }
+    if (!st) pdde_mark_output(m->logits);
+    if (!st) st = pdde_complete_dist_attrs(g);
+    return st;
+}
+
+/* The prefetch holds at most the largest layer's gathered parameters more than blocking gathers do: the
+ * memory plan's live peak (pdde_predict_memory's activation_peak_bytes, fragmentation aside) with
+ * PDDE_ZERO3_PREFETCH on exceeds the one without by at most the largest layer's gathered parameters
+ * (as forward reads them) and 4 KiB, on rank 0 of the dense model under dp 2 and its MoE forms (every
+ * block's, every second block's) under dp 4 in ep groups of 2, at several layer counts: forward (the
+ * model forward only) and the training step (whose peak is in backward). Each with gathers prefetched,
+ * so the bound is not met by prefetching nothing. */
+static void check_prefetch_bound(pdde_context *ctx) {
+    static const struct { const char *name; int layers, experts, every, ranks; } models[] = {
+        {"dense", 2, 0, 0, 2}, {"dense", 3, 0, 0, 2}, {"dense", 6, 0, 0, 2},
+        {"moe", 2, 8, 0, 4},   {"moe", 4, 8, 0, 4},   {"moe_every2", 4, 8, 2, 4},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        for (int train = 0; train <= 1; train++) {
+            gpt_config cfg = {GPT_DEFAULT, .moe_experts = models[i].experts, .moe_every = models[i].every};
+            cfg.layers = models[i].layers;
+            gpt_plan plan = {.dp = models[i].ranks, .tp = 1, .pp = 1, .micro = 1, .zero = 3, .ep = models[i].experts ? 2 : 0};
+            pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+            gpt_model m;
+            pdde_graph *g;
+            pdde_graph_init(ctx, &g);
+            pdde_status st = train ? gpt_build_plan(g, &cfg, &plan, &op, &m) : build_forward(g, &cfg, models[i].ranks, &m);
+            if (!st && train) pdde_mark_output(m.logits);
+            pdde_memory_stats ms[2];
+            gathers got = {0};
+            int micro;
+            for (int pf = 0; pf <= 1 && !st; pf++) {
+                setenv("PDDE_ZERO3_PREFETCH", pf ? "1" : "0", 1);
+                st = pdde_predict_memory(g, NULL, models[i].ranks, 0, &ms[pf]);
+                if (!st && pf) st = program_gathers(g, models[i].ranks, 0, &got, &micro);
+            }
+            unsetenv("PDDE_ZERO3_PREFETCH");
+            CHECK(st == PDDE_OK, "%s %d layers, %s: %s", models[i].name, models[i].layers, train ? "training" : "forward", pdde_last_error(ctx));
+            if (!st) {
+                double layer = expected_gathers(g).layer_bytes, more = (double)ms[1].activation_peak_bytes - (double)ms[0].activation_peak_bytes;
+                printf("%-10s %d layers, %-8s: live peak %.3f MB prefetching, %.3f MB not: %+.2f of the largest layer's %.3f MB gathered\n",
+                       models[i].name, models[i].layers, train ? "training" : "forward", ms[1].activation_peak_bytes / 1e6,
+                       ms[0].activation_peak_bytes / 1e6, more / layer, layer / 1e6);
+                CHECK(layer > 0 && more <= layer + 4096, "%s %d layers, %s: the live peak %zu B prefetching, %zu B not: want at most the largest "
+                      "layer's %.0f B gathered (+4 KiB) more", models[i].name, models[i].layers, train ? "training" : "forward",
+                      ms[1].activation_peak_bytes, ms[0].activation_peak_bytes, layer);
+                CHECK(got.pf_fwd > 0 && (!train || got.pf_bwd > 0), "%s %d layers, %s: %d forward and %d backward gathers prefetched",
+                      models[i].name, models[i].layers, train ? "training" : "forward", got.pf_fwd, got.pf_bwd);
+            }
+            pdde_graph_free(g);
+        }
+}
+
 int main(int argc, char **argv) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
@@ -304,6 +386,7 @@ int main(int argc, char **argv) {
         if (argc < 2 || !strcmp(argv[1], cases[i].name)) check_case(ctx, &cases[i]);
     if (argc < 2 || !strcmp(argv[1], "estimate")) check_estimate(ctx);
     if (argc < 2 || !strcmp(argv[1], "simulated")) check_simulated(ctx);
+    if (argc < 2 || !strcmp(argv[1], "bound")) check_prefetch_bound(ctx);
     pdde_context_free(ctx);
     return test_finish();
 }
