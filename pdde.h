@@ -1660,8 +1660,13 @@ typedef struct {
      * restarted with load_dir = checkpoint_dir serves the rows of its last checkpoint. 0 = never. */
     const char *checkpoint_dir;
     int64_t checkpoint_every;
+    /* Servers: threads serving requests at once (pulls read beside each other and beside pushes, pushes
+     * to rows of other stripes go in parallel; the staleness bound and the sync rounds are decided one
+     * request at a time); 0 = PDDE_PS_SERVER_THREADS from the environment, else 4; 1 = one request at
+     * a time. */
+    int server_threads;
 } pdde_ps_params;
-#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, NULL, 0}
+#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, NULL, 0, 0}
 
 typedef struct {
     pdde_ps_table_stats table;   /* of this server's shard */

@@ -646,13 +646,18 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Server */
+ * Server. Several threads serve at once (leader/follower): one thread at a time polls the workers'
+ * request headers; the one that finds a header posts that worker's next header receive, hands the
+ * polling on and serves the request itself (its payload, the table, the reply). The table locks its
+ * own stripes; the workers' clocks and states, the sync round, the deferred pulls and the stats are
+ * under the server's lock, so the staleness bound and the rounds are decided one request at a time. */
 
 typedef enum { PS_W_IDLE = 0, PS_W_ACK_WAIT, PS_W_GONE } ps_worker_state;
 
 typedef struct {
     ps_hdr hdr;
-    pdde_comm_request *req;  /* the posted receive of the next request header */
+    pdde_comm_request *req;  /* the posted receive of the next request header (the poller's) */
+    /* under the server's lock: */
     ps_worker_state state;
     int64_t clock;           /* pushes applied from this worker */
     int64_t ack_req;         /* sync: the push waiting for its round (ACK_WAIT) */
@@ -662,11 +667,17 @@ typedef struct {
     int64_t n_ids[PS_LANES], pull_req[PS_LANES];
 } ps_worker;
 
+#define PS_SERVER_THREADS 4  /* the default; PDDE_PS_SERVER_THREADS or pdde_ps_params.server_threads set it */
+#define PS_SERVER_THREADS_MAX 64
+
 struct pdde_ps_server {
     pdde_context *ctx;
     pdde_ps_params p;
     int index;
     pdde_ps_table *table;
+    pthread_mutex_t lock;       /* the stats, the sync round, and a run's workers' clocks, states and deferred pulls */
+    pthread_mutex_t ckpt_lock;  /* one automatic checkpoint at a time */
+    pthread_rwlock_t round_lock;/* sync: a round is applied whole before or after a pull, never beside it */
     pdde_ps_server_stats stats;
     /* sync: the round's gradient sums */
     ps_map round_index;
@@ -674,7 +685,7 @@ struct pdde_ps_server {
     uint64_t *round_ids;
     size_t round_n, round_cap;
     char *ckpt_path;         /* automatic checkpoints: this shard's file (NULL: none) */
-    int64_t ckpt_step;       /* the table step of the last one */
+    int64_t ckpt_step;       /* the table step the last one holds (every step up to it) */
 };
 
 pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) {
@@ -682,13 +693,24 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
     int n_servers = p->n_servers > 0 ? p->n_servers : 1;
     if (server_index < 0 || server_index >= n_servers)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: index %d not in [0, %d)", server_index, n_servers);
+    if (p->server_threads < 0 || p->server_threads > PS_SERVER_THREADS_MAX)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: server_threads %d not in [0, %d]", p->server_threads, PS_SERVER_THREADS_MAX);
     pdde_ps_server *s = calloc(1, sizeof *s);
     if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "ps server: out of memory");
     s->ctx = ctx, s->p = *p, s->index = server_index;
     s->p.n_servers = n_servers;
     s->p.load_dir = s->p.checkpoint_dir = NULL;
+    pthread_mutex_init(&s->lock, NULL), pthread_mutex_init(&s->ckpt_lock, NULL), pthread_rwlock_init(&s->round_lock, NULL);
     pdde_status st = PDDE_OK;
-    if (p->checkpoint_dir && p->checkpoint_every > 0) {
+    if (!s->p.server_threads) { /* PDDE_PS_SERVER_THREADS=k: k threads (1: one request at a time) */
+        const char *env = getenv("PDDE_PS_SERVER_THREADS");
+        char *end = NULL;
+        long k = env ? strtol(env, &end, 10) : PS_SERVER_THREADS;
+        if (env && (end == env || *end || k < 1 || k > PS_SERVER_THREADS_MAX))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: PDDE_PS_SERVER_THREADS=%s is not a count in [1, %d]", env, PS_SERVER_THREADS_MAX);
+        s->p.server_threads = (int)k;
+    }
+    if (!st && p->checkpoint_dir && p->checkpoint_every > 0) {
         char path[4096];
         if (pdde_ps_shard_path(path, sizeof path, p->checkpoint_dir, server_index, n_servers) >= (int)sizeof path || !(s->ckpt_path = strdup(path)))
             st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: checkpoint directory %s: path too long or out of memory", p->checkpoint_dir);
@@ -700,7 +722,7 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
         st = pdde_ps_table_load(s->table, path);
     }
     if (st) { pdde_ps_server_free(s); return st; }
-    s->ckpt_step = s->table->step;
+    s->ckpt_step = ps_step(s->table);
     *out = s;
     return PDDE_OK;
 }
@@ -711,27 +733,40 @@ void pdde_ps_server_free(pdde_ps_server *s) {
     ps_map_free(&s->round_index);
     free(s->round_sum), free(s->round_ids);
     free(s->ckpt_path);
+    pthread_mutex_destroy(&s->lock), pthread_mutex_destroy(&s->ckpt_lock), pthread_rwlock_destroy(&s->round_lock);
     free(s);
 }
 
 pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s->table; }
 
 void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&s->lock); /* (the lock is not the server's contents) */
     *out = s->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&s->lock);
     pdde_ps_table_stats_get(s->table, &out->table);
 }
 
 /* Writes the automatic checkpoint when checkpoint_every steps have passed since the last (or, force,
- * any step). Called before the step is acknowledged: a worker that saw its push acknowledged past a
- * checkpoint step knows the checkpoint holds it. */
-static pdde_status ps_auto_checkpoint(pdde_ps_server *s, bool force) {
-    int64_t step = s->table->step;
-    if (!s->ckpt_path || step == s->ckpt_step || (!force && step - s->ckpt_step < s->p.checkpoint_every)) return PDDE_OK;
-    pdde_status st = pdde_ps_table_save(s->table, s->ckpt_path);
-    if (st) { fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx)); return st; }
-    s->ckpt_step = step;
-    s->stats.checkpoints++;
-    return PDDE_OK;
+ * any step). step: the table's step read after the caller's own step was applied; a checkpoint that
+ * already holds it is enough. Called before the step is acknowledged: a worker that saw its push
+ * acknowledged past a checkpoint step knows the checkpoint holds it. */
+static pdde_status ps_auto_checkpoint(pdde_ps_server *s, int64_t step, bool force) {
+    if (!s->ckpt_path) return PDDE_OK;
+    pthread_mutex_lock(&s->ckpt_lock);
+    pdde_status st = PDDE_OK;
+    if (step > s->ckpt_step && (force || step - s->ckpt_step >= s->p.checkpoint_every)) {
+        /* every step up to `held` is complete (a push counts its step once all its rows are written),
+         * so the file, written after, holds them all */
+        int64_t held = ps_step(s->table);
+        if ((st = pdde_ps_table_save(s->table, s->ckpt_path)))
+            fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx));
+        else {
+            s->ckpt_step = held;
+            pthread_mutex_lock(&s->lock), s->stats.checkpoints++, pthread_mutex_unlock(&s->lock);
+        }
+    }
+    pthread_mutex_unlock(&s->ckpt_lock);
+    return st;
 }
 
 /* The reply header of request req (on its lane's tags). */
@@ -740,7 +775,7 @@ static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t req, int64_t stat
     return pdde_comm_send(comm, &h, PS_HDR_WORDS, PDDE_I64, peer, ps_tag(ps_lane_of(req), PS_TAG_REPLY));
 }
 
-/* Adds one worker's push to the round's sums (sync mode). */
+/* Adds one worker's push to the round's sums (sync mode; the caller holds the server's lock). */
 static pdde_status ps_round_add(pdde_ps_server *s, int64_t n, const uint64_t *ids, const float *g) {
     int C = s->p.table.dim;
     for (int64_t i = 0; i < n; i++) {
@@ -778,39 +813,64 @@ static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, i
     int C = s->p.table.dim;
     float *rows = n ? malloc((size_t)n * C * sizeof(float)) : NULL;
     if (n && !rows) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory (pull of %lld rows)", (long long)n);
+    bool sync = s->p.mode == PDDE_PS_SYNC;
+    if (sync) pthread_rwlock_rdlock(&s->round_lock);
     pdde_status st = pdde_ps_table_pull(s->table, (size_t)n, ids, rows);
+    if (sync) pthread_rwlock_unlock(&s->round_lock);
     if (st && n) memset(rows, 0, (size_t)n * C * sizeof(float)); /* (the rows go all the same: the client posted their receive) */
     pdde_status sr = ps_reply(comm, peer, req, st, n);
     if (!sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, ps_tag(ps_lane_of(req), PS_TAG_ROWS));
     free(rows);
-    s->stats.pulls++;
+    pthread_mutex_lock(&s->lock), s->stats.pulls++, pthread_mutex_unlock(&s->lock);
     return sr;
 }
 
-/* Async: serves the deferred pulls the staleness bound now allows. */
-static pdde_status ps_release_pulls(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
+/* A pull the staleness bound holds back, taken out of its worker once the bound allows it. */
+typedef struct { int peer; int64_t req, n; uint64_t *ids; } ps_pull;
+
+/* Async: takes one deferred pull that the staleness bound now allows (false: none). The caller holds
+ * the server's lock. */
+static bool ps_take_released(pdde_ps_server *s, ps_worker *w, int nw, ps_pull *out) {
     int64_t min = ps_min_clock(w, nw);
     for (int i = 0; i < nw; i++) {
         if (!w[i].deferred || w[i].clock - min > s->p.staleness) continue;
         if (w[i].clock - min > s->stats.max_staleness) s->stats.max_staleness = w[i].clock - min;
         for (int l = 0; l < PS_LANES; l++) {
             if (!(w[i].deferred & 1u << l)) continue;
-            pdde_status st = ps_serve_pull(s, comm, s->p.n_servers + i, w[i].pull_req[l], w[i].ids[l], w[i].n_ids[l]);
-            free(w[i].ids[l]), w[i].ids[l] = NULL;
+            *out = (ps_pull){s->p.n_servers + i, w[i].pull_req[l], w[i].n_ids[l], w[i].ids[l]};
+            w[i].ids[l] = NULL;
             w[i].deferred &= ~(1u << l);
-            if (st) return st;
+            return true;
         }
     }
-    return PDDE_OK;
+    return false;
 }
 
-/* Sync: once every worker still here has pushed, applies the round and acknowledges. */
+/* Async: serves the deferred pulls the staleness bound now allows (after a clock moved). */
+static pdde_status ps_release_pulls(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
+    pdde_status st = PDDE_OK;
+    for (;;) {
+        ps_pull q;
+        pthread_mutex_lock(&s->lock);
+        bool any = ps_take_released(s, w, nw, &q);
+        pthread_mutex_unlock(&s->lock);
+        if (!any) return st;
+        pdde_status sp = ps_serve_pull(s, comm, q.peer, q.req, q.ids, q.n);
+        free(q.ids);
+        if (!st) st = sp;
+    }
+}
+
+/* Sync: once every worker still here has pushed, applies the round and acknowledges. The caller holds
+ * the server's lock. */
 static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
     int waiting = 0, live = 0;
     for (int i = 0; i < nw; i++) live += w[i].state != PS_W_GONE, waiting += w[i].state == PS_W_ACK_WAIT;
     if (!waiting || waiting < live) return PDDE_OK;
+    pthread_rwlock_wrlock(&s->round_lock);
     pdde_status st = pdde_ps_table_push(s->table, s->round_n, s->round_ids, s->round_sum, 1.0f / (float)waiting);
-    if (!st) st = ps_auto_checkpoint(s, false);
+    pthread_rwlock_unlock(&s->round_lock);
+    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), false);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     for (int i = 0; i < nw; i++) {
@@ -822,14 +882,33 @@ static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker 
     return st;
 }
 
-/* Handles worker i's request (its header has arrived). */
-static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw, int i) {
-    int peer = s->p.n_servers + i, C = s->p.table.dim;
-    ps_hdr h = w[i].hdr;
+/* One run of the server: its workers and the threads serving them. */
+typedef struct {
+    pdde_ps_server *s;
+    pdde_comm *comm;
+    ps_worker *w;
+    int nw;
+    pthread_mutex_t lock;       /* the poll role, the count of workers here, the first error */
+    pthread_cond_t cv;
+    bool polling;               /* a thread holds the poll role */
+    int live;                   /* workers that have not said goodbye */
+    int idle;                   /* the poller's back-off: polls in a row that found nothing */
+    _Atomic int failed;
+    pdde_status st;
+    char err[1024];
+} ps_run;
+
+/* Handles worker i's request h (its header has arrived; its payload follows on the lane's tags). */
+static pdde_status ps_handle(ps_run *run, int i, ps_hdr h) {
+    pdde_ps_server *s = run->s;
+    pdde_comm *comm = run->comm;
+    ps_worker *w = run->w;
+    int nw = run->nw, peer = s->p.n_servers + i, C = s->p.table.dim;
     pdde_status st = PDDE_OK;
     uint64_t *ids = NULL;
     float *vals = NULL;
     int lane = ps_lane_of(h.req);
+    bool async = s->p.mode == PDDE_PS_ASYNC;
     if (h.n < 0 || h.n > ((int64_t)1 << 32) || lane >= PS_LANES)
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request %lld (op %lld) from rank %d with %lld ids (lanes: %d)",
                           s->index, (long long)h.req, (long long)h.op, peer, (long long)h.n, PS_LANES);
@@ -846,37 +925,56 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
     /* everything of the request is here (or the worker is gone and nothing is applied) */
     if (!st) switch (h.op) {
     case PS_PULL:
-        if (s->p.mode == PDDE_PS_ASYNC) {
-            if (w[i].deferred & 1u << lane) { /* (its lane has one outstanding: the client broke the protocol) */
+        if (async) { /* served now if the staleness bound allows, else when the slowest worker catches up */
+            pthread_mutex_lock(&s->lock);
+            int64_t ahead = w[i].clock - ps_min_clock(w, nw);
+            bool now = ahead <= s->p.staleness;
+            if (w[i].deferred & 1u << lane) /* (its lane has one outstanding: the client broke the protocol) */
                 st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: rank %d sent pull %lld on lane %d, which has one waiting",
                                 s->index, peer, (long long)h.req, lane);
-                break;
+            else if (now) {
+                if (ahead > s->stats.max_staleness) s->stats.max_staleness = ahead;
+            } else {
+                w[i].deferred |= 1u << lane, w[i].ids[lane] = ids, w[i].n_ids[lane] = h.n, w[i].pull_req[lane] = h.req, ids = NULL;
+                s->stats.deferred_pulls++;
             }
-            w[i].deferred |= 1u << lane, w[i].ids[lane] = ids, w[i].n_ids[lane] = h.n, w[i].pull_req[lane] = h.req, ids = NULL;
-            int64_t min = ps_min_clock(w, nw);
-            if (w[i].clock - min > s->p.staleness) s->stats.deferred_pulls++;
-            st = ps_release_pulls(s, comm, w, nw);
+            pthread_mutex_unlock(&s->lock);
+            if (!st && now) st = ps_serve_pull(s, comm, peer, h.req, ids, h.n);
         } else st = ps_serve_pull(s, comm, peer, h.req, ids, h.n);
         break;
     case PS_PUSH:
-        s->stats.pushes++;
-        w[i].clock++;
-        if (s->p.mode == PDDE_PS_SYNC) {
+        if (s->p.mode == PDDE_PS_SYNC) { /* the round is the server's: one push at a time adds to it */
+            pthread_mutex_lock(&s->lock);
+            s->stats.pushes++;
+            w[i].clock++;
             st = ps_round_add(s, h.n, ids, vals);
             w[i].state = PS_W_ACK_WAIT, w[i].ack_req = h.req;
             if (!st) st = ps_close_round(s, comm, w, nw);
+            pthread_mutex_unlock(&s->lock);
         } else {
+            /* applied beside other pushes (the table's stripes), then counted: the worker's clock
+             * moves once its push is in the table and before it is acknowledged, so a pull the
+             * bound releases sees it and the worker's next pull is measured with it */
             pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
-            if (!sa) sa = ps_auto_checkpoint(s, false);
+            if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false);
+            pthread_mutex_lock(&s->lock);
+            s->stats.pushes++;
+            w[i].clock++;
+            pthread_mutex_unlock(&s->lock);
             st = ps_reply(comm, peer, h.req, sa, 0);
-            if (!st && s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
+            if (async) {
+                pdde_status sr = ps_release_pulls(s, comm, w, nw);
+                if (!st) st = sr;
+            }
         }
         break;
     case PS_ADD: {
+        pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
+        if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false);
+        pthread_mutex_lock(&s->lock);
         s->stats.pushes++;
         w[i].clock++;
-        pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
-        if (!sa) sa = ps_auto_checkpoint(s, false);
+        pthread_mutex_unlock(&s->lock);
         st = ps_reply(comm, peer, h.req, sa, 0);
         break;
     }
@@ -901,9 +999,11 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         break;
     }
     case PS_BYE:
+        pthread_mutex_lock(&s->lock);
         w[i].state = PS_W_GONE;
         if (s->p.mode == PDDE_PS_SYNC) st = ps_close_round(s, comm, w, nw);
-        else if (s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
+        pthread_mutex_unlock(&s->lock);
+        if (async) st = ps_release_pulls(s, comm, w, nw);
         break;
     default:
         st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: unknown request op %lld from rank %d", s->index, (long long)h.op, peer);
@@ -912,43 +1012,105 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
     return st;
 }
 
+/* Records a thread's failure (the first one's message is the run's) and stops the others. */
+static void ps_run_fail(ps_run *run, pdde_status st) {
+    pthread_mutex_lock(&run->lock);
+    if (!run->st) run->st = st, snprintf(run->err, sizeof run->err, "%s", pdde_last_error(run->s->ctx));
+    atomic_store(&run->failed, 1);
+    pthread_cond_broadcast(&run->cv);
+    pthread_mutex_unlock(&run->lock);
+}
+
+/* The poller: waits for a worker's request header; on one, posts that worker's next header receive
+ * (none after its goodbye) and returns the worker (-1: every worker has gone, or the run failed). */
+static int ps_poll(ps_run *run, ps_hdr *h, pdde_status *st) {
+    ps_worker *w = run->w;
+    *st = PDDE_OK;
+    for (;;) {
+        if (atomic_load(&run->failed)) return -1;
+        int any = 0;
+        for (int i = 0; i < run->nw; i++) {
+            if (!w[i].req) continue;
+            any = 1;
+            int done = 0;
+            if ((*st = pdde_comm_test(w[i].req, &done))) return -1;
+            if (!done) continue;
+            pdde_comm_request_free(w[i].req);
+            w[i].req = NULL;
+            *h = w[i].hdr;
+            run->idle = 0;
+            if (h->op == PS_BYE) { /* (the last goodbye ends the run: every waiting thread is told) */
+                pthread_mutex_lock(&run->lock);
+                if (--run->live == 0) pthread_cond_broadcast(&run->cv);
+                pthread_mutex_unlock(&run->lock);
+            }
+            else *st = pdde_comm_irecv(run->comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, run->s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
+            return *st ? -1 : i;
+        }
+        if (!any) return -1;
+        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core */
+        if (++run->idle > 64) usleep(run->idle > 1000 ? 200 : 20);
+    }
+}
+
+/* A serving thread: takes the poll role when it is free, polls, and serves what it found. */
+static void *ps_serve_thread(void *arg) {
+    ps_run *run = arg;
+    for (;;) {
+        pthread_mutex_lock(&run->lock);
+        while (run->polling && run->live > 0 && !run->st) { /* (every wait bounded: the state is checked again) */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 100 * 1000000L;
+            if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&run->cv, &run->lock, &until);
+        }
+        bool stop = run->live == 0 || run->st;
+        if (!stop) run->polling = true;
+        pthread_mutex_unlock(&run->lock);
+        if (stop) return NULL;
+        ps_hdr h = {0};
+        pdde_status st;
+        int i = ps_poll(run, &h, &st);
+        pthread_mutex_lock(&run->lock);
+        run->polling = false;
+        pthread_cond_signal(&run->cv);
+        pthread_mutex_unlock(&run->lock);
+        if (st) ps_run_fail(run, st);
+        else if (i >= 0 && (st = ps_handle(run, i, h))) ps_run_fail(run, st);
+    }
+}
+
 pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
     int size = pdde_comm_size(comm), nw = size - s->p.n_servers;
     if (nw <= 0 || pdde_comm_rank(comm) != s->index)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "ps server %d: runs on rank %d of %d ranks with %d servers",
                           s->index, pdde_comm_rank(comm), size, s->p.n_servers);
-    ps_worker *w = calloc((size_t)nw, sizeof *w);
-    if (!w) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+    ps_run run = {.s = s, .comm = comm, .nw = nw, .live = nw};
+    if (!(run.w = calloc((size_t)nw, sizeof *run.w))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+    pthread_mutex_init(&run.lock, NULL), pthread_cond_init(&run.cv, NULL);
+    atomic_init(&run.failed, 0);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     pdde_status st = PDDE_OK;
-    int live = nw, idle = 0;
     for (int i = 0; i < nw && !st; i++)
-        st = pdde_comm_irecv(comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
-    while (!st && live > 0) {
-        int progressed = 0;
-        for (int i = 0; i < nw && !st; i++) {
-            if (!w[i].req) continue;
-            int done = 0;
-            st = pdde_comm_test(w[i].req, &done);
-            if (st || !done) continue;
-            pdde_comm_request_free(w[i].req);
-            w[i].req = NULL;
-            progressed = 1;
-            st = ps_handle(s, comm, w, nw, i);
-            if (!st && w[i].state == PS_W_GONE) live--;
-            else if (!st) st = pdde_comm_irecv(comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
-        }
-        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core */
-        if (progressed) idle = 0;
-        else if (++idle > 64) usleep(idle > 1000 ? 200 : 20);
+        st = pdde_comm_irecv(comm, &run.w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &run.w[i].req);
+    if (!st) {
+        /* this thread serves too; threads that cannot be made leave the others to it */
+        pthread_t th[PS_SERVER_THREADS_MAX];
+        int n = 0;
+        while (n + 1 < s->p.server_threads && pthread_create(&th[n], NULL, ps_serve_thread, &run) == 0) n++;
+        ps_serve_thread(&run);
+        for (int k = 0; k < n; k++) pthread_join(th[k], NULL); /* (each returns within the world's timeouts) */
+        if ((st = run.st)) pdde_error(s->ctx, st, "%s", run.err); /* (the failing thread's message, on this thread) */
     }
     for (int i = 0; i < nw; i++) {
-        if (w[i].req) pdde_comm_request_free(w[i].req);
-        for (int l = 0; l < PS_LANES; l++) free(w[i].ids[l]);
+        if (run.w[i].req) pdde_comm_request_free(run.w[i].req);
+        for (int l = 0; l < PS_LANES; l++) free(run.w[i].ids[l]);
     }
-    free(w);
-    if (!st) st = ps_auto_checkpoint(s, true); /* the job's last steps */
+    free(run.w);
+    pthread_mutex_destroy(&run.lock), pthread_cond_destroy(&run.cv);
+    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), true); /* the job's last steps */
     return st;
 }
 
