@@ -808,6 +808,9 @@ static int64_t ps_min_clock(const ps_worker *w, int n) {
     return m;
 }
 
+/* How many pushes worker i is ahead of the slowest worker still here. */
+static int64_t ps_ahead(const ps_worker *w, int nw, int i) { return w[i].clock - ps_min_clock(w, nw); }
+
 /* Answers a pull: rows of the ids. */
 static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, int64_t req, const uint64_t *ids, int64_t n) {
     int C = s->p.table.dim;
@@ -831,10 +834,10 @@ typedef struct { int peer; int64_t req, n; uint64_t *ids; } ps_pull;
 /* Async: takes one deferred pull that the staleness bound now allows (false: none). The caller holds
  * the server's lock. */
 static bool ps_take_released(pdde_ps_server *s, ps_worker *w, int nw, ps_pull *out) {
-    int64_t min = ps_min_clock(w, nw);
     for (int i = 0; i < nw; i++) {
-        if (!w[i].deferred || w[i].clock - min > s->p.staleness) continue;
-        if (w[i].clock - min > s->stats.max_staleness) s->stats.max_staleness = w[i].clock - min;
+        int64_t ahead = w[i].deferred ? ps_ahead(w, nw, i) : 0;
+        if (!w[i].deferred || ahead > s->p.staleness) continue;
+        if (ahead > s->stats.max_staleness) s->stats.max_staleness = ahead;
         for (int l = 0; l < PS_LANES; l++) {
             if (!(w[i].deferred & 1u << l)) continue;
             *out = (ps_pull){s->p.n_servers + i, w[i].pull_req[l], w[i].n_ids[l], w[i].ids[l]};
@@ -927,7 +930,7 @@ static pdde_status ps_handle(ps_run *run, int i, ps_hdr h) {
     case PS_PULL:
         if (async) { /* served now if the staleness bound allows, else when the slowest worker catches up */
             pthread_mutex_lock(&s->lock);
-            int64_t ahead = w[i].clock - ps_min_clock(w, nw);
+            int64_t ahead = ps_ahead(w, nw, i);
             bool now = ahead <= s->p.staleness;
             if (w[i].deferred & 1u << lane) /* (its lane has one outstanding: the client broke the protocol) */
                 st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: rank %d sent pull %lld on lane %d, which has one waiting",
@@ -1150,6 +1153,7 @@ struct pdde_ps_client {
     size_t geo_n, geo_cap;
     double geo_delta_sum;
     int64_t kill_at_push;      /* PDDE_TEST_PS_KILL_AT_PUSH: die by SIGKILL in the middle of that push (fault tests) */
+    int64_t stop_at_push;      /* PDDE_TEST_PS_STOP_AT_PUSH: stop (SIGSTOP) there, its ids sent and its values not (tests) */
 };
 
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) {
@@ -1162,6 +1166,8 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     if (c->p.table.lr == 0) c->p.table.lr = 0.01f;
     const char *kill_at = getenv("PDDE_TEST_PS_KILL_AT_PUSH");
     c->kill_at_push = kill_at ? strtoll(kill_at, NULL, 10) : 0;
+    const char *stop_at = getenv("PDDE_TEST_PS_STOP_AT_PUSH");
+    c->stop_at_push = stop_at ? strtoll(stop_at, NULL, 10) : 0;
     /* PDDE_PS_LANES=k: at most k requests in flight (1: one at a time, as a single lock would) */
     const char *lanes = getenv("PDDE_PS_LANES"), *timeout = getenv("PDDE_COMM_TIMEOUT");
     c->n_lanes = lanes && atoi(lanes) > 0 ? (atoi(lanes) < PS_LANES ? atoi(lanes) : PS_LANES) : PS_LANES;
@@ -1294,6 +1300,7 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
         st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
         if (!st && h.n) st = pdde_comm_send(c->comm, L->ids[s], (size_t)h.n, PDDE_I64, s, ps_tag(lane, PS_TAG_IDS));
         if (!st && op == PS_PUSH && c->kill_at_push == atomic_load(&c->pushes) + 1) raise(SIGKILL);
+        if (!st && op == PS_PUSH && c->stop_at_push == atomic_load(&c->pushes) + 1) raise(SIGSTOP);
         if (!st && vals && h.n) st = pdde_comm_send(c->comm, L->vals[s], (size_t)h.n * C, PDDE_F32, s, ps_tag(lane, PS_TAG_VALS));
         if (st) st = ps_failed(c, st, op, req, L->count[s], s);
     }
