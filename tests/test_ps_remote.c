@@ -300,6 +300,110 @@ static void test_bound_under_load(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Sync rounds are whole to a pull: in each worker one thread pushes ROUND_ROWS rows a step (the same
+ * gradient on both workers, so a round adds one (c + 1) to every row) while its other threads pull
+ * them all, over and over; with 8 server threads, every pull reads every row at one count of rounds
+ * (never some rows of a round and not others), and the counts never go back. */
+
+#define ROUND_ROWS 4096
+#define ROUND_STEPS 40
+typedef struct {
+    pdde_ps_client *c;
+    pdde_context *ctx;
+    int pusher;
+    _Atomic int *pushing;   /* the worker's pusher has steps left */
+    int done, pulls, mixed, back;
+    char err[256];
+} round_thread;
+
+static void *round_loop(void *arg) {
+    round_thread *t = arg;
+    uint64_t *ids = malloc(ROUND_ROWS * sizeof *ids);
+    float *rows = malloc((size_t)ROUND_ROWS * DIM * sizeof *rows);
+    for (int k = 0; k < ROUND_ROWS; k++) ids[k] = 20000 + (uint64_t)k;
+    pdde_status st = PDDE_OK;
+    if (t->pusher) {
+        for (int k = 0; k < ROUND_ROWS; k++)
+            for (int c = 0; c < DIM; c++) rows[(size_t)k * DIM + c] = (float)(c + 1);
+        for (int step = 0; step < ROUND_STEPS && !st; step++)
+            if (!(st = pdde_ps_client_push(t->c, ROUND_ROWS, ids, rows))) t->done++;
+        atomic_store(t->pushing, 0);
+    } else {
+        double last = 0;
+        while (!st && atomic_load(t->pushing)) {
+            if ((st = pdde_ps_client_pull(t->c, ROUND_ROWS, ids, rows))) break;
+            double first = row_pushes(rows, 1.0);
+            int mixed = first < 0;
+            for (int k = 1; k < ROUND_ROWS && !mixed; k++) mixed = row_pushes(rows + (size_t)k * DIM, 1.0) != first;
+            t->mixed += mixed, t->back += first < last, t->pulls++;
+            if (first > last) last = first;
+        }
+    }
+    if (st) snprintf(t->err, sizeof t->err, "%s", pdde_last_error(t->ctx));
+    free(ids), free(rows);
+    return NULL;
+}
+
+typedef struct { int64_t rounds; int ok; } round_result;
+
+static void round_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = job_params(PDDE_PS_SYNC);
+    p.server_threads = 8;
+    int rank = pdde_comm_rank(world);
+    if (rank == 0) {
+        round_result *out = test_rank_result;
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "whole rounds: server: %s", pdde_last_error(ctx));
+        float row[DIM];
+        out->rounds = -1;
+        for (int k = 0; k < ROUND_ROWS && !st; k++) { /* (every row: the closed form, or -2) */
+            double got = pdde_ps_table_get(pdde_ps_server_table(srv), 20000 + (uint64_t)k, row) ? -1 : row_pushes(row, 1.0);
+            if (k == 0) out->rounds = (int64_t)got;
+            else if (got != out->rounds) out->rounds = -2;
+        }
+        out->ok = !st;
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    CHECK(st == PDDE_OK, "whole rounds: client: %s", pdde_last_error(ctx));
+    if (st) return;
+    _Atomic int pushing;
+    atomic_init(&pushing, 1);
+    round_thread t[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (round_thread){.c = c, .ctx = ctx, .pusher = i == 0, .pushing = &pushing};
+        pthread_create(&th[i], NULL, round_loop, &t[i]);
+    }
+    int pulls = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        pulls += t[i].pulls;
+        CHECK(t[i].err[0] == 0 && (!t[i].pusher || t[i].done == ROUND_STEPS) && !t[i].mixed && !t[i].back,
+              "whole rounds: worker %d thread %d: %d of %d pushes, %d of %d pulls read rows of different rounds, %d went back (%s)", rank,
+              i, t[i].done, t[i].pusher ? ROUND_STEPS : 0, t[i].mixed, t[i].pulls, t[i].back, t[i].err);
+    }
+    printf("whole rounds: worker %d: %d pulls of %d rows beside %d sync rounds\n", rank, pulls, ROUND_ROWS, ROUND_STEPS);
+    pdde_ps_client_free(c);
+}
+
+static void test_whole_rounds(void) {
+    round_result res[3];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    test_run_ranks(3, &tp, round_rank, NULL, 90);
+    CHECK(res[0].ok && res[0].rounds == ROUND_STEPS, "whole rounds: every row holds the %d rounds (%lld)", ROUND_STEPS,
+          (long long)res[0].rounds);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * A worker stopped (SIGSTOP) in the middle of a push, its header and ids sent and its values not,
  * holds one server thread, not the server: another worker's pulls and pushes go through meanwhile;
  * once continued, its push completes. (One thread serving would wait on the stopped worker's values.) */
@@ -659,6 +763,7 @@ int main(void) {
         test_job(PDDE_PS_SYNC, 8);
         test_job(PDDE_PS_ASYNC, 1); /* (one request at a time, as PDDE_PS_SERVER_THREADS=1 gives) */
         test_bound_under_load();
+        test_whole_rounds();
         test_stopped_worker();
         test_overlap();
         test_mixed_sizes();
