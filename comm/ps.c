@@ -1136,7 +1136,8 @@ struct pdde_ps_client {
     pdde_comm *comm;           /* NULL: local table */
     pdde_ps_params p;
     pdde_ps_table *local;      /* single-process mode (the table takes its own locks: threads share it) */
-    pthread_mutex_t lock;      /* geo: the local copy; sync: one push at a time (a worker's share of a round) */
+    pthread_mutex_t lock;      /* geo: one exchange at a time; sync: one push at a time (a worker's share of a round) */
+    pthread_rwlock_t geo_lock; /* geo: the local copy */
     /* requests to the servers: a thread takes a free lane for each (several threads, several in flight) */
     pthread_mutex_t lane_lock;
     pthread_cond_t lane_cv;
@@ -1174,6 +1175,7 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     c->timeout_s = timeout && atof(timeout) > 0 ? atof(timeout) : 300;
     atomic_init(&c->clock, 0), atomic_init(&c->pushes, 0);
     pthread_mutex_init(&c->lock, NULL), pthread_mutex_init(&c->lane_lock, NULL), pthread_cond_init(&c->lane_cv, NULL);
+    pthread_rwlock_init(&c->geo_lock, NULL);
     pdde_status st = PDDE_OK;
     int ns = c->p.n_servers;
     if (!comm) {
@@ -1336,15 +1338,31 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
     return st;
 }
 
-/* Geo: pulls the rows not yet held locally into the local copy. */
+/* Geo's local copy: threads read it at once and update it one at a time (geo_lock); an exchange holds
+ * it only to take the change and to refresh, not while its requests travel. */
+
+/* Geo: pulls the rows of ids not held locally into the local copy. No lock is held while they travel;
+ * a row another thread added meanwhile is kept. */
 static pdde_status ps_geo_fetch(pdde_ps_client *c, size_t n, const uint64_t *ids) {
     int C = c->p.table.dim;
-    uint64_t *miss = malloc((n ? n : 1) * sizeof *miss);
-    if (!miss) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    uint64_t *miss = NULL;
     size_t m = 0;
-    pdde_status st = PDDE_OK;
-    for (size_t i = 0; i < n && !st; i++) {
+    bool oom = false;
+    pthread_rwlock_rdlock(&c->geo_lock);
+    for (size_t i = 0; i < n && !oom; i++) {
         if (ps_map_find(&c->geo_index, ids[i])) continue;
+        if (!miss && !(miss = malloc(n * sizeof *miss))) oom = true;
+        else miss[m++] = ids[i];
+    }
+    pthread_rwlock_unlock(&c->geo_lock);
+    if (oom) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    if (!m) return PDDE_OK;
+    float *rows = malloc(m * C * sizeof(float));
+    pdde_status st = rows ? ps_request(c, PS_PULL, m, miss, NULL, rows) : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    bool locked = !st;
+    if (locked) pthread_rwlock_wrlock(&c->geo_lock);
+    for (size_t k = 0; k < m && !st; k++) {
+        if (ps_map_find(&c->geo_index, miss[k])) continue; /* (added meanwhile, or twice in ids) */
         if (c->geo_n == c->geo_cap) {
             size_t cap = c->geo_cap ? 2 * c->geo_cap : 1024;
             float *cur = realloc(c->geo_cur, cap * C * sizeof(float));
@@ -1357,67 +1375,97 @@ static pdde_status ps_geo_fetch(pdde_ps_client *c, size_t n, const uint64_t *ids
             if (!tt) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory (geo copy)"); break; }
             c->geo_touched = tt, c->geo_cap = cap;
         }
-        if (!ps_map_insert(&c->geo_index, ids[i], (uint32_t)c->geo_n)) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory"); break; }
-        c->geo_ids[c->geo_n] = ids[i], c->geo_touched[c->geo_n] = 0;
-        c->geo_n++;
-        miss[m++] = ids[i];
+        if (!ps_map_insert(&c->geo_index, miss[k], (uint32_t)c->geo_n)) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory"); break; }
+        size_t r = c->geo_n++;
+        c->geo_ids[r] = miss[k], c->geo_touched[r] = 0;
+        memcpy(c->geo_cur + r * C, rows + k * C, C * sizeof(float));
+        memcpy(c->geo_base + r * C, rows + k * C, C * sizeof(float));
     }
-    if (!st && m) {
-        float *rows = malloc(m * C * sizeof(float));
-        if (!rows) st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
-        if (!st) st = ps_request(c, PS_PULL, m, miss, NULL, rows);
-        for (size_t k = 0; !st && k < m; k++) {
-            uint32_t r = *ps_map_find(&c->geo_index, miss[k]);
-            memcpy(c->geo_cur + (size_t)r * C, rows + k * C, C * sizeof(float));
-            memcpy(c->geo_base + (size_t)r * C, rows + k * C, C * sizeof(float));
-        }
-        free(rows);
-    }
-    free(miss);
+    if (locked) pthread_rwlock_unlock(&c->geo_lock);
+    free(rows), free(miss);
     return st;
 }
 
-/* Geo: sends (local - base) of the touched rows, then refreshes them from the servers. */
+/* Geo: sends (local - base) of the touched rows, then refreshes them from the servers. One exchange at a
+ * time (lock): a refresh must not be overwritten by an older one. Pulls and pushes go on beside it: a
+ * row's change made after the exchange took it stays in the copy on top of the refreshed row. */
 static pdde_status ps_geo_exchange(pdde_ps_client *c) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + c->timeout_s;
+    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    if (pthread_mutex_timedlock(&c->lock, &until))
+        return pdde_error(c->ctx, PDDE_ERR_TIMEOUT, "ps client: a geo exchange waited %.3g s for the one in flight", c->timeout_s);
     int C = c->p.table.dim;
-    size_t m = 0;
+    pthread_rwlock_wrlock(&c->geo_lock);
+    size_t m = 0, k = 0;
     for (size_t r = 0; r < c->geo_n; r++) m += c->geo_touched[r];
-    uint64_t *ids = malloc((m ? m : 1) * sizeof *ids);
-    float *d = malloc((m ? m : 1) * C * sizeof(float));
-    pdde_status st = ids && d ? PDDE_OK : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
-    size_t k = 0;
-    for (size_t r = 0; r < c->geo_n && !st; r++) {
+    uint64_t *ids = calloc(m ? m : 1, sizeof *ids);
+    float *d = malloc((m ? m : 1) * C * sizeof(float)), *taken = malloc((m ? m : 1) * C * sizeof(float));
+    pdde_status st = ids && d && taken ? PDDE_OK : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    for (size_t r = 0; r < c->geo_n && !st; r++) { /* the change, and each row as it was when taken */
         if (!c->geo_touched[r]) continue;
         ids[k] = c->geo_ids[r];
         for (int j = 0; j < C; j++) d[k * C + j] = c->geo_cur[r * C + j] - c->geo_base[r * C + j];
+        memcpy(taken + k * C, c->geo_cur + r * C, C * sizeof(float));
+        c->geo_touched[r] = 0;
         k++;
     }
+    pthread_rwlock_unlock(&c->geo_lock);
+    bool added = false;
     if (!st) st = ps_request(c, PS_ADD, m, ids, d, NULL);
     if (!st) {
+        added = true;
         for (size_t j = 0; j < m * C; j++) c->geo_delta_sum += d[j];
         c->clock++;
         st = ps_request(c, PS_PULL, m, ids, NULL, d);
     }
-    for (size_t j = 0; !st && j < m; j++) {
-        uint32_t r = *ps_map_find(&c->geo_index, ids[j]);
-        memcpy(c->geo_cur + (size_t)r * C, d + j * C, C * sizeof(float));
-        memcpy(c->geo_base + (size_t)r * C, d + j * C, C * sizeof(float));
-        c->geo_touched[r] = 0;
+    pthread_rwlock_wrlock(&c->geo_lock);
+    for (size_t j = 0; j < k; j++) {
+        size_t r = *ps_map_find(&c->geo_index, ids[j]);
+        float *cur = c->geo_cur + r * C, *base = c->geo_base + r * C;
+        if (!added) c->geo_touched[r] = 1; /* (not sent: the change stays pending) */
+        else if (st) memcpy(base, taken + j * C, C * sizeof(float)); /* (sent, not refreshed: the base is what was sent) */
+        else
+            for (int q = 0; q < C; q++) { /* refreshed: the server's row, plus what changed here since it was taken */
+                float since = cur[q] - taken[j * C + q];
+                base[q] = d[j * C + q], cur[q] = d[j * C + q] + since;
+            }
     }
-    free(ids), free(d);
+    pthread_rwlock_unlock(&c->geo_lock);
+    pthread_mutex_unlock(&c->lock);
+    free(ids), free(d), free(taken);
     return st;
 }
 
-/* Geo's local copy is the client's (one thread at a time); sync and async requests go on lanes, at once. */
+/* Geo: local SGD on the copy; every geo_steps pushes (of all threads) the exchange. */
+static pdde_status ps_geo_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) {
+    int C = c->p.table.dim;
+    float lr = c->p.table.lr;
+    pdde_status st = ps_geo_fetch(c, n, ids);
+    if (st) return st;
+    pthread_rwlock_wrlock(&c->geo_lock);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = *ps_map_find(&c->geo_index, ids[i]);
+        for (int j = 0; j < C; j++) c->geo_cur[(size_t)r * C + j] -= lr * grads[i * C + j];
+        c->geo_touched[r] = 1;
+    }
+    pthread_rwlock_unlock(&c->geo_lock);
+    if ((atomic_fetch_add(&c->pushes, 1) + 1) % c->p.geo_steps == 0) st = ps_geo_exchange(c);
+    return st;
+}
+
+/* Sync and async requests go on lanes, at once; geo reads its local copy. */
 pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) {
     if (!c->comm) return pdde_ps_table_pull(c->local, n, ids, out);
     if (c->p.mode != PDDE_PS_GEO) return ps_request(c, PS_PULL, n, ids, NULL, out);
-    pthread_mutex_lock(&c->lock);
     int C = c->p.table.dim;
     pdde_status st = ps_geo_fetch(c, n, ids);
-    for (size_t i = 0; i < n && !st; i++)
+    if (st) return st;
+    pthread_rwlock_rdlock(&c->geo_lock);
+    for (size_t i = 0; i < n; i++)
         memcpy(out + i * C, c->geo_cur + (size_t)*ps_map_find(&c->geo_index, ids[i]) * C, C * sizeof(float));
-    pthread_mutex_unlock(&c->lock);
+    pthread_rwlock_unlock(&c->geo_lock);
     return st;
 }
 
@@ -1427,26 +1475,16 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
         if (!st) c->pushes++;
         return st;
     }
+    if (c->p.mode == PDDE_PS_GEO) return ps_geo_push(c, n, ids, grads);
     /* async: pushes of several threads in flight at once; sync: a worker's push is its share of a
      * round, so its pushes go one at a time (its pulls meanwhile go on) */
-    bool one_at_a_time = c->p.mode != PDDE_PS_ASYNC;
+    bool one_at_a_time = c->p.mode == PDDE_PS_SYNC;
     if (one_at_a_time) pthread_mutex_lock(&c->lock);
-    pdde_status st = PDDE_OK;
-    int C = c->p.table.dim;
-    if (c->p.mode == PDDE_PS_GEO) { /* local SGD on the copy; the exchange every geo_steps */
-        st = ps_geo_fetch(c, n, ids);
-        float lr = c->p.table.lr;
-        for (size_t i = 0; i < n && !st; i++) {
-            uint32_t r = *ps_map_find(&c->geo_index, ids[i]);
-            for (int j = 0; j < C; j++) c->geo_cur[(size_t)r * C + j] -= lr * grads[i * C + j];
-            c->geo_touched[r] = 1;
-        }
-        if (!st && (c->pushes + 1) % c->p.geo_steps == 0) st = ps_geo_exchange(c);
-    } else {
-        st = ps_request(c, PS_PUSH, n, ids, grads, NULL);
-        if (!st) c->clock++;
+    pdde_status st = ps_request(c, PS_PUSH, n, ids, grads, NULL);
+    if (!st) {
+        c->clock++;
+        c->pushes++;
     }
-    if (!st) c->pushes++;
     if (one_at_a_time) pthread_mutex_unlock(&c->lock);
     return st;
 }
@@ -1457,10 +1495,7 @@ pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids,
 }
 
 pdde_status pdde_ps_client_flush(pdde_ps_client *c) {
-    pthread_mutex_lock(&c->lock);
-    pdde_status st = c->comm && c->p.mode == PDDE_PS_GEO ? ps_geo_exchange(c) : PDDE_OK;
-    pthread_mutex_unlock(&c->lock);
-    return st;
+    return c->comm && c->p.mode == PDDE_PS_GEO ? ps_geo_exchange(c) : PDDE_OK;
 }
 
 /* A request that carries no ids to one server or every one (SAVE carries its path), on a free lane. */
@@ -1531,6 +1566,7 @@ void pdde_ps_client_free(pdde_ps_client *c) {
     ps_map_free(&c->geo_index);
     free(c->geo_cur), free(c->geo_base), free(c->geo_ids), free(c->geo_touched);
     pthread_mutex_destroy(&c->lock), pthread_mutex_destroy(&c->lane_lock), pthread_cond_destroy(&c->lane_cv);
+    pthread_rwlock_destroy(&c->geo_lock);
     free(c);
 }
 

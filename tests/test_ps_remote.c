@@ -111,16 +111,18 @@ typedef struct {
 } job_result;
 
 typedef struct { pdde_ps_mode mode; int server_threads; } job_kind;
+#define GEO_STEPS 3 /* (geo: an exchange every 3 pushes of a worker's threads) */
+static const char *mode_name(pdde_ps_mode mode) { return mode == PDDE_PS_SYNC ? "sync" : mode == PDDE_PS_ASYNC ? "async" : "geo"; }
 
 /* Rank 0 serves (with server_threads threads); ranks 1..WORKERS run THREADS threads on one client each. */
 static void job_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     job_kind kind = *(job_kind *)arg;
     pdde_ps_mode mode = kind.mode;
     pdde_ps_params p = job_params(mode);
-    p.server_threads = kind.server_threads;
+    p.server_threads = kind.server_threads, p.geo_steps = GEO_STEPS;
     int rank = pdde_comm_rank(world);
     double scale = mode == PDDE_PS_SYNC ? 1.0 / WORKERS : 1.0;
-    const char *name = mode == PDDE_PS_SYNC ? "sync" : "async";
+    const char *name = mode_name(mode);
     if (rank == 0) {
         job_result *out = test_rank_result;
         pdde_ps_server *srv;
@@ -174,8 +176,9 @@ static void test_job(pdde_ps_mode mode, int server_threads) {
     tp.results = res, tp.result_size = sizeof *res;
     double t0 = test_now();
     test_run_ranks(1 + WORKERS, &tp, job_rank, &kind, 90);
-    const char *name = mode == PDDE_PS_SYNC ? "sync" : "async";
-    int64_t want = (int64_t)WORKERS * THREADS * STEPS;
+    const char *name = mode_name(mode);
+    /* (geo: the server counts a worker's exchanges, one every GEO_STEPS pushes and the last at its goodbye) */
+    int64_t want = mode == PDDE_PS_GEO ? (int64_t)WORKERS * (THREADS * STEPS / GEO_STEPS + 1) : (int64_t)WORKERS * THREADS * STEPS;
     CHECK(res[0].ok && res[0].pushes == want, "%s, %d server threads: %d workers x %d threads: every push served (%lld of %lld)", name,
           server_threads, WORKERS, THREADS, (long long)res[0].pushes, (long long)want);
     CHECK(res[0].ok && res[0].bad_rows == 0, "%s, %d server threads: the table equals the closed form (%d rows differ)", name,
@@ -762,6 +765,7 @@ int main(void) {
         test_job(PDDE_PS_ASYNC, 8);
         test_job(PDDE_PS_SYNC, 8);
         test_job(PDDE_PS_ASYNC, 1); /* (one request at a time, as PDDE_PS_SERVER_THREADS=1 gives) */
+        test_job(PDDE_PS_GEO, 8);
         test_bound_under_load();
         test_whole_rounds();
         test_stopped_worker();
