@@ -1692,8 +1692,9 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 typedef struct pdde_ps_client pdde_ps_client;
 /* A worker's client. comm NULL: a single-process client over an in-process table (same API, the
  * reference for distributed runs). Thread-safe: threads' pulls and pushes are in flight at once (up to 8
- * requests; PDDE_PS_LANES=k: k, 1 = one at a time), except a sync worker's pushes and geo's calls, which
- * go one at a time. A lost or silent server fails the waiting calls within the world's timeout. */
+ * requests; PDDE_PS_LANES=k: k, 1 = one at a time), except a sync worker's pushes, which go one at a
+ * time; geo's calls read and update the local copy at once and its exchanges go one at a time. A lost or
+ * silent server fails the waiting calls within the world's timeout. */
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out);
 /* Says goodbye to the servers (not in a failed world) and frees. */
 void pdde_ps_client_free(pdde_ps_client *c);
