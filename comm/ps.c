@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -647,10 +648,13 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 
 /* ------------------------------------------------------------------------------------------------
  * Server. Several threads serve at once (leader/follower): one thread at a time polls the workers'
- * request headers; the one that finds a header posts that worker's next header receive, hands the
- * polling on and serves the request itself (its payload, the table, the reply). The table locks its
- * own stripes; the workers' clocks and states, the sync round, the deferred pulls and the stats are
- * under the server's lock, so the staleness bound and the rounds are decided one request at a time. */
+ * request headers; the one that finds a header posts that worker's next header receive and serves the
+ * request itself (its payload, the table, the reply). It hands the polling on to another thread when
+ * there is more to do at once (another header has come too) or its request has to wait (its payload
+ * is not all here), and otherwise keeps it: a request served at once costs no hand-over, as with one
+ * thread. The table locks its own stripes; the workers' clocks and states, the sync round, the
+ * deferred pulls and the stats are under the server's lock, so the staleness bound and the rounds are
+ * decided one request at a time. */
 
 typedef enum { PS_W_IDLE = 0, PS_W_ACK_WAIT, PS_W_GONE } ps_worker_state;
 
@@ -896,13 +900,41 @@ typedef struct {
     bool polling;               /* a thread holds the poll role */
     int live;                   /* workers that have not said goodbye */
     int idle;                   /* the poller's back-off: polls in a row that found nothing */
+    _Atomic int busy;           /* threads serving a request */
     _Atomic int failed;
     pdde_status st;
     char err[1024];
 } ps_run;
 
-/* Handles worker i's request h (its header has arrived; its payload follows on the lane's tags). */
-static pdde_status ps_handle(ps_run *run, int i, ps_hdr h) {
+/* Gives the poll role up (when this thread holds it), so that another thread polls meanwhile. */
+static void ps_hand_on(ps_run *run, bool *holding) {
+    if (!*holding) return;
+    *holding = false;
+    pthread_mutex_lock(&run->lock);
+    run->polling = false;
+    pthread_cond_signal(&run->cv);
+    pthread_mutex_unlock(&run->lock);
+}
+
+/* Receives part of a request's payload; if it has not all arrived, hands the polling on first. */
+static pdde_status ps_recv_payload(ps_run *run, bool *holding, void *buf, size_t count, pdde_dtype t, int peer, int tag) {
+    pdde_comm_request *r = NULL;
+    pdde_status st = pdde_comm_irecv(run->comm, buf, count, t, peer, tag, &r);
+    int done = 0;
+    if (!st) st = pdde_comm_test(r, &done);
+    if (!st && !done) {
+        ps_hand_on(run, holding);
+        /* (a timeout fails the world, as a blocking receive's does: the receive left posted would take
+         * the lane's next payload) */
+        if ((st = pdde_comm_wait(r, -1)) == PDDE_ERR_TIMEOUT) pdde_comm_abort(run->comm);
+    }
+    pdde_comm_request_free(r);
+    return st;
+}
+
+/* Handles worker i's request h (its header has arrived; its payload follows on the lane's tags).
+ * holding: this thread holds the poll role (given up where the request has to wait). */
+static pdde_status ps_handle(ps_run *run, int i, ps_hdr h, bool *holding) {
     pdde_ps_server *s = run->s;
     pdde_comm *comm = run->comm;
     ps_worker *w = run->w;
@@ -919,11 +951,11 @@ static pdde_status ps_handle(ps_run *run, int i, ps_hdr h) {
         /* SAVE sends its path as bytes in an i64 array of ceil(len / 8) + 1 words */
         size_t words = h.op == PS_SAVE ? (size_t)h.n / 8 + 1 : (size_t)h.n;
         if (words && !(ids = calloc(words, 8))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
-        if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, ps_tag(lane, PS_TAG_IDS));
+        if (words) st = ps_recv_payload(run, holding, ids, words, PDDE_I64, peer, ps_tag(lane, PS_TAG_IDS));
     }
     if (!st && (h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET) && h.n) {
         if (!(vals = malloc((size_t)h.n * C * sizeof(float)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
-        else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, ps_tag(lane, PS_TAG_VALS));
+        else st = ps_recv_payload(run, holding, vals, (size_t)h.n * C, PDDE_F32, peer, ps_tag(lane, PS_TAG_VALS));
     }
     /* everything of the request is here (or the worker is gone and nothing is applied) */
     if (!st) switch (h.op) {
@@ -1025,8 +1057,9 @@ static void ps_run_fail(ps_run *run, pdde_status st) {
 }
 
 /* The poller: waits for a worker's request header; on one, posts that worker's next header receive
- * (none after its goodbye) and returns the worker (-1: every worker has gone, or the run failed). */
-static int ps_poll(ps_run *run, ps_hdr *h, pdde_status *st) {
+ * (none after its goodbye) and returns the worker (-1: every worker has gone, or the run failed);
+ * *more: another worker's header has come too. */
+static int ps_poll(ps_run *run, ps_hdr *h, pdde_status *st, bool *more) {
     ps_worker *w = run->w;
     *st = PDDE_OK;
     for (;;) {
@@ -1048,39 +1081,53 @@ static int ps_poll(ps_run *run, ps_hdr *h, pdde_status *st) {
                 pthread_mutex_unlock(&run->lock);
             }
             else *st = pdde_comm_irecv(run->comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, run->s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
+            *more = false;
+            for (int j = i; j < run->nw && !*st && !*more; j++) { /* (this worker's next header too; a finished receive stays finished for the next poll) */
+                int other = 0;
+                if (w[j].req && !(*st = pdde_comm_test(w[j].req, &other))) *more = other;
+            }
             return *st ? -1 : i;
         }
         if (!any) return -1;
-        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core */
+        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core; while
+         * other threads serve, the poller gives them its core between polls (cores may be few) */
         if (++run->idle > 64) usleep(run->idle > 1000 ? 200 : 20);
+        else if (atomic_load(&run->busy)) sched_yield();
     }
 }
 
-/* A serving thread: takes the poll role when it is free, polls, and serves what it found. */
+/* A serving thread: takes the poll role when it is free (or keeps it from its last request), polls,
+ * and serves what it found. */
 static void *ps_serve_thread(void *arg) {
     ps_run *run = arg;
+    bool holding = false;
     for (;;) {
-        pthread_mutex_lock(&run->lock);
-        while (run->polling && run->live > 0 && !run->st) { /* (every wait bounded: the state is checked again) */
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 100 * 1000000L;
-            if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&run->cv, &run->lock, &until);
+        if (!holding) {
+            pthread_mutex_lock(&run->lock);
+            while (run->polling && run->live > 0 && !run->st) { /* (every wait bounded: the state is checked again) */
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 100 * 1000000L;
+                if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&run->cv, &run->lock, &until);
+            }
+            bool stop = run->live == 0 || run->st;
+            if (!stop) run->polling = true;
+            pthread_mutex_unlock(&run->lock);
+            if (stop) return NULL;
+            holding = true;
         }
-        bool stop = run->live == 0 || run->st;
-        if (!stop) run->polling = true;
-        pthread_mutex_unlock(&run->lock);
-        if (stop) return NULL;
         ps_hdr h = {0};
         pdde_status st;
-        int i = ps_poll(run, &h, &st);
-        pthread_mutex_lock(&run->lock);
-        run->polling = false;
-        pthread_cond_signal(&run->cv);
-        pthread_mutex_unlock(&run->lock);
+        bool more = false;
+        int i = ps_poll(run, &h, &st, &more);
+        if (st || i < 0 || more) ps_hand_on(run, &holding);
         if (st) ps_run_fail(run, st);
-        else if (i >= 0 && (st = ps_handle(run, i, h))) ps_run_fail(run, st);
+        else if (i >= 0) {
+            atomic_fetch_add(&run->busy, 1);
+            if ((st = ps_handle(run, i, h, &holding))) ps_run_fail(run, st);
+            atomic_fetch_sub(&run->busy, 1);
+        }
     }
 }
 
@@ -1092,7 +1139,7 @@ pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
     ps_run run = {.s = s, .comm = comm, .nw = nw, .live = nw};
     if (!(run.w = calloc((size_t)nw, sizeof *run.w))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
     pthread_mutex_init(&run.lock, NULL), pthread_cond_init(&run.cv, NULL);
-    atomic_init(&run.failed, 0);
+    atomic_init(&run.failed, 0), atomic_init(&run.busy, 0);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     pdde_status st = PDDE_OK;
