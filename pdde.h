@@ -1662,8 +1662,8 @@ typedef struct {
     int64_t checkpoint_every;
     /* Servers: threads serving requests at once (pulls read beside each other and beside pushes, pushes
      * to rows of other stripes go in parallel; the staleness bound and the sync rounds are decided one
-     * request at a time); 0 = PDDE_PS_SERVER_THREADS from the environment, else 4; 1 = one request at
-     * a time. */
+     * request at a time); 0 = PDDE_PS_SERVER_THREADS from the environment, else 1 (one request at a
+     * time: several threads measured faster only with many requests in flight). */
     int server_threads;
 } pdde_ps_params;
 #define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, NULL, 0, 0}

@@ -671,7 +671,10 @@ typedef struct {
     int64_t n_ids[PS_LANES], pull_req[PS_LANES];
 } ps_worker;
 
-#define PS_SERVER_THREADS 4  /* the default; PDDE_PS_SERVER_THREADS or pdde_ps_params.server_threads set it */
+/* The default: one request at a time. Threads measured faster only with many requests in flight (2
+ * workers x 8 threads: 1.3-1.6x) and slower with few (1-2 threads a worker: 0.6-0.9x), on 2 cores
+ * (tools/bench/RESULTS.md); PDDE_PS_SERVER_THREADS or pdde_ps_params.server_threads set it. */
+#define PS_SERVER_THREADS 1
 #define PS_SERVER_THREADS_MAX 64
 
 struct pdde_ps_server {
@@ -916,12 +919,23 @@ static void ps_hand_on(ps_run *run, bool *holding) {
     pthread_mutex_unlock(&run->lock);
 }
 
-/* Receives part of a request's payload; if it has not all arrived, hands the polling on first. */
+#define PS_PAYLOAD_SPIN_S 50e-6
+
+/* Receives part of a request's payload; if it has not all arrived soon, hands the polling on first. */
 static pdde_status ps_recv_payload(ps_run *run, bool *holding, void *buf, size_t count, pdde_dtype t, int peer, int tag) {
     pdde_comm_request *r = NULL;
     pdde_status st = pdde_comm_irecv(run->comm, buf, count, t, peer, tag, &r);
     int done = 0;
     if (!st) st = pdde_comm_test(r, &done);
+    /* the rest of a payload is usually microseconds behind its header: a hand-over (waking another
+     * thread) costs more than a short wait for it */
+    struct timespec since, now;
+    clock_gettime(CLOCK_MONOTONIC, &since);
+    for (bool waited = false; !st && !done && *holding && !waited;) {
+        st = pdde_comm_test(r, &done);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        waited = (double)(now.tv_sec - since.tv_sec) + 1e-9 * (double)(now.tv_nsec - since.tv_nsec) > PS_PAYLOAD_SPIN_S;
+    }
     if (!st && !done) {
         ps_hand_on(run, holding);
         /* (a timeout fails the world, as a blocking receive's does: the receive left posted would take
