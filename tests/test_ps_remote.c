@@ -1,9 +1,12 @@
 /* test_ps_remote — several threads of a worker process pulling and pushing through one client of
  * parameter servers in other processes (real processes around a TCP store this test hosts on
- * 127.0.0.1): async and sync jobs of 2 workers x 4 threads end with the table of the closed form, every
- * pull of a thread's own rows reads exactly its pushes so far and no pull reads a torn row; a thread's
- * push goes through while another thread's pull waits on the staleness bound; threads pulling 6000
- * and 800 ids at once from 2 servers all get their rows; and a server SIGKILLed
+ * 127.0.0.1), the servers serving with several threads: async, sync and geo jobs of 2 workers x 4
+ * threads end with the table of the closed form, every pull of a thread's own rows reads exactly its
+ * pushes so far and no pull reads a torn row; with a fast and a slow worker every pull is within the
+ * staleness bound of the puller's acknowledged pushes; pulls beside sync rounds read whole rounds; a
+ * worker stopped in the middle of its push holds one server thread while another worker's calls go
+ * through; a thread's push goes through while another thread's pull waits on the staleness bound;
+ * threads pulling 6000 and 800 ids at once from 2 servers all get their rows; and a server SIGKILLed
  * while 4 threads push fails every thread within the peer timeout with an error that names the server
  * and the request, its checkpoint holding every acknowledged push. */
 #define _GNU_SOURCE
