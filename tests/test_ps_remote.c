@@ -48,7 +48,7 @@ static test_ranks_params ranks_params(char *prefix, size_t n) {
 
 static pdde_ps_params job_params(pdde_ps_mode mode) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
-    p.mode = mode, p.staleness = STALENESS;
+    p.mode = mode, p.staleness = STALENESS, p.server_threads = 4; /* (servers serve requests at once unless a case says otherwise) */
     p.table.dim = DIM, p.table.optimizer = PDDE_PS_SGD, p.table.lr = LR, p.table.init_std = 0;
     return p;
 }
