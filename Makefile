@@ -257,7 +257,7 @@ test-asan:
 	PDDE_TEST_TIMEOUT=900 PDDE_TEST_SANITIZE="-fsanitize=address,undefined" $(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
-# The tests whose threads share a parameter-server table (test_dlrm_pipe) or client (test_ps_remote) under ThreadSanitizer, on the
+# The tests whose threads share a parameter-server table (test_dlrm_pipe) or client and server (test_ps_remote) under ThreadSanitizer, on the
 # portable library (no ifunc kernels: their resolvers run before TSan starts).
 test-tsan:
 	@mkdir -p $(BUILD)/tsan

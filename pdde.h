@@ -1665,8 +1665,13 @@ typedef struct {
      * restarted with load_dir = checkpoint_dir serves the rows of its last checkpoint. 0 = never. */
     const char *checkpoint_dir;
     int64_t checkpoint_every;
+    /* Servers: threads serving requests at once (pulls read beside each other and beside pushes, pushes
+     * to rows of other stripes go in parallel; the staleness bound and the sync rounds are decided one
+     * request at a time); 0 = PDDE_PS_SERVER_THREADS from the environment, else 1 (one request at a
+     * time: several threads measured faster only with many requests in flight). */
+    int server_threads;
 } pdde_ps_params;
-#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, NULL, 0}
+#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, NULL, 0, 0}
 
 typedef struct {
     pdde_ps_table_stats table;   /* of this server's shard */
@@ -1692,8 +1697,9 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 typedef struct pdde_ps_client pdde_ps_client;
 /* A worker's client. comm NULL: a single-process client over an in-process table (same API, the
  * reference for distributed runs). Thread-safe: threads' pulls and pushes are in flight at once (up to 8
- * requests; PDDE_PS_LANES=k: k, 1 = one at a time), except a sync worker's pushes and geo's calls, which
- * go one at a time. A lost or silent server fails the waiting calls within the world's timeout. */
+ * requests; PDDE_PS_LANES=k: k, 1 = one at a time), except a sync worker's pushes, which go one at a
+ * time; geo's calls read and update the local copy at once and its exchanges go one at a time. A lost or
+ * silent server fails the waiting calls within the world's timeout. */
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out);
 /* Says goodbye to the servers (not in a failed world) and frees. */
 void pdde_ps_client_free(pdde_ps_client *c);

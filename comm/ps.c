@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -647,13 +648,21 @@ int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_se
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Server */
+ * Server. Several threads serve at once (leader/follower): one thread at a time polls the workers'
+ * request headers; the one that finds a header posts that worker's next header receive and serves the
+ * request itself (its payload, the table, the reply). It hands the polling on to another thread when
+ * there is more to do at once (another header has come too) or its request has to wait (its payload
+ * is not all here), and otherwise keeps it: a request served at once costs no hand-over, as with one
+ * thread. The table locks its own stripes; the workers' clocks and states, the sync round, the
+ * deferred pulls and the stats are under the server's lock, so the staleness bound and the rounds are
+ * decided one request at a time. */
 
 typedef enum { PS_W_IDLE = 0, PS_W_ACK_WAIT, PS_W_GONE } ps_worker_state;
 
 typedef struct {
     ps_hdr hdr;
-    pdde_comm_request *req;  /* the posted receive of the next request header */
+    pdde_comm_request *req;  /* the posted receive of the next request header (the poller's) */
+    /* under the server's lock: */
     ps_worker_state state;
     int64_t clock;           /* pushes applied from this worker */
     int64_t ack_req;         /* sync: the push waiting for its round (ACK_WAIT) */
@@ -663,11 +672,20 @@ typedef struct {
     int64_t n_ids[PS_LANES], pull_req[PS_LANES];
 } ps_worker;
 
+/* The default: one request at a time. Threads measured faster only with many requests in flight (2
+ * workers x 8 threads: 1.3-1.6x) and slower with few (1-2 threads a worker: 0.6-0.9x), on 2 cores
+ * (tools/bench/RESULTS.md); PDDE_PS_SERVER_THREADS or pdde_ps_params.server_threads set it. */
+#define PS_SERVER_THREADS 1
+#define PS_SERVER_THREADS_MAX 64
+
 struct pdde_ps_server {
     pdde_context *ctx;
     pdde_ps_params p;
     int index;
     pdde_ps_table *table;
+    pthread_mutex_t lock;       /* the stats, the sync round, and a run's workers' clocks, states and deferred pulls */
+    pthread_mutex_t ckpt_lock;  /* one automatic checkpoint at a time */
+    pthread_rwlock_t round_lock;/* sync: a round is applied whole before or after a pull, never beside it */
     pdde_ps_server_stats stats;
     /* sync: the round's gradient sums */
     ps_map round_index;
@@ -675,7 +693,7 @@ struct pdde_ps_server {
     uint64_t *round_ids;
     size_t round_n, round_cap;
     char *ckpt_path;         /* automatic checkpoints: this shard's file (NULL: none) */
-    int64_t ckpt_step;       /* the table step of the last one */
+    int64_t ckpt_step;       /* the table step the last one holds (every step up to it) */
 };
 
 pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) {
@@ -683,13 +701,24 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
     int n_servers = p->n_servers > 0 ? p->n_servers : 1;
     if (server_index < 0 || server_index >= n_servers)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: index %d not in [0, %d)", server_index, n_servers);
+    if (p->server_threads < 0 || p->server_threads > PS_SERVER_THREADS_MAX)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: server_threads %d not in [0, %d]", p->server_threads, PS_SERVER_THREADS_MAX);
     pdde_ps_server *s = calloc(1, sizeof *s);
     if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "ps server: out of memory");
     s->ctx = ctx, s->p = *p, s->index = server_index;
     s->p.n_servers = n_servers;
     s->p.load_dir = s->p.checkpoint_dir = NULL;
+    pthread_mutex_init(&s->lock, NULL), pthread_mutex_init(&s->ckpt_lock, NULL), pthread_rwlock_init(&s->round_lock, NULL);
     pdde_status st = PDDE_OK;
-    if (p->checkpoint_dir && p->checkpoint_every > 0) {
+    if (!s->p.server_threads) { /* PDDE_PS_SERVER_THREADS=k: k threads (1: one request at a time) */
+        const char *env = getenv("PDDE_PS_SERVER_THREADS");
+        char *end = NULL;
+        long k = env ? strtol(env, &end, 10) : PS_SERVER_THREADS;
+        if (env && (end == env || *end || k < 1 || k > PS_SERVER_THREADS_MAX))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: PDDE_PS_SERVER_THREADS=%s is not a count in [1, %d]", env, PS_SERVER_THREADS_MAX);
+        s->p.server_threads = (int)k;
+    }
+    if (!st && p->checkpoint_dir && p->checkpoint_every > 0) {
         char path[4096];
         if (pdde_ps_shard_path(path, sizeof path, p->checkpoint_dir, server_index, n_servers) >= (int)sizeof path || !(s->ckpt_path = strdup(path)))
             st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: checkpoint directory %s: path too long or out of memory", p->checkpoint_dir);
@@ -701,7 +730,7 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
         st = pdde_ps_table_load(s->table, path);
     }
     if (st) { pdde_ps_server_free(s); return st; }
-    s->ckpt_step = s->table->step;
+    s->ckpt_step = ps_step(s->table);
     *out = s;
     return PDDE_OK;
 }
@@ -712,27 +741,40 @@ void pdde_ps_server_free(pdde_ps_server *s) {
     ps_map_free(&s->round_index);
     free(s->round_sum), free(s->round_ids);
     free(s->ckpt_path);
+    pthread_mutex_destroy(&s->lock), pthread_mutex_destroy(&s->ckpt_lock), pthread_rwlock_destroy(&s->round_lock);
     free(s);
 }
 
 pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s->table; }
 
 void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&s->lock); /* (the lock is not the server's contents) */
     *out = s->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&s->lock);
     pdde_ps_table_stats_get(s->table, &out->table);
 }
 
 /* Writes the automatic checkpoint when checkpoint_every steps have passed since the last (or, force,
- * any step). Called before the step is acknowledged: a worker that saw its push acknowledged past a
- * checkpoint step knows the checkpoint holds it. */
-static pdde_status ps_auto_checkpoint(pdde_ps_server *s, bool force) {
-    int64_t step = s->table->step;
-    if (!s->ckpt_path || step == s->ckpt_step || (!force && step - s->ckpt_step < s->p.checkpoint_every)) return PDDE_OK;
-    pdde_status st = pdde_ps_table_save(s->table, s->ckpt_path);
-    if (st) { fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx)); return st; }
-    s->ckpt_step = step;
-    s->stats.checkpoints++;
-    return PDDE_OK;
+ * any step). step: the table's step read after the caller's own step was applied; a checkpoint that
+ * already holds it is enough. Called before the step is acknowledged: a worker that saw its push
+ * acknowledged past a checkpoint step knows the checkpoint holds it. */
+static pdde_status ps_auto_checkpoint(pdde_ps_server *s, int64_t step, bool force) {
+    if (!s->ckpt_path) return PDDE_OK;
+    pthread_mutex_lock(&s->ckpt_lock);
+    pdde_status st = PDDE_OK;
+    if (step > s->ckpt_step && (force || step - s->ckpt_step >= s->p.checkpoint_every)) {
+        /* every step up to `held` is complete (a push counts its step once all its rows are written),
+         * so the file, written after, holds them all */
+        int64_t held = ps_step(s->table);
+        if ((st = pdde_ps_table_save(s->table, s->ckpt_path)))
+            fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx));
+        else {
+            s->ckpt_step = held;
+            pthread_mutex_lock(&s->lock), s->stats.checkpoints++, pthread_mutex_unlock(&s->lock);
+        }
+    }
+    pthread_mutex_unlock(&s->ckpt_lock);
+    return st;
 }
 
 /* The reply header of request req (on its lane's tags). */
@@ -741,7 +783,7 @@ static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t req, int64_t stat
     return pdde_comm_send(comm, &h, PS_HDR_WORDS, PDDE_I64, peer, ps_tag(ps_lane_of(req), PS_TAG_REPLY));
 }
 
-/* Adds one worker's push to the round's sums (sync mode). */
+/* Adds one worker's push to the round's sums (sync mode; the caller holds the server's lock). */
 static pdde_status ps_round_add(pdde_ps_server *s, int64_t n, const uint64_t *ids, const float *g) {
     int C = s->p.table.dim;
     for (int64_t i = 0; i < n; i++) {
@@ -774,44 +816,72 @@ static int64_t ps_min_clock(const ps_worker *w, int n) {
     return m;
 }
 
+/* How many pushes worker i is ahead of the slowest worker still here. */
+static int64_t ps_ahead(const ps_worker *w, int nw, int i) { return w[i].clock - ps_min_clock(w, nw); }
+
 /* Answers a pull: rows of the ids. */
 static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, int64_t req, const uint64_t *ids, int64_t n) {
     int C = s->p.table.dim;
     float *rows = n ? malloc((size_t)n * C * sizeof(float)) : NULL;
     if (n && !rows) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory (pull of %lld rows)", (long long)n);
+    bool sync = s->p.mode == PDDE_PS_SYNC;
+    if (sync) pthread_rwlock_rdlock(&s->round_lock);
     pdde_status st = pdde_ps_table_pull(s->table, (size_t)n, ids, rows);
+    if (sync) pthread_rwlock_unlock(&s->round_lock);
     if (st && n) memset(rows, 0, (size_t)n * C * sizeof(float)); /* (the rows go all the same: the client posted their receive) */
     pdde_status sr = ps_reply(comm, peer, req, st, n);
     if (!sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, ps_tag(ps_lane_of(req), PS_TAG_ROWS));
     free(rows);
-    s->stats.pulls++;
+    pthread_mutex_lock(&s->lock), s->stats.pulls++, pthread_mutex_unlock(&s->lock);
     return sr;
 }
 
-/* Async: serves the deferred pulls the staleness bound now allows. */
-static pdde_status ps_release_pulls(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
-    int64_t min = ps_min_clock(w, nw);
+/* A pull the staleness bound holds back, taken out of its worker once the bound allows it. */
+typedef struct { int peer; int64_t req, n; uint64_t *ids; } ps_pull;
+
+/* Async: takes one deferred pull that the staleness bound now allows (false: none). The caller holds
+ * the server's lock. */
+static bool ps_take_released(pdde_ps_server *s, ps_worker *w, int nw, ps_pull *out) {
     for (int i = 0; i < nw; i++) {
-        if (!w[i].deferred || w[i].clock - min > s->p.staleness) continue;
-        if (w[i].clock - min > s->stats.max_staleness) s->stats.max_staleness = w[i].clock - min;
+        int64_t ahead = w[i].deferred ? ps_ahead(w, nw, i) : 0;
+        if (!w[i].deferred || ahead > s->p.staleness) continue;
+        if (ahead > s->stats.max_staleness) s->stats.max_staleness = ahead;
         for (int l = 0; l < PS_LANES; l++) {
             if (!(w[i].deferred & 1u << l)) continue;
-            pdde_status st = ps_serve_pull(s, comm, s->p.n_servers + i, w[i].pull_req[l], w[i].ids[l], w[i].n_ids[l]);
-            free(w[i].ids[l]), w[i].ids[l] = NULL;
+            *out = (ps_pull){s->p.n_servers + i, w[i].pull_req[l], w[i].n_ids[l], w[i].ids[l]};
+            w[i].ids[l] = NULL;
             w[i].deferred &= ~(1u << l);
-            if (st) return st;
+            return true;
         }
     }
-    return PDDE_OK;
+    return false;
 }
 
-/* Sync: once every worker still here has pushed, applies the round and acknowledges. */
+/* Async: serves the deferred pulls the staleness bound now allows (after a clock moved). */
+static pdde_status ps_release_pulls(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
+    pdde_status st = PDDE_OK;
+    for (;;) {
+        ps_pull q;
+        pthread_mutex_lock(&s->lock);
+        bool any = ps_take_released(s, w, nw, &q);
+        pthread_mutex_unlock(&s->lock);
+        if (!any) return st;
+        pdde_status sp = ps_serve_pull(s, comm, q.peer, q.req, q.ids, q.n);
+        free(q.ids);
+        if (!st) st = sp;
+    }
+}
+
+/* Sync: once every worker still here has pushed, applies the round and acknowledges. The caller holds
+ * the server's lock. */
 static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
     int waiting = 0, live = 0;
     for (int i = 0; i < nw; i++) live += w[i].state != PS_W_GONE, waiting += w[i].state == PS_W_ACK_WAIT;
     if (!waiting || waiting < live) return PDDE_OK;
+    pthread_rwlock_wrlock(&s->round_lock);
     pdde_status st = pdde_ps_table_push(s->table, s->round_n, s->round_ids, s->round_sum, 1.0f / (float)waiting);
-    if (!st) st = ps_auto_checkpoint(s, false);
+    pthread_rwlock_unlock(&s->round_lock);
+    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), false);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     for (int i = 0; i < nw; i++) {
@@ -823,14 +893,72 @@ static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker 
     return st;
 }
 
-/* Handles worker i's request (its header has arrived). */
-static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw, int i) {
-    int peer = s->p.n_servers + i, C = s->p.table.dim;
-    ps_hdr h = w[i].hdr;
+/* One run of the server: its workers and the threads serving them. */
+typedef struct {
+    pdde_ps_server *s;
+    pdde_comm *comm;
+    ps_worker *w;
+    int nw;
+    pthread_mutex_t lock;       /* the poll role, the count of workers here, the first error */
+    pthread_cond_t cv;
+    bool polling;               /* a thread holds the poll role */
+    int live;                   /* workers that have not said goodbye */
+    int idle;                   /* the poller's back-off: polls in a row that found nothing */
+    _Atomic int busy;           /* threads serving a request */
+    _Atomic int failed;
+    pdde_status st;
+    char err[1024];
+} ps_run;
+
+/* Gives the poll role up (when this thread holds it), so that another thread polls meanwhile. */
+static void ps_hand_on(ps_run *run, bool *holding) {
+    if (!*holding) return;
+    *holding = false;
+    pthread_mutex_lock(&run->lock);
+    run->polling = false;
+    pthread_cond_signal(&run->cv);
+    pthread_mutex_unlock(&run->lock);
+}
+
+#define PS_PAYLOAD_SPIN_S 50e-6
+
+/* Receives part of a request's payload; if it has not all arrived soon, hands the polling on first. */
+static pdde_status ps_recv_payload(ps_run *run, bool *holding, void *buf, size_t count, pdde_dtype t, int peer, int tag) {
+    pdde_comm_request *r = NULL;
+    pdde_status st = pdde_comm_irecv(run->comm, buf, count, t, peer, tag, &r);
+    int done = 0;
+    if (!st) st = pdde_comm_test(r, &done);
+    /* the rest of a payload is usually microseconds behind its header: a hand-over (waking another
+     * thread) costs more than a short wait for it */
+    struct timespec since, now;
+    clock_gettime(CLOCK_MONOTONIC, &since);
+    for (bool waited = false; !st && !done && *holding && !waited;) {
+        st = pdde_comm_test(r, &done);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        waited = (double)(now.tv_sec - since.tv_sec) + 1e-9 * (double)(now.tv_nsec - since.tv_nsec) > PS_PAYLOAD_SPIN_S;
+    }
+    if (!st && !done) {
+        ps_hand_on(run, holding);
+        /* (a timeout fails the world, as a blocking receive's does: the receive left posted would take
+         * the lane's next payload) */
+        if ((st = pdde_comm_wait(r, -1)) == PDDE_ERR_TIMEOUT) pdde_comm_abort(run->comm);
+    }
+    pdde_comm_request_free(r);
+    return st;
+}
+
+/* Handles worker i's request h (its header has arrived; its payload follows on the lane's tags).
+ * holding: this thread holds the poll role (given up where the request has to wait). */
+static pdde_status ps_handle(ps_run *run, int i, ps_hdr h, bool *holding) {
+    pdde_ps_server *s = run->s;
+    pdde_comm *comm = run->comm;
+    ps_worker *w = run->w;
+    int nw = run->nw, peer = s->p.n_servers + i, C = s->p.table.dim;
     pdde_status st = PDDE_OK;
     uint64_t *ids = NULL;
     float *vals = NULL;
     int lane = ps_lane_of(h.req);
+    bool async = s->p.mode == PDDE_PS_ASYNC;
     if (h.n < 0 || h.n > ((int64_t)1 << 32) || lane >= PS_LANES)
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request %lld (op %lld) from rank %d with %lld ids (lanes: %d)",
                           s->index, (long long)h.req, (long long)h.op, peer, (long long)h.n, PS_LANES);
@@ -838,46 +966,65 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         /* SAVE sends its path as bytes in an i64 array of ceil(len / 8) + 1 words */
         size_t words = h.op == PS_SAVE ? (size_t)h.n / 8 + 1 : (size_t)h.n;
         if (words && !(ids = calloc(words, 8))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
-        if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, ps_tag(lane, PS_TAG_IDS));
+        if (words) st = ps_recv_payload(run, holding, ids, words, PDDE_I64, peer, ps_tag(lane, PS_TAG_IDS));
     }
     if (!st && (h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET) && h.n) {
         if (!(vals = malloc((size_t)h.n * C * sizeof(float)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
-        else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, ps_tag(lane, PS_TAG_VALS));
+        else st = ps_recv_payload(run, holding, vals, (size_t)h.n * C, PDDE_F32, peer, ps_tag(lane, PS_TAG_VALS));
     }
     /* everything of the request is here (or the worker is gone and nothing is applied) */
     if (!st) switch (h.op) {
     case PS_PULL:
-        if (s->p.mode == PDDE_PS_ASYNC) {
-            if (w[i].deferred & 1u << lane) { /* (its lane has one outstanding: the client broke the protocol) */
+        if (async) { /* served now if the staleness bound allows, else when the slowest worker catches up */
+            pthread_mutex_lock(&s->lock);
+            int64_t ahead = ps_ahead(w, nw, i);
+            bool now = ahead <= s->p.staleness;
+            if (w[i].deferred & 1u << lane) /* (its lane has one outstanding: the client broke the protocol) */
                 st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: rank %d sent pull %lld on lane %d, which has one waiting",
                                 s->index, peer, (long long)h.req, lane);
-                break;
+            else if (now) {
+                if (ahead > s->stats.max_staleness) s->stats.max_staleness = ahead;
+            } else {
+                w[i].deferred |= 1u << lane, w[i].ids[lane] = ids, w[i].n_ids[lane] = h.n, w[i].pull_req[lane] = h.req, ids = NULL;
+                s->stats.deferred_pulls++;
             }
-            w[i].deferred |= 1u << lane, w[i].ids[lane] = ids, w[i].n_ids[lane] = h.n, w[i].pull_req[lane] = h.req, ids = NULL;
-            int64_t min = ps_min_clock(w, nw);
-            if (w[i].clock - min > s->p.staleness) s->stats.deferred_pulls++;
-            st = ps_release_pulls(s, comm, w, nw);
+            pthread_mutex_unlock(&s->lock);
+            if (!st && now) st = ps_serve_pull(s, comm, peer, h.req, ids, h.n);
         } else st = ps_serve_pull(s, comm, peer, h.req, ids, h.n);
         break;
     case PS_PUSH:
-        s->stats.pushes++;
-        w[i].clock++;
-        if (s->p.mode == PDDE_PS_SYNC) {
+        if (s->p.mode == PDDE_PS_SYNC) { /* the round is the server's: one push at a time adds to it */
+            pthread_mutex_lock(&s->lock);
+            s->stats.pushes++;
+            w[i].clock++;
             st = ps_round_add(s, h.n, ids, vals);
             w[i].state = PS_W_ACK_WAIT, w[i].ack_req = h.req;
             if (!st) st = ps_close_round(s, comm, w, nw);
+            pthread_mutex_unlock(&s->lock);
         } else {
+            /* applied beside other pushes (the table's stripes), then counted: the worker's clock
+             * moves once its push is in the table and before it is acknowledged, so a pull the
+             * bound releases sees it and the worker's next pull is measured with it */
             pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
-            if (!sa) sa = ps_auto_checkpoint(s, false);
+            if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false);
+            pthread_mutex_lock(&s->lock);
+            s->stats.pushes++;
+            w[i].clock++;
+            pthread_mutex_unlock(&s->lock);
             st = ps_reply(comm, peer, h.req, sa, 0);
-            if (!st && s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
+            if (async) {
+                pdde_status sr = ps_release_pulls(s, comm, w, nw);
+                if (!st) st = sr;
+            }
         }
         break;
     case PS_ADD: {
+        pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
+        if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false);
+        pthread_mutex_lock(&s->lock);
         s->stats.pushes++;
         w[i].clock++;
-        pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
-        if (!sa) sa = ps_auto_checkpoint(s, false);
+        pthread_mutex_unlock(&s->lock);
         st = ps_reply(comm, peer, h.req, sa, 0);
         break;
     }
@@ -902,9 +1049,11 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         break;
     }
     case PS_BYE:
+        pthread_mutex_lock(&s->lock);
         w[i].state = PS_W_GONE;
         if (s->p.mode == PDDE_PS_SYNC) st = ps_close_round(s, comm, w, nw);
-        else if (s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
+        pthread_mutex_unlock(&s->lock);
+        if (async) st = ps_release_pulls(s, comm, w, nw);
         break;
     default:
         st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: unknown request op %lld from rank %d", s->index, (long long)h.op, peer);
@@ -913,43 +1062,120 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
     return st;
 }
 
+/* Records a thread's failure (the first one's message is the run's) and stops the others. */
+static void ps_run_fail(ps_run *run, pdde_status st) {
+    pthread_mutex_lock(&run->lock);
+    if (!run->st) run->st = st, snprintf(run->err, sizeof run->err, "%s", pdde_last_error(run->s->ctx));
+    atomic_store(&run->failed, 1);
+    pthread_cond_broadcast(&run->cv);
+    pthread_mutex_unlock(&run->lock);
+}
+
+/* The poller: waits for a worker's request header; on one, posts that worker's next header receive
+ * (none after its goodbye) and returns the worker (-1: every worker has gone, or the run failed);
+ * *more: another worker's header has come too. */
+static int ps_poll(ps_run *run, ps_hdr *h, pdde_status *st, bool *more) {
+    ps_worker *w = run->w;
+    *st = PDDE_OK;
+    for (;;) {
+        if (atomic_load(&run->failed)) return -1;
+        int any = 0;
+        for (int i = 0; i < run->nw; i++) {
+            if (!w[i].req) continue;
+            any = 1;
+            int done = 0;
+            if ((*st = pdde_comm_test(w[i].req, &done))) return -1;
+            if (!done) continue;
+            pdde_comm_request_free(w[i].req);
+            w[i].req = NULL;
+            *h = w[i].hdr;
+            run->idle = 0;
+            if (h->op == PS_BYE) { /* (the last goodbye ends the run: every waiting thread is told) */
+                pthread_mutex_lock(&run->lock);
+                if (--run->live == 0) pthread_cond_broadcast(&run->cv);
+                pthread_mutex_unlock(&run->lock);
+            }
+            else *st = pdde_comm_irecv(run->comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, run->s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
+            *more = false;
+            for (int j = i; j < run->nw && !*st && !*more; j++) { /* (this worker's next header too; a finished receive stays finished for the next poll) */
+                int other = 0;
+                if (w[j].req && !(*st = pdde_comm_test(w[j].req, &other))) *more = other;
+            }
+            return *st ? -1 : i;
+        }
+        if (!any) return -1;
+        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core; while
+         * other threads serve, the poller gives them its core between polls (cores may be few) */
+        if (++run->idle > 64) usleep(run->idle > 1000 ? 200 : 20);
+        else if (atomic_load(&run->busy)) sched_yield();
+    }
+}
+
+/* A serving thread: takes the poll role when it is free (or keeps it from its last request), polls,
+ * and serves what it found. */
+static void *ps_serve_thread(void *arg) {
+    ps_run *run = arg;
+    bool holding = false;
+    for (;;) {
+        if (!holding) {
+            pthread_mutex_lock(&run->lock);
+            while (run->polling && run->live > 0 && !run->st) { /* (every wait bounded: the state is checked again) */
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 100 * 1000000L;
+                if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&run->cv, &run->lock, &until);
+            }
+            bool stop = run->live == 0 || run->st;
+            if (!stop) run->polling = true;
+            pthread_mutex_unlock(&run->lock);
+            if (stop) return NULL;
+            holding = true;
+        }
+        ps_hdr h = {0};
+        pdde_status st;
+        bool more = false;
+        int i = ps_poll(run, &h, &st, &more);
+        if (st || i < 0 || more) ps_hand_on(run, &holding);
+        if (st) ps_run_fail(run, st);
+        else if (i >= 0) {
+            atomic_fetch_add(&run->busy, 1);
+            if ((st = ps_handle(run, i, h, &holding))) ps_run_fail(run, st);
+            atomic_fetch_sub(&run->busy, 1);
+        }
+    }
+}
+
 pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
     int size = pdde_comm_size(comm), nw = size - s->p.n_servers;
     if (nw <= 0 || pdde_comm_rank(comm) != s->index)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "ps server %d: runs on rank %d of %d ranks with %d servers",
                           s->index, pdde_comm_rank(comm), size, s->p.n_servers);
-    ps_worker *w = calloc((size_t)nw, sizeof *w);
-    if (!w) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+    ps_run run = {.s = s, .comm = comm, .nw = nw, .live = nw};
+    if (!(run.w = calloc((size_t)nw, sizeof *run.w))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+    pthread_mutex_init(&run.lock, NULL), pthread_cond_init(&run.cv, NULL);
+    atomic_init(&run.failed, 0), atomic_init(&run.busy, 0);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     pdde_status st = PDDE_OK;
-    int live = nw, idle = 0;
     for (int i = 0; i < nw && !st; i++)
-        st = pdde_comm_irecv(comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
-    while (!st && live > 0) {
-        int progressed = 0;
-        for (int i = 0; i < nw && !st; i++) {
-            if (!w[i].req) continue;
-            int done = 0;
-            st = pdde_comm_test(w[i].req, &done);
-            if (st || !done) continue;
-            pdde_comm_request_free(w[i].req);
-            w[i].req = NULL;
-            progressed = 1;
-            st = ps_handle(s, comm, w, nw, i);
-            if (!st && w[i].state == PS_W_GONE) live--;
-            else if (!st) st = pdde_comm_irecv(comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
-        }
-        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core */
-        if (progressed) idle = 0;
-        else if (++idle > 64) usleep(idle > 1000 ? 200 : 20);
+        st = pdde_comm_irecv(comm, &run.w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &run.w[i].req);
+    if (!st) {
+        /* this thread serves too; threads that cannot be made leave the others to it */
+        pthread_t th[PS_SERVER_THREADS_MAX];
+        int n = 0;
+        while (n + 1 < s->p.server_threads && pthread_create(&th[n], NULL, ps_serve_thread, &run) == 0) n++;
+        ps_serve_thread(&run);
+        for (int k = 0; k < n; k++) pthread_join(th[k], NULL); /* (each returns within the world's timeouts) */
+        if ((st = run.st)) pdde_error(s->ctx, st, "%s", run.err); /* (the failing thread's message, on this thread) */
     }
     for (int i = 0; i < nw; i++) {
-        if (w[i].req) pdde_comm_request_free(w[i].req);
-        for (int l = 0; l < PS_LANES; l++) free(w[i].ids[l]);
+        if (run.w[i].req) pdde_comm_request_free(run.w[i].req);
+        for (int l = 0; l < PS_LANES; l++) free(run.w[i].ids[l]);
     }
-    free(w);
-    if (!st) st = ps_auto_checkpoint(s, true); /* the job's last steps */
+    free(run.w);
+    pthread_mutex_destroy(&run.lock), pthread_cond_destroy(&run.cv);
+    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), true); /* the job's last steps */
     return st;
 }
 
@@ -972,7 +1198,8 @@ struct pdde_ps_client {
     pdde_comm *comm;           /* NULL: local table */
     pdde_ps_params p;
     pdde_ps_table *local;      /* single-process mode (the table takes its own locks: threads share it) */
-    pthread_mutex_t lock;      /* geo: the local copy; sync: one push at a time (a worker's share of a round) */
+    pthread_mutex_t lock;      /* geo: one exchange at a time; sync: one push at a time (a worker's share of a round) */
+    pthread_rwlock_t geo_lock; /* geo: the local copy */
     /* requests to the servers: a thread takes a free lane for each (several threads, several in flight) */
     pthread_mutex_t lane_lock;
     pthread_cond_t lane_cv;
@@ -989,6 +1216,7 @@ struct pdde_ps_client {
     size_t geo_n, geo_cap;
     double geo_delta_sum;
     int64_t kill_at_push;      /* PDDE_TEST_PS_KILL_AT_PUSH: die by SIGKILL in the middle of that push (fault tests) */
+    int64_t stop_at_push;      /* PDDE_TEST_PS_STOP_AT_PUSH: stop (SIGSTOP) there, its ids sent and its values not (tests) */
 };
 
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) {
@@ -1001,12 +1229,15 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     if (c->p.table.lr == 0) c->p.table.lr = 0.01f;
     const char *kill_at = getenv("PDDE_TEST_PS_KILL_AT_PUSH");
     c->kill_at_push = kill_at ? strtoll(kill_at, NULL, 10) : 0;
+    const char *stop_at = getenv("PDDE_TEST_PS_STOP_AT_PUSH");
+    c->stop_at_push = stop_at ? strtoll(stop_at, NULL, 10) : 0;
     /* PDDE_PS_LANES=k: at most k requests in flight (1: one at a time, as a single lock would) */
     const char *lanes = getenv("PDDE_PS_LANES"), *timeout = getenv("PDDE_COMM_TIMEOUT");
     c->n_lanes = lanes && atoi(lanes) > 0 ? (atoi(lanes) < PS_LANES ? atoi(lanes) : PS_LANES) : PS_LANES;
     c->timeout_s = timeout && atof(timeout) > 0 ? atof(timeout) : 300;
     atomic_init(&c->clock, 0), atomic_init(&c->pushes, 0);
     pthread_mutex_init(&c->lock, NULL), pthread_mutex_init(&c->lane_lock, NULL), pthread_cond_init(&c->lane_cv, NULL);
+    pthread_rwlock_init(&c->geo_lock, NULL);
     pdde_status st = PDDE_OK;
     int ns = c->p.n_servers;
     if (!comm) {
@@ -1130,6 +1361,7 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
         st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
         if (!st && h.n) st = pdde_comm_send(c->comm, L->ids[s], (size_t)h.n, PDDE_I64, s, ps_tag(lane, PS_TAG_IDS));
         if (!st && op == PS_PUSH && c->kill_at_push == atomic_load(&c->pushes) + 1) raise(SIGKILL);
+        if (!st && op == PS_PUSH && c->stop_at_push == atomic_load(&c->pushes) + 1) raise(SIGSTOP);
         if (!st && vals && h.n) st = pdde_comm_send(c->comm, L->vals[s], (size_t)h.n * C, PDDE_F32, s, ps_tag(lane, PS_TAG_VALS));
         if (st) st = ps_failed(c, st, op, req, L->count[s], s);
     }
@@ -1165,15 +1397,31 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
     return st;
 }
 
-/* Geo: pulls the rows not yet held locally into the local copy. */
+/* Geo's local copy: threads read it at once and update it one at a time (geo_lock); an exchange holds
+ * it only to take the change and to refresh, not while its requests travel. */
+
+/* Geo: pulls the rows of ids not held locally into the local copy. No lock is held while they travel;
+ * a row another thread added meanwhile is kept. */
 static pdde_status ps_geo_fetch(pdde_ps_client *c, size_t n, const uint64_t *ids) {
     int C = c->p.table.dim;
-    uint64_t *miss = malloc((n ? n : 1) * sizeof *miss);
-    if (!miss) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    uint64_t *miss = NULL;
     size_t m = 0;
-    pdde_status st = PDDE_OK;
-    for (size_t i = 0; i < n && !st; i++) {
+    bool oom = false;
+    pthread_rwlock_rdlock(&c->geo_lock);
+    for (size_t i = 0; i < n && !oom; i++) {
         if (ps_map_find(&c->geo_index, ids[i])) continue;
+        if (!miss && !(miss = malloc(n * sizeof *miss))) oom = true;
+        else miss[m++] = ids[i];
+    }
+    pthread_rwlock_unlock(&c->geo_lock);
+    if (oom) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    if (!m) return PDDE_OK;
+    float *rows = malloc(m * C * sizeof(float));
+    pdde_status st = rows ? ps_request(c, PS_PULL, m, miss, NULL, rows) : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    bool locked = !st;
+    if (locked) pthread_rwlock_wrlock(&c->geo_lock);
+    for (size_t k = 0; k < m && !st; k++) {
+        if (ps_map_find(&c->geo_index, miss[k])) continue; /* (added meanwhile, or twice in ids) */
         if (c->geo_n == c->geo_cap) {
             size_t cap = c->geo_cap ? 2 * c->geo_cap : 1024;
             float *cur = realloc(c->geo_cur, cap * C * sizeof(float));
@@ -1186,67 +1434,97 @@ static pdde_status ps_geo_fetch(pdde_ps_client *c, size_t n, const uint64_t *ids
             if (!tt) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory (geo copy)"); break; }
             c->geo_touched = tt, c->geo_cap = cap;
         }
-        if (!ps_map_insert(&c->geo_index, ids[i], (uint32_t)c->geo_n)) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory"); break; }
-        c->geo_ids[c->geo_n] = ids[i], c->geo_touched[c->geo_n] = 0;
-        c->geo_n++;
-        miss[m++] = ids[i];
+        if (!ps_map_insert(&c->geo_index, miss[k], (uint32_t)c->geo_n)) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory"); break; }
+        size_t r = c->geo_n++;
+        c->geo_ids[r] = miss[k], c->geo_touched[r] = 0;
+        memcpy(c->geo_cur + r * C, rows + k * C, C * sizeof(float));
+        memcpy(c->geo_base + r * C, rows + k * C, C * sizeof(float));
     }
-    if (!st && m) {
-        float *rows = malloc(m * C * sizeof(float));
-        if (!rows) st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
-        if (!st) st = ps_request(c, PS_PULL, m, miss, NULL, rows);
-        for (size_t k = 0; !st && k < m; k++) {
-            uint32_t r = *ps_map_find(&c->geo_index, miss[k]);
-            memcpy(c->geo_cur + (size_t)r * C, rows + k * C, C * sizeof(float));
-            memcpy(c->geo_base + (size_t)r * C, rows + k * C, C * sizeof(float));
-        }
-        free(rows);
-    }
-    free(miss);
+    if (locked) pthread_rwlock_unlock(&c->geo_lock);
+    free(rows), free(miss);
     return st;
 }
 
-/* Geo: sends (local - base) of the touched rows, then refreshes them from the servers. */
+/* Geo: sends (local - base) of the touched rows, then refreshes them from the servers. One exchange at a
+ * time (lock): a refresh must not be overwritten by an older one. Pulls and pushes go on beside it: a
+ * row's change made after the exchange took it stays in the copy on top of the refreshed row. */
 static pdde_status ps_geo_exchange(pdde_ps_client *c) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + c->timeout_s;
+    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    if (pthread_mutex_timedlock(&c->lock, &until))
+        return pdde_error(c->ctx, PDDE_ERR_TIMEOUT, "ps client: a geo exchange waited %.3g s for the one in flight", c->timeout_s);
     int C = c->p.table.dim;
-    size_t m = 0;
+    pthread_rwlock_wrlock(&c->geo_lock);
+    size_t m = 0, k = 0;
     for (size_t r = 0; r < c->geo_n; r++) m += c->geo_touched[r];
-    uint64_t *ids = malloc((m ? m : 1) * sizeof *ids);
-    float *d = malloc((m ? m : 1) * C * sizeof(float));
-    pdde_status st = ids && d ? PDDE_OK : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
-    size_t k = 0;
-    for (size_t r = 0; r < c->geo_n && !st; r++) {
+    uint64_t *ids = calloc(m ? m : 1, sizeof *ids);
+    float *d = malloc((m ? m : 1) * C * sizeof(float)), *taken = malloc((m ? m : 1) * C * sizeof(float));
+    pdde_status st = ids && d && taken ? PDDE_OK : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    for (size_t r = 0; r < c->geo_n && !st; r++) { /* the change, and each row as it was when taken */
         if (!c->geo_touched[r]) continue;
         ids[k] = c->geo_ids[r];
         for (int j = 0; j < C; j++) d[k * C + j] = c->geo_cur[r * C + j] - c->geo_base[r * C + j];
+        memcpy(taken + k * C, c->geo_cur + r * C, C * sizeof(float));
+        c->geo_touched[r] = 0;
         k++;
     }
+    pthread_rwlock_unlock(&c->geo_lock);
+    bool added = false;
     if (!st) st = ps_request(c, PS_ADD, m, ids, d, NULL);
     if (!st) {
+        added = true;
         for (size_t j = 0; j < m * C; j++) c->geo_delta_sum += d[j];
         c->clock++;
         st = ps_request(c, PS_PULL, m, ids, NULL, d);
     }
-    for (size_t j = 0; !st && j < m; j++) {
-        uint32_t r = *ps_map_find(&c->geo_index, ids[j]);
-        memcpy(c->geo_cur + (size_t)r * C, d + j * C, C * sizeof(float));
-        memcpy(c->geo_base + (size_t)r * C, d + j * C, C * sizeof(float));
-        c->geo_touched[r] = 0;
+    pthread_rwlock_wrlock(&c->geo_lock);
+    for (size_t j = 0; j < k; j++) {
+        size_t r = *ps_map_find(&c->geo_index, ids[j]);
+        float *cur = c->geo_cur + r * C, *base = c->geo_base + r * C;
+        if (!added) c->geo_touched[r] = 1; /* (not sent: the change stays pending) */
+        else if (st) memcpy(base, taken + j * C, C * sizeof(float)); /* (sent, not refreshed: the base is what was sent) */
+        else
+            for (int q = 0; q < C; q++) { /* refreshed: the server's row, plus what changed here since it was taken */
+                float since = cur[q] - taken[j * C + q];
+                base[q] = d[j * C + q], cur[q] = d[j * C + q] + since;
+            }
     }
-    free(ids), free(d);
+    pthread_rwlock_unlock(&c->geo_lock);
+    pthread_mutex_unlock(&c->lock);
+    free(ids), free(d), free(taken);
     return st;
 }
 
-/* Geo's local copy is the client's (one thread at a time); sync and async requests go on lanes, at once. */
+/* Geo: local SGD on the copy; every geo_steps pushes (of all threads) the exchange. */
+static pdde_status ps_geo_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) {
+    int C = c->p.table.dim;
+    float lr = c->p.table.lr;
+    pdde_status st = ps_geo_fetch(c, n, ids);
+    if (st) return st;
+    pthread_rwlock_wrlock(&c->geo_lock);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = *ps_map_find(&c->geo_index, ids[i]);
+        for (int j = 0; j < C; j++) c->geo_cur[(size_t)r * C + j] -= lr * grads[i * C + j];
+        c->geo_touched[r] = 1;
+    }
+    pthread_rwlock_unlock(&c->geo_lock);
+    if ((atomic_fetch_add(&c->pushes, 1) + 1) % c->p.geo_steps == 0) st = ps_geo_exchange(c);
+    return st;
+}
+
+/* Sync and async requests go on lanes, at once; geo reads its local copy. */
 pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) {
     if (!c->comm) return pdde_ps_table_pull(c->local, n, ids, out);
     if (c->p.mode != PDDE_PS_GEO) return ps_request(c, PS_PULL, n, ids, NULL, out);
-    pthread_mutex_lock(&c->lock);
     int C = c->p.table.dim;
     pdde_status st = ps_geo_fetch(c, n, ids);
-    for (size_t i = 0; i < n && !st; i++)
+    if (st) return st;
+    pthread_rwlock_rdlock(&c->geo_lock);
+    for (size_t i = 0; i < n; i++)
         memcpy(out + i * C, c->geo_cur + (size_t)*ps_map_find(&c->geo_index, ids[i]) * C, C * sizeof(float));
-    pthread_mutex_unlock(&c->lock);
+    pthread_rwlock_unlock(&c->geo_lock);
     return st;
 }
 
@@ -1256,26 +1534,16 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
         if (!st) c->pushes++;
         return st;
     }
+    if (c->p.mode == PDDE_PS_GEO) return ps_geo_push(c, n, ids, grads);
     /* async: pushes of several threads in flight at once; sync: a worker's push is its share of a
      * round, so its pushes go one at a time (its pulls meanwhile go on) */
-    bool one_at_a_time = c->p.mode != PDDE_PS_ASYNC;
+    bool one_at_a_time = c->p.mode == PDDE_PS_SYNC;
     if (one_at_a_time) pthread_mutex_lock(&c->lock);
-    pdde_status st = PDDE_OK;
-    int C = c->p.table.dim;
-    if (c->p.mode == PDDE_PS_GEO) { /* local SGD on the copy; the exchange every geo_steps */
-        st = ps_geo_fetch(c, n, ids);
-        float lr = c->p.table.lr;
-        for (size_t i = 0; i < n && !st; i++) {
-            uint32_t r = *ps_map_find(&c->geo_index, ids[i]);
-            for (int j = 0; j < C; j++) c->geo_cur[(size_t)r * C + j] -= lr * grads[i * C + j];
-            c->geo_touched[r] = 1;
-        }
-        if (!st && (c->pushes + 1) % c->p.geo_steps == 0) st = ps_geo_exchange(c);
-    } else {
-        st = ps_request(c, PS_PUSH, n, ids, grads, NULL);
-        if (!st) c->clock++;
+    pdde_status st = ps_request(c, PS_PUSH, n, ids, grads, NULL);
+    if (!st) {
+        c->clock++;
+        c->pushes++;
     }
-    if (!st) c->pushes++;
     if (one_at_a_time) pthread_mutex_unlock(&c->lock);
     return st;
 }
@@ -1286,10 +1554,7 @@ pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids,
 }
 
 pdde_status pdde_ps_client_flush(pdde_ps_client *c) {
-    pthread_mutex_lock(&c->lock);
-    pdde_status st = c->comm && c->p.mode == PDDE_PS_GEO ? ps_geo_exchange(c) : PDDE_OK;
-    pthread_mutex_unlock(&c->lock);
-    return st;
+    return c->comm && c->p.mode == PDDE_PS_GEO ? ps_geo_exchange(c) : PDDE_OK;
 }
 
 /* A request that carries no ids to one server or every one (SAVE carries its path), on a free lane. */
@@ -1360,6 +1625,7 @@ void pdde_ps_client_free(pdde_ps_client *c) {
     ps_map_free(&c->geo_index);
     free(c->geo_cur), free(c->geo_base), free(c->geo_ids), free(c->geo_touched);
     pthread_mutex_destroy(&c->lock), pthread_mutex_destroy(&c->lane_lock), pthread_cond_destroy(&c->lane_cv);
+    pthread_rwlock_destroy(&c->geo_lock);
     free(c);
 }
 

@@ -1,9 +1,12 @@
 /* test_ps_remote — several threads of a worker process pulling and pushing through one client of
  * parameter servers in other processes (real processes around a TCP store this test hosts on
- * 127.0.0.1): async and sync jobs of 2 workers x 4 threads end with the table of the closed form, every
- * pull of a thread's own rows reads exactly its pushes so far and no pull reads a torn row; a thread's
- * push goes through while another thread's pull waits on the staleness bound; threads pulling 6000
- * and 800 ids at once from 2 servers all get their rows; and a server SIGKILLed
+ * 127.0.0.1), the servers serving with several threads: async, sync and geo jobs of 2 workers x 4
+ * threads end with the table of the closed form, every pull of a thread's own rows reads exactly its
+ * pushes so far and no pull reads a torn row; with a fast and a slow worker every pull is within the
+ * staleness bound of the puller's acknowledged pushes; pulls beside sync rounds read whole rounds; a
+ * worker stopped in the middle of its push holds one server thread while another worker's calls go
+ * through; a thread's push goes through while another thread's pull waits on the staleness bound;
+ * threads pulling 6000 and 800 ids at once from 2 servers all get their rows; and a server SIGKILLed
  * while 4 threads push fails every thread within the peer timeout with an error that names the server
  * and the request, its checkpoint holding every acknowledged push. */
 #define _GNU_SOURCE
@@ -12,6 +15,7 @@
 #include "tests/comm_test_util.h"
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,7 +48,7 @@ static test_ranks_params ranks_params(char *prefix, size_t n) {
 
 static pdde_ps_params job_params(pdde_ps_mode mode) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
-    p.mode = mode, p.staleness = STALENESS;
+    p.mode = mode, p.staleness = STALENESS, p.server_threads = 4; /* (servers serve requests at once unless a case says otherwise) */
     p.table.dim = DIM, p.table.optimizer = PDDE_PS_SGD, p.table.lr = LR, p.table.init_std = 0;
     return p;
 }
@@ -109,13 +113,19 @@ typedef struct {
     int table_ok, bad_rows, ok;
 } job_result;
 
-/* Rank 0 serves; ranks 1..WORKERS run THREADS threads on one client each. */
+typedef struct { pdde_ps_mode mode; int server_threads; } job_kind;
+#define GEO_STEPS 3 /* (geo: an exchange every 3 pushes of a worker's threads) */
+static const char *mode_name(pdde_ps_mode mode) { return mode == PDDE_PS_SYNC ? "sync" : mode == PDDE_PS_ASYNC ? "async" : "geo"; }
+
+/* Rank 0 serves (with server_threads threads); ranks 1..WORKERS run THREADS threads on one client each. */
 static void job_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
-    pdde_ps_mode mode = *(pdde_ps_mode *)arg;
+    job_kind kind = *(job_kind *)arg;
+    pdde_ps_mode mode = kind.mode;
     pdde_ps_params p = job_params(mode);
+    p.server_threads = kind.server_threads, p.geo_steps = GEO_STEPS;
     int rank = pdde_comm_rank(world);
     double scale = mode == PDDE_PS_SYNC ? 1.0 / WORKERS : 1.0;
-    const char *name = mode == PDDE_PS_SYNC ? "sync" : "async";
+    const char *name = mode_name(mode);
     if (rank == 0) {
         job_result *out = test_rank_result;
         pdde_ps_server *srv;
@@ -160,23 +170,330 @@ static void job_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     pdde_ps_client_free(c);
 }
 
-static void test_job(pdde_ps_mode mode) {
+static void test_job(pdde_ps_mode mode, int server_threads) {
+    job_kind kind = {mode, server_threads};
     job_result res[1 + WORKERS];
     memset(res, 0, sizeof res);
     char prefix[32];
     test_ranks_params tp = ranks_params(prefix, sizeof prefix);
     tp.results = res, tp.result_size = sizeof *res;
     double t0 = test_now();
-    test_run_ranks(1 + WORKERS, &tp, job_rank, &mode, 90);
-    const char *name = mode == PDDE_PS_SYNC ? "sync" : "async";
-    int64_t want = (int64_t)WORKERS * THREADS * STEPS;
-    CHECK(res[0].ok && res[0].pushes == want, "%s: %d workers x %d threads: every push served (%lld of %lld)", name, WORKERS,
-          THREADS, (long long)res[0].pushes, (long long)want);
-    CHECK(res[0].ok && res[0].bad_rows == 0, "%s: the table equals the closed form (%d rows differ)", name, res[0].bad_rows);
+    test_run_ranks(1 + WORKERS, &tp, job_rank, &kind, 90);
+    const char *name = mode_name(mode);
+    /* (geo: the server counts a worker's exchanges, one every GEO_STEPS pushes and the last at its goodbye) */
+    int64_t want = mode == PDDE_PS_GEO ? (int64_t)WORKERS * (THREADS * STEPS / GEO_STEPS + 1) : (int64_t)WORKERS * THREADS * STEPS;
+    CHECK(res[0].ok && res[0].pushes == want, "%s, %d server threads: %d workers x %d threads: every push served (%lld of %lld)", name,
+          server_threads, WORKERS, THREADS, (long long)res[0].pushes, (long long)want);
+    CHECK(res[0].ok && res[0].bad_rows == 0, "%s, %d server threads: the table equals the closed form (%d rows differ)", name,
+          server_threads, res[0].bad_rows);
     if (mode == PDDE_PS_ASYNC)
-        CHECK(res[0].ok && res[0].max_staleness <= STALENESS, "async: staleness %lld <= bound %d with %d threads a worker",
-              (long long)res[0].max_staleness, STALENESS, THREADS);
-    printf("%s job: %d workers x %d threads x %d steps in %.2f s\n", name, WORKERS, THREADS, STEPS, test_now() - t0);
+        CHECK(res[0].ok && res[0].max_staleness <= STALENESS, "async, %d server threads: staleness %lld <= bound %d with %d threads a worker",
+              server_threads, (long long)res[0].max_staleness, STALENESS, THREADS);
+    printf("%s job, %d server threads: %d workers x %d threads x %d steps in %.2f s\n", name, server_threads, WORKERS, THREADS, STEPS,
+           test_now() - t0);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The staleness bound with the server's threads serving at once: a fast worker and a slow one (a
+ * pause a step), THREADS threads each, staleness BOUND_K. Every thread pushes its own row and its
+ * worker's row each step; a pull of the other worker's row must show at least (the pushes this worker
+ * had acknowledged before the pull) - BOUND_K of it: the server answers a pull only once the slowest
+ * worker is within the bound, and only after the push that brought it there is in the table. */
+
+#define BOUND_K 2
+#define BOUND_STEPS 40
+#define BOUND_SLOW_US 3000
+static uint64_t worker_row(int worker) { return 500 + (uint64_t)worker; }
+
+typedef struct {
+    pdde_ps_client *c;
+    pdde_context *ctx;
+    int worker, i, slow, steps_done, behind, bad_own;
+    _Atomic int64_t *acked;  /* this worker's pushes acknowledged so far (its threads') */
+    int64_t worst_gap;       /* the largest (acknowledged before the pull - the other worker's pushes seen) */
+    char err[256];
+} bound_thread;
+
+static void *bound_loop(void *arg) {
+    bound_thread *t = arg;
+    int g = (t->worker - 1) * THREADS + t->i;
+    uint64_t ids[3] = {own_id(g, 0), worker_row(t->worker), worker_row(3 - t->worker)};
+    float rows[3 * DIM], grads[2 * DIM];
+    for (int k = 0; k < 2; k++)
+        for (int c = 0; c < DIM; c++) grads[k * DIM + c] = (float)(c + 1);
+    pdde_status st = PDDE_OK;
+    t->worst_gap = INT64_MIN;
+    for (int step = 0; step < BOUND_STEPS && !st; step++) {
+        int64_t acked = atomic_load(t->acked);
+        st = pdde_ps_client_pull(t->c, 3, ids, rows);
+        if (!st) {
+            double own = row_pushes(rows, 1.0), other = row_pushes(rows + 2 * DIM, 1.0);
+            if (own != step) t->bad_own++;
+            if (other < 0 || acked - (int64_t)other > BOUND_K) t->behind++;
+            if (other >= 0 && acked - (int64_t)other > t->worst_gap) t->worst_gap = acked - (int64_t)other;
+        }
+        if (!st) st = pdde_ps_client_push(t->c, 2, ids, grads); /* (its own row and its worker's) */
+        if (!st) atomic_fetch_add(t->acked, 1), t->steps_done++;
+        if (t->slow) usleep(BOUND_SLOW_US);
+    }
+    if (st) snprintf(t->err, sizeof t->err, "%s", pdde_last_error(t->ctx));
+    return NULL;
+}
+
+typedef struct { int64_t max_staleness, deferred, worker_rows[2]; int ok; } bound_result;
+
+static void bound_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = job_params(PDDE_PS_ASYNC);
+    p.staleness = BOUND_K, p.server_threads = 8;
+    int rank = pdde_comm_rank(world);
+    if (rank == 0) {
+        bound_result *out = test_rank_result;
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "bound: server: %s", pdde_last_error(ctx));
+        if (!st) {
+            pdde_ps_server_stats ss;
+            pdde_ps_server_stats_get(srv, &ss);
+            float row[DIM];
+            for (int k = 0; k < 2; k++)
+                out->worker_rows[k] = pdde_ps_table_get(pdde_ps_server_table(srv), worker_row(1 + k), row) ? -1 : (int64_t)row_pushes(row, 1.0);
+            out->max_staleness = ss.max_staleness, out->deferred = ss.deferred_pulls, out->ok = 1;
+        }
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    CHECK(st == PDDE_OK, "bound: client: %s", pdde_last_error(ctx));
+    if (st) return;
+    _Atomic int64_t acked;
+    atomic_init(&acked, 0);
+    bound_thread t[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (bound_thread){.c = c, .ctx = ctx, .worker = rank, .i = i, .slow = rank == 2, .acked = &acked};
+        pthread_create(&th[i], NULL, bound_loop, &t[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(t[i].steps_done == BOUND_STEPS && !t[i].bad_own && !t[i].behind,
+              "bound: %s worker thread %d: %d of %d steps, %d pulls of its own row not exactly its pushes, %d pulls of the other "
+              "worker's row more than %d behind this worker's acknowledged pushes (worst %lld) (%s)", rank == 2 ? "slow" : "fast", i,
+              t[i].steps_done, BOUND_STEPS, t[i].bad_own, t[i].behind, BOUND_K, (long long)t[i].worst_gap, t[i].err);
+    }
+    pdde_ps_client_free(c);
+}
+
+static void test_bound_under_load(void) {
+    bound_result res[3];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    double t0 = test_now();
+    test_run_ranks(3, &tp, bound_rank, NULL, 90);
+    bound_result *r = &res[0];
+    CHECK(r->ok && r->max_staleness <= BOUND_K, "bound: 8 server threads served no pull more than %d ahead (%lld)", BOUND_K,
+          (long long)r->max_staleness);
+    CHECK(r->ok && r->deferred > 0, "bound: the fast worker's pulls were held back (%lld)", (long long)r->deferred);
+    CHECK(r->ok && r->worker_rows[0] == THREADS * BOUND_STEPS && r->worker_rows[1] == THREADS * BOUND_STEPS,
+          "bound: each worker's row holds its %d pushes exactly (%lld, %lld)", THREADS * BOUND_STEPS, (long long)r->worker_rows[0],
+          (long long)r->worker_rows[1]);
+    printf("bound: fast and slow worker x %d threads, staleness %d: %lld pulls held back, largest staleness served %lld, %.2f s\n", THREADS,
+           BOUND_K, (long long)r->deferred, (long long)r->max_staleness, test_now() - t0);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Sync rounds are whole to a pull: in each worker one thread pushes ROUND_ROWS rows a step (the same
+ * gradient on both workers, so a round adds one (c + 1) to every row) while its other threads pull
+ * them all, over and over; with 8 server threads, every pull reads every row at one count of rounds
+ * (never some rows of a round and not others), and the counts never go back. */
+
+#define ROUND_ROWS 4096
+#define ROUND_STEPS 40
+typedef struct {
+    pdde_ps_client *c;
+    pdde_context *ctx;
+    int pusher;
+    _Atomic int *pushing;   /* the worker's pusher has steps left */
+    int done, pulls, mixed, back;
+    char err[256];
+} round_thread;
+
+static void *round_loop(void *arg) {
+    round_thread *t = arg;
+    uint64_t *ids = malloc(ROUND_ROWS * sizeof *ids);
+    float *rows = malloc((size_t)ROUND_ROWS * DIM * sizeof *rows);
+    for (int k = 0; k < ROUND_ROWS; k++) ids[k] = 20000 + (uint64_t)k;
+    pdde_status st = PDDE_OK;
+    if (t->pusher) {
+        for (int k = 0; k < ROUND_ROWS; k++)
+            for (int c = 0; c < DIM; c++) rows[(size_t)k * DIM + c] = (float)(c + 1);
+        for (int step = 0; step < ROUND_STEPS && !st; step++)
+            if (!(st = pdde_ps_client_push(t->c, ROUND_ROWS, ids, rows))) t->done++;
+        atomic_store(t->pushing, 0);
+    } else {
+        double last = 0;
+        while (!st && atomic_load(t->pushing)) {
+            if ((st = pdde_ps_client_pull(t->c, ROUND_ROWS, ids, rows))) break;
+            double first = row_pushes(rows, 1.0);
+            int mixed = first < 0;
+            for (int k = 1; k < ROUND_ROWS && !mixed; k++) mixed = row_pushes(rows + (size_t)k * DIM, 1.0) != first;
+            t->mixed += mixed, t->back += first < last, t->pulls++;
+            if (first > last) last = first;
+        }
+    }
+    if (st) snprintf(t->err, sizeof t->err, "%s", pdde_last_error(t->ctx));
+    free(ids), free(rows);
+    return NULL;
+}
+
+typedef struct { int64_t rounds; int ok; } round_result;
+
+static void round_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = job_params(PDDE_PS_SYNC);
+    p.server_threads = 8;
+    int rank = pdde_comm_rank(world);
+    if (rank == 0) {
+        round_result *out = test_rank_result;
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "whole rounds: server: %s", pdde_last_error(ctx));
+        float row[DIM];
+        out->rounds = -1;
+        for (int k = 0; k < ROUND_ROWS && !st; k++) { /* (every row: the closed form, or -2) */
+            double got = pdde_ps_table_get(pdde_ps_server_table(srv), 20000 + (uint64_t)k, row) ? -1 : row_pushes(row, 1.0);
+            if (k == 0) out->rounds = (int64_t)got;
+            else if (got != out->rounds) out->rounds = -2;
+        }
+        out->ok = !st;
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    CHECK(st == PDDE_OK, "whole rounds: client: %s", pdde_last_error(ctx));
+    if (st) return;
+    _Atomic int pushing;
+    atomic_init(&pushing, 1);
+    round_thread t[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (round_thread){.c = c, .ctx = ctx, .pusher = i == 0, .pushing = &pushing};
+        pthread_create(&th[i], NULL, round_loop, &t[i]);
+    }
+    int pulls = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        pulls += t[i].pulls;
+        CHECK(t[i].err[0] == 0 && (!t[i].pusher || t[i].done == ROUND_STEPS) && !t[i].mixed && !t[i].back,
+              "whole rounds: worker %d thread %d: %d of %d pushes, %d of %d pulls read rows of different rounds, %d went back (%s)", rank,
+              i, t[i].done, t[i].pusher ? ROUND_STEPS : 0, t[i].mixed, t[i].pulls, t[i].back, t[i].err);
+    }
+    printf("whole rounds: worker %d: %d pulls of %d rows beside %d sync rounds\n", rank, pulls, ROUND_ROWS, ROUND_STEPS);
+    pdde_ps_client_free(c);
+}
+
+static void test_whole_rounds(void) {
+    round_result res[3];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    test_run_ranks(3, &tp, round_rank, NULL, 90);
+    CHECK(res[0].ok && res[0].rounds == ROUND_STEPS, "whole rounds: every row holds the %d rounds (%lld)", ROUND_STEPS,
+          (long long)res[0].rounds);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A worker stopped (SIGSTOP) in the middle of a push, its header and ids sent and its values not,
+ * holds one server thread, not the server: another worker's pulls and pushes go through meanwhile;
+ * once continued, its push completes. (One thread serving would wait on the stopped worker's values.) */
+
+#define STOP_STEPS 50
+typedef struct { int64_t rows[2]; int ok; } stop_server_result;
+typedef struct { int stopped_seen, still_stopped, done; double s; int ok; } stop_result;
+
+static char proc_state(pid_t pid) { /* the state letter of /proc/<pid>/stat ('T': stopped) */
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' ? paren[2] : '?';
+}
+
+static void stop_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = job_params(PDDE_PS_ASYNC);
+    p.staleness = 1000, p.server_threads = 4;
+    int rank = pdde_comm_rank(world);
+    uint64_t id = own_id(rank, 0);
+    float g[DIM] = {1, 2, 3, 4}, row[DIM];
+    if (rank == 0) {
+        stop_server_result *out = test_rank_result;
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "stopped worker: server: %s", pdde_last_error(ctx));
+        for (int k = 0; k < 2 && !st; k++)
+            out->rows[k] = pdde_ps_table_get(pdde_ps_server_table(srv), own_id(1 + k, 0), row) ? -1 : (int64_t)row_pushes(row, 1.0);
+        out->ok = !st;
+        pdde_ps_server_free(srv);
+        return;
+    }
+    if (rank == 1) setenv("PDDE_TEST_PS_STOP_AT_PUSH", "3", 1); /* (this process only: the ranks are forked) */
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    unsetenv("PDDE_TEST_PS_STOP_AT_PUSH");
+    CHECK(st == PDDE_OK, "stopped worker: client: %s", pdde_last_error(ctx));
+    if (st) return;
+    if (rank == 1) { /* stops itself inside its third push; rank 2 continues it */
+        for (int k = 0; k < 3 && !st; k++) st = pdde_ps_client_push(c, 1, &id, g);
+        CHECK(st == PDDE_OK, "stopped worker: its pushes, stopped and continued: %s", pdde_last_error(ctx));
+        pdde_ps_client_free(c);
+        return;
+    }
+    stop_result *out = test_rank_result;
+    pid_t stopped = test_pids[1]; /* (forked before this rank) */
+    double t0 = test_now();
+    while (proc_state(stopped) != 'T' && test_now() - t0 < 20) usleep(1000);
+    out->stopped_seen = proc_state(stopped) == 'T';
+    t0 = test_now();
+    for (int k = 0; k < STOP_STEPS && !st && out->stopped_seen; k++) {
+        st = pdde_ps_client_pull(c, 1, &id, row);
+        if (!st) st = pdde_ps_client_push(c, 1, &id, g);
+        if (!st) out->done++;
+    }
+    out->s = test_now() - t0;
+    out->still_stopped = proc_state(stopped) == 'T';
+    kill(stopped, SIGCONT);
+    CHECK(st == PDDE_OK, "stopped worker: the other worker's calls: %s", pdde_last_error(ctx));
+    out->ok = 1;
+    pdde_ps_client_free(c);
+}
+
+static void test_stopped_worker(void) {
+    union { stop_server_result srv; stop_result w; } res[3];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    test_run_ranks(3, &tp, stop_rank, NULL, 60);
+    stop_result *w = &res[2].w;
+    CHECK(w->ok && w->stopped_seen, "stopped worker: worker 1 stopped itself inside its push");
+    CHECK(w->ok && w->done == STOP_STEPS && w->still_stopped, "stopped worker: worker 2's %d pulls and pushes all went through while "
+          "worker 1 stayed stopped mid-push (%d, %.3f s)", STOP_STEPS, w->done, w->s);
+    CHECK(res[0].srv.ok && res[0].srv.rows[0] == 3 && res[0].srv.rows[1] == STOP_STEPS,
+          "stopped worker: the stopped push was applied once continued (rows hold %lld of 3 and %lld of %d pushes)",
+          (long long)res[0].srv.rows[0], (long long)res[0].srv.rows[1], STOP_STEPS);
+    printf("stopped worker: another worker's %d pulls and pushes took %.3f s while it was stopped mid-push\n", w->done, w->s);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -421,7 +738,7 @@ int main(void) {
     cp.n_threads = 1;
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
-    unsetenv("PDDE_PS_LANES"); /* (the test is of requests in flight at once) */
+    unsetenv("PDDE_PS_LANES"), unsetenv("PDDE_PS_SERVER_THREADS"); /* (the test is of requests in flight at once) */
     snprintf(g_dir, sizeof g_dir, "/tmp/pdde_test_ps_remote_%d", (int)getpid());
     mkdir(g_dir, 0700);
     pdde_store_server *srv = NULL;
@@ -448,8 +765,13 @@ int main(void) {
     if (store_port) {
         g_server = srv;
         snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", store_port);
-        test_job(PDDE_PS_ASYNC);
-        test_job(PDDE_PS_SYNC);
+        test_job(PDDE_PS_ASYNC, 8);
+        test_job(PDDE_PS_SYNC, 8);
+        test_job(PDDE_PS_ASYNC, 1); /* (one request at a time, as PDDE_PS_SERVER_THREADS=1 gives) */
+        test_job(PDDE_PS_GEO, 8);
+        test_bound_under_load();
+        test_whole_rounds();
+        test_stopped_worker();
         test_overlap();
         test_mixed_sizes();
         test_server_killed(ctx);
