@@ -578,6 +578,44 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    "/* The reproducible backward (gpu_dispatch.h's PGD_EMB_SORTED): one group sorts the keys id << 32 | position\n"
+    " * (bitonic, in place in global memory; n_pow2 >= n_ids a power of 2, the tail padded with ~0), so each\n"
+    " * table row's positions come together, in the order of the ids; ids outside [0, V) get id 0xffffffff and\n"
+    " * sort last. Then k_embedding_back_rows adds each row's dy rows in that order: the CPU backend's order. */\n"
+    "__kernel void k_embedding_sort(PTR(const int, ids), PTR(ulong, keys), long n_ids, long n_pow2, long V) {\n"
+    "    BIND(const int, ids); BIND(ulong, keys);\n"
+    "    long l = get_local_id(0), L = get_local_size(0);\n"
+    "    for (long i = l; i < n_pow2; i += L) {\n"
+    "        int id = i < n_ids ? ids[i] : -1;\n"
+    "        uint row = id >= 0 && id < V ? (uint)id : 0xffffffffu;\n"
+    "        keys[i] = i < n_ids ? (ulong)row << 32 | (ulong)i : ~(ulong)0;\n"
+    "    }\n"
+    "    for (long k = 2; k <= n_pow2; k <<= 1)\n"
+    "        for (long j = k >> 1; j > 0; j >>= 1) {\n"
+    "            barrier(CLK_GLOBAL_MEM_FENCE);\n"
+    "            for (long i = l; i < n_pow2 / 2; i += L) { /* pair i: a (bit j clear) and a + j */\n"
+    "                long a = ((i & ~(j - 1)) << 1) | (i & (j - 1));\n"
+    "                ulong x = keys[a], y = keys[a + j];\n"
+    "                if ((x > y) == ((a & k) == 0)) keys[a] = y, keys[a + j] = x;\n"
+    "            }\n"
+    "        }\n"
+    "}\n"
+    "\n"
+    "/* A group per run of equal ids in the sorted keys (groups stride over the positions; a run's first\n"
+    " * position does the run): out[id] += dy[r] for the run's positions r in order, an item a column. */\n"
+    "__kernel void k_embedding_back_rows(PTR(const float, dy), PTR(const ulong, keys), PTR(float, out), long n_ids, long C, long V) {\n"
+    "    BIND(const float, dy); BIND(const ulong, keys); BIND(float, out);\n"
+    "    for (long k = get_group_id(0); k < n_ids; k += get_num_groups(0)) {\n"
+    "        ulong id = keys[k] >> 32;\n"
+    "        if (id >= (ulong)V || (k > 0 && keys[k - 1] >> 32 == id)) continue;\n"
+    "        for (long j = get_local_id(0); j < C; j += get_local_size(0)) {\n"
+    "            float acc = out[(long)id * C + j];\n"
+    "            for (long m = k; m < n_ids && keys[m] >> 32 == id; m++) acc += dy[(long)(uint)keys[m] * C + j];\n"
+    "            out[(long)id * C + j] = acc;\n"
+    "        }\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "/* ---- dropout: the CPU backend's dropout_hash, bit for bit --------------------------------------- */\n"
     "\n"
     "static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {\n"
@@ -594,6 +632,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* ---- casts ------------------------------------------------------------------------------------ */\n"
     "\n"
+    ,
     "enum { DT_F32 = 0, DT_F16, DT_BF16, DT_I32, DT_I64 };\n"
     "\n"
     "static ushort f32_to_f16(float f) {\n"
@@ -645,7 +684,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    case DT_F32: v = ((__global const float *)src)[i]; break;\n"
     "    case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;\n"
     "    case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;\n"
-    ,
     "    case DT_I32: v = (float)((__global const int *)src)[i]; break;\n"
     "    default: v = (float)((__global const long *)src)[i]; break;\n"
     "    }\n"
@@ -682,6 +720,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    else if (sdt == DT_F16) ((__global ushort *)sh)[i] = f32_to_f16(v);\n"
     "}\n"
     "\n"
+    ,
     "__kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,\n"
     "                    float momentum, float wd, float clip, float gscale, PTR(void, sh), int sdt) {\n"
     "    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq); BIND(void, sh);\n"
@@ -728,7 +767,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define GK 16\n"
     "/* One 64x64 tile of C = op(A) op(B), its corner at (m0, n0): op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n)\n"
     " * = tb ? B[n*K+k] : B[k*N+n]; As and Bs the group's local tiles. k_gemm's and the grouped GEMM's block. */\n"
-    ,
     "static void gemm_tile(__global const float *Ab, __global const float *Bb, __global float *Cb, int M, int N, int K, int ta, int tb,\n"
     "                      int m0, int n0, __local float (*As)[GT + 4], __local float (*Bs)[GT + 4]) {\n"
     "    int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;\n"
@@ -768,6 +806,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void\n"
     "k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, int K, int ta, int tb, long sA, long sB,\n"
     "       long sC) {\n"
@@ -808,7 +847,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long i = r % T;\n"
-    ,
     "        float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];\n"
     "        for (long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;\n"
     "        float m = -INFINITY, l = 0.0f;\n"
@@ -842,6 +880,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(float, rowdot); BIND(float, out);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long i = r % T, yo = att_y(r, T, D, H);\n"
+    ,
     "        float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];\n"
     "        float dot = 0.0f;\n"
     "        for (long d = 0; d < D; d++) {\n"
@@ -883,7 +922,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */\n"
     "\n"
     "/* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of\n"
@@ -913,6 +951,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* Multi-tensor AdamW in chunks (cuda_mem.cuh's k_adamw_chunks): group b takes chunk b - (the chunks of the tensors\n"
     " * before k) of tensor k, ADAMW_CHUNK elements; the arithmetic is adamw_element's. */\n"
+    ,
     "#define ADAMW_CHUNK 4096\n"
     "__kernel void k_adamw_chunks(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, int count, float lr,\n"
     "                             float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {\n"
@@ -954,7 +993,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the\n"
     " * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P\n"
     " * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */\n"
-    ,
     "__kernel void k_att_softmax(PTR(const float, s), PTR(void, p), PTR(float, lse), long rows, long T, float scale, long ls,\n"
     "                            int from_lse, int pdt) {\n"
     "    BIND(const float, s); BIND(void, p); BIND(float, lse);\n"
@@ -991,6 +1029,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
+    ,
     "        __global const float *sr = s + r * T, *dr = dp + r * T;\n"
     "        long lim = r % T + 1;\n"
     "        float m = lse[r * ls], t = 0.0f;\n"
@@ -1030,7 +1069,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    return bf16 ? as_float((uint)((__global const ushort *)p)[i] << 16) : ((__global const float *)p)[i];\n"
     "}\n"
     "\n"
-    ,
     "static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,\n"
     "                      long T, long D, float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
@@ -1065,6 +1103,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "    if (!live) return;\n"
     "    __global float *yr = y + att_y(base + i, T, D, H);\n"
+    ,
     "    for (long d = 0; d < D; d++) yr[d] = acc[d] / lsum;\n"
     "    y[att_lse(base + i, BH * T, T, D, H)] = m + log(lsum);\n"
     "}\n"
@@ -1105,7 +1144,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        }\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {\n"
-    ,
     "            float s = 0.0f, dp = 0.0f;\n"
     "            for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d], dp += dor[d] * vs[jj][d];\n"
     "            float ds = exp(s * scale - lse) * (dp - dot);\n"
@@ -1136,6 +1174,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long ii = e / D, d = e % D, i = i0 + ii;\n"
+    ,
     "            qs[ii][d] = i < T ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;\n"
     "            dos[ii][d] = i < T ? dy[att_y(base + i, T, D, H) + d] : 0.0f;\n"
     "        }\n"
@@ -1174,7 +1213,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
     "k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
-    ,
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
     "    BIND(const float, rowdot); BIND(float, out);\n"
@@ -1198,6 +1236,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
+    ,
     "k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
@@ -1239,7 +1278,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        if (idx[i] < 0 || idx[i] >= E) row[i] = -1;\n"
     "    for (int e = lid; e < E; e += L) {\n"
     "        int r = 0, o = off[e], n = rows[e];\n"
-    ,
     "        for (long i = 0; i < nk; i++)\n"
     "            if (idx[i] == e) {\n"
     "                row[i] = r < n && o + r < R ? o + r : -1;\n"
@@ -1280,6 +1318,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* The gate weights of row n (flags: 1 sigmoid, 2 not normalised): w_c = sc(c) / den, where *m, *den\n"
     " * describe the row (the softmax over all experts, over the chosen, or the sum of the chosen sigmoids). */\n"
     "static void moe_gate_norm(__global const float *l, __global const int *id, int E, int k, int flags, float *m, float *den) {\n"
@@ -1321,7 +1360,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                float s = moe_gate_s(l[id[c]], m, sig), w = s / den;\n"
     "                if (!sig && norm) dl[id[c]] += w * (d[c] - wdw);\n"
     "                else if (!sig) dl[id[c]] += d[c] * w;\n"
-    ,
     "                else dl[id[c]] += (norm ? (d[c] - wdw) / den : d[c]) * s * (1.0f - s);\n"
     "            }\n"
     "        }\n"
@@ -1355,6 +1393,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice (ye, dy f32 or bf16) */\n"
     "__kernel void k_moe_combine_back_w(PTR(const void, ye), PTR(const int, row), PTR(const void, dy), PTR(float, dw), long nk, int k,\n"
     "                                   long C, int edt, int ddt) {\n"
@@ -1397,7 +1436,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* The grouped weight gradient: dW_e [K, N] = A_e^T B_e over expert e's rows (A [R, K], B [R, N]; zero for\n"
     " * an expert without rows). Groups: 64 x 64 tiles of dW_e (x: columns, y: rows), z: the expert. */\n"
     "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void\n"
-    ,
     "k_moe_gemm_back_w(PTR(const float, A), PTR(const float, B), PTR(float, dW), PTR(const int, off), PTR(const int, rows), int S, int K,\n"
     "                  int N) {\n"
     "    BIND(const float, A); BIND(const float, B); BIND(float, dW); BIND(const int, off); BIND(const int, rows);\n"
@@ -1429,6 +1467,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* its gradient: d[n, e] = dloss E / N p[n, e] (f_e - <p[n], f>): an item per row */\n"
+    ,
     "__kernel void k_moe_aux_loss_back(PTR(const float, lg), PTR(const int, cnt), PTR(const float, dloss), PTR(float, d), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(const float, dloss); BIND(float, d);\n"
     "    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);\n"

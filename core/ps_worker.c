@@ -76,6 +76,7 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
     b->local = malloc((size_t)e->slots * sizeof *b->local);
     b->weights = e->bag > 1 ? malloc((size_t)e->slots * sizeof *b->weights) : NULL;
     b->rows = malloc((size_t)e->rows * e->dim * sizeof *b->rows);
+    if (b->rows) memset(b->rows + (e->rows - 1) * e->dim, 0, (size_t)e->dim * sizeof *b->rows); /* the empty slots' row: zeros, always */
     if (!b->unique || !b->local || !b->rows || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
     *out = b;
     return PDDE_OK;
@@ -113,8 +114,6 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
             for (int k = 0; k < e->bag; k++)
                 b->weights[s + k] = b->local[s + k] == empty ? 0.0f : e->pool == PDDE_POOL_MEAN ? 1.0f / (float)n : 1.0f;
         }
-    /* rows past the unique ones (and the empty row) are zeros: no id refers to them */
-    memset(b->rows + b->n_unique * e->dim, 0, (size_t)(e->rows - b->n_unique) * e->dim * sizeof(float));
     pdde_status st = pdde_ps_client_pull(c, (size_t)b->n_unique, b->unique, b->rows);
     if (!st && b->n_dense) st = pdde_ps_client_pull(c, (size_t)b->dense_rows, b->dense_ids, b->dense_vals);
     return st;
@@ -122,7 +121,15 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
 
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
     const pdde_sparse_embedding *e = b->e;
-    pdde_status st = pdde_session_write(s, e->table, b->rows, (size_t)e->rows * e->dim * sizeof(float));
+    size_t row_bytes = (size_t)e->dim * sizeof(float);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, e->table, (size_t)e->rows * row_bytes, "sparse batch feed", &lt);
+    /* only the batch's rows (the first n_unique) and the empty slots' row (zeros, the last): no id refers to
+     * the rows between, which keep what an earlier batch left */
+    if (!st && s->bind) bind_micro(s, lt, 0);
+    if (!st && b->n_unique) st = write_bound_part(s, lt, 0, b->rows, (size_t)b->n_unique * row_bytes);
+    if (!st) st = write_bound_part(s, lt, (size_t)(e->rows - 1) * row_bytes, b->rows + (e->rows - 1) * e->dim, row_bytes);
+    if (!st) st = device_sync(s, &s->devs[s->slot[lt->id]]);
     if (!st) st = pdde_session_write(s, e->ids, b->local, (size_t)e->slots * sizeof(int32_t));
     if (!st && e->weights) st = pdde_session_write(s, e->weights, b->weights, (size_t)e->slots * sizeof(float));
     for (int i = 0; i < b->n_dense && !st; i++)
