@@ -24,6 +24,24 @@ extern "C" __global__ void k_embedding_sort(const int *__restrict__ ids, unsigne
         }
 }
 
+/* The same keys by one thread, a counting sort (gpu_kernels.cl's for CPU devices; the CUDA dispatcher never
+ * takes it: one thread's n_ids + V dependent steps are slow on a GPU); cnt: V + 1 counters, the last for the
+ * ids outside [0, V). */
+extern "C" __global__ void k_embedding_count_sort(const int *__restrict__ ids, unsigned long long *keys, int *cnt, long long n_ids,
+                                                  long long V) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    for (long long v = 0; v <= V; v++) cnt[v] = 0;
+    for (long long i = 0; i < n_ids; i++) cnt[ids[i] >= 0 && ids[i] < V ? ids[i] : V]++;
+    for (long long v = 0, at = 0; v <= V; v++) {
+        int c = cnt[v];
+        cnt[v] = (int)at, at += c;
+    }
+    for (long long i = 0; i < n_ids; i++) {
+        long long row = ids[i] >= 0 && ids[i] < V ? ids[i] : V;
+        keys[cnt[row]++] = (row < V ? (unsigned long long)row : 0xffffffffULL) << 32 | (unsigned long long)i;
+    }
+}
+
 /* A block per run of equal ids in the sorted keys (blocks stride over the positions; a run's first
  * position does the run): out[id] += dy[r] for the run's positions r in order, a thread a column. */
 extern "C" __global__ void k_embedding_back_rows(const float *__restrict__ dy, const unsigned long long *__restrict__ keys,

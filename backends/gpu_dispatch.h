@@ -50,7 +50,7 @@ enum {
      * multi-tensor AdamW in chunks (the backends' switches: pgd_ctx.mem_kernels) */
     PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS,
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
-    PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_BACK_ROWS,
+    PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -67,7 +67,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
     "k_ce_fused", "k_colsum2", "k_adamw_chunks",
-    "k_embedding_sort", "k_embedding_back_rows",
+    "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -1259,18 +1259,24 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
 }
 
 /* out [V, C] += the dy rows [nid, C] of each id, in the order of the ids (PGD_EMB_SORTED): the keys id << 32 |
- * position sorted in scratch by one group, then a group per run of one id. */
+ * position sorted in scratch by one group (a bitonic network; on a CPU device one item's counting sort, unless
+ * the table is so much larger than the ids that its counters cost more), then a group per run of one id. */
 static int pgd_embedding_back_sorted(const pgd_ctx *g, pgd_ptr ids, pgd_ptr dy, pgd_ptr out, int64_t nid, int64_t C, int64_t V) {
     if (nid > INT32_MAX || V > INT32_MAX)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: embedding backward of %lld ids into %lld rows: the sorted keys hold 32-bit positions and rows",
                           g->name, (long long)nid, (long long)V);
     int64_t n_pow2 = 1;
     while (n_pow2 < nid) n_pow2 *= 2;
+    int counting = g->item_per_element && V <= 64 * nid;
     pgd_ptr keys;
-    int e = g->scratch(g->impl, g->stream, (size_t)n_pow2 * sizeof(uint64_t), &keys);
+    size_t key_bytes = (size_t)n_pow2 * sizeof(uint64_t);
+    int e = g->scratch(g->impl, g->stream, key_bytes + (counting ? (size_t)(V + 1) * sizeof(int32_t) : 0), &keys);
     unsigned block = g->max_block < 1024 ? g->max_block : 1024;
-    if (!e) e = pgd_launch(g, PGD_K_EMBEDDING_SORT, 1, 1, 1, block, 1,
-                           PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_A(nid), PGD_A(n_pow2), PGD_A(V)));
+    pgd_ptr cnt = pgd_at(keys, (int64_t)key_bytes);
+    if (!e && counting)
+        e = pgd_launch(g, PGD_K_EMBEDDING_COUNT_SORT, 1, 1, 1, 1, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_P(cnt), PGD_A(nid), PGD_A(V)));
+    else if (!e)
+        e = pgd_launch(g, PGD_K_EMBEDDING_SORT, 1, 1, 1, block, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_A(nid), PGD_A(n_pow2), PGD_A(V)));
     int64_t cap = (int64_t)(g->units ? g->units : 1) * 32; /* (groups stride over the positions: most start no run) */
     unsigned groups = (unsigned)(nid < cap ? nid : cap);
     if (!e) e = pgd_launch(g, PGD_K_EMBEDDING_BACK_ROWS, groups, 1, 1, pgd_row_block(g, C), 1,

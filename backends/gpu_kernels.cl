@@ -592,6 +592,23 @@ __kernel void k_embedding_sort(PTR(const int, ids), PTR(ulong, keys), long n_ids
         }
 }
 
+/* The same keys by one item, a counting sort (a CPU device, where a group runs as a loop: its n_ids + V
+ * steps beat the network's n log^2 n); cnt: V + 1 counters, the last for the ids outside [0, V). */
+__kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(int, cnt), long n_ids, long V) {
+    BIND(const int, ids); BIND(ulong, keys); BIND(int, cnt);
+    if (get_global_id(0) != 0) return;
+    for (long v = 0; v <= V; v++) cnt[v] = 0;
+    for (long i = 0; i < n_ids; i++) cnt[ids[i] >= 0 && ids[i] < V ? ids[i] : V]++;
+    for (long v = 0, at = 0; v <= V; v++) {
+        int c = cnt[v];
+        cnt[v] = (int)at, at += c;
+    }
+    for (long i = 0; i < n_ids; i++) {
+        long row = ids[i] >= 0 && ids[i] < V ? ids[i] : V;
+        keys[cnt[row]++] = (row < V ? (ulong)row : 0xffffffffUL) << 32 | (ulong)i;
+    }
+}
+
 /* A group per run of equal ids in the sorted keys (groups stride over the positions; a run's first
  * position does the run): out[id] += dy[r] for the run's positions r in order, an item a column. */
 __kernel void k_embedding_back_rows(PTR(const float, dy), PTR(const ulong, keys), PTR(float, out), long n_ids, long C, long V) {

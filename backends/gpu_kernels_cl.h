@@ -601,6 +601,23 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        }\n"
     "}\n"
     "\n"
+    "/* The same keys by one item, a counting sort (a CPU device, where a group runs as a loop: its n_ids + V\n"
+    " * steps beat the network's n log^2 n); cnt: V + 1 counters, the last for the ids outside [0, V). */\n"
+    "__kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(int, cnt), long n_ids, long V) {\n"
+    "    BIND(const int, ids); BIND(ulong, keys); BIND(int, cnt);\n"
+    "    if (get_global_id(0) != 0) return;\n"
+    "    for (long v = 0; v <= V; v++) cnt[v] = 0;\n"
+    "    for (long i = 0; i < n_ids; i++) cnt[ids[i] >= 0 && ids[i] < V ? ids[i] : V]++;\n"
+    "    for (long v = 0, at = 0; v <= V; v++) {\n"
+    "        int c = cnt[v];\n"
+    "        cnt[v] = (int)at, at += c;\n"
+    "    }\n"
+    "    for (long i = 0; i < n_ids; i++) {\n"
+    "        long row = ids[i] >= 0 && ids[i] < V ? ids[i] : V;\n"
+    "        keys[cnt[row]++] = (row < V ? (ulong)row : 0xffffffffUL) << 32 | (ulong)i;\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "/* A group per run of equal ids in the sorted keys (groups stride over the positions; a run's first\n"
     " * position does the run): out[id] += dy[r] for the run's positions r in order, an item a column. */\n"
     "__kernel void k_embedding_back_rows(PTR(const float, dy), PTR(const ulong, keys), PTR(float, out), long n_ids, long C, long V) {\n"
@@ -616,6 +633,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- dropout: the CPU backend's dropout_hash, bit for bit --------------------------------------- */\n"
     "\n"
     "static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {\n"
@@ -632,7 +650,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* ---- casts ------------------------------------------------------------------------------------ */\n"
     "\n"
-    ,
     "enum { DT_F32 = 0, DT_F16, DT_BF16, DT_I32, DT_I64 };\n"
     "\n"
     "static ushort f32_to_f16(float f) {\n"
@@ -704,6 +721,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- optimizers ------------------------------------------------------------------------------- */\n"
     "\n"
     "/* A squared norm that is not finite (a NaN or an overflow in some gradient) makes an update a no-op:\n"
+    ,
     " * parameter, state and gradient stay as they are, and the host, reading the norm once after the\n"
     " * step's work, reports it (or, under loss scaling, skips the step) without a wait before the update. */\n"
     "static bool update_skipped(__global const float *gnorm_sq) { return gnorm_sq && !isfinite(gnorm_sq[0]); }\n"
@@ -720,7 +738,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    else if (sdt == DT_F16) ((__global ushort *)sh)[i] = f32_to_f16(v);\n"
     "}\n"
     "\n"
-    ,
     "__kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,\n"
     "                    float momentum, float wd, float clip, float gscale, PTR(void, sh), int sdt) {\n"
     "    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq); BIND(void, sh);\n"
@@ -783,6 +800,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            if (tb) { kk = e & 15; nn = e >> 4; }\n"
     "            else { nn = e & 63; kk = e >> 6; }\n"
     "            int gn = n0 + nn;\n"
+    ,
     "            gk = k0 + kk;\n"
     "            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long)gn * K + gk] : Bb[(long)gk * N + gn]) : 0.0f;\n"
     "        }\n"
@@ -806,7 +824,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void\n"
     "k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, int K, int ta, int tb, long sA, long sB,\n"
     "       long sC) {\n"
@@ -868,6 +885,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        __global float *yr = y + att_y(r, T, D, H);\n"
     "        for (long d = 0; d < D; d++) yr[d] = acc[d] / l;\n"
     "        y[att_lse(r, BH * T, T, D, H)] = m + log(l);\n"
+    ,
     "    }\n"
     "}\n"
     "\n"
@@ -880,7 +898,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(float, rowdot); BIND(float, out);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long i = r % T, yo = att_y(r, T, D, H);\n"
-    ,
     "        float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];\n"
     "        float dot = 0.0f;\n"
     "        for (long d = 0; d < D; d++) {\n"
@@ -936,6 +953,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */\n"
     "__kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,\n"
     "                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {\n"
+    ,
     "    BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);\n"
     "    if (update_skipped(gnorm_sq)) return;\n"
     "    int k = get_group_id(1);\n"
@@ -951,7 +969,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* Multi-tensor AdamW in chunks (cuda_mem.cuh's k_adamw_chunks): group b takes chunk b - (the chunks of the tensors\n"
     " * before k) of tensor k, ADAMW_CHUNK elements; the arithmetic is adamw_element's. */\n"
-    ,
     "#define ADAMW_CHUNK 4096\n"
     "__kernel void k_adamw_chunks(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, int count, float lr,\n"
     "                             float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {\n"
@@ -1015,6 +1032,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        }\n"
     "        COLS_LOOP(j, T) {\n"
     "            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;\n"
+    ,
     "            if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);\n"
     "            else ((__global float *)p)[r * T + j] = v;\n"
     "        }\n"
@@ -1029,7 +1047,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
-    ,
     "        __global const float *sr = s + r * T, *dr = dp + r * T;\n"
     "        long lim = r % T + 1;\n"
     "        float m = lse[r * ls], t = 0.0f;\n"
@@ -1082,6 +1099,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long jj = e / D, d = e % D, j = j0 + jj;\n"
+    ,
     "            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "        }\n"
@@ -1103,7 +1121,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "    if (!live) return;\n"
     "    __global float *yr = y + att_y(base + i, T, D, H);\n"
-    ,
     "    for (long d = 0; d < D; d++) yr[d] = acc[d] / lsum;\n"
     "    y[att_lse(base + i, BH * T, T, D, H)] = m + log(lsum);\n"
     "}\n"
@@ -1158,6 +1175,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * q and dO rows, logsumexp and rowdot come through group memory. */\n"
     "static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
+    ,
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
     "                      __local float *lses, __local float *dots) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
@@ -1174,7 +1192,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long ii = e / D, d = e % D, i = i0 + ii;\n"
-    ,
     "            qs[ii][d] = i < T ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;\n"
     "            dos[ii][d] = i < T ? dy[att_y(base + i, T, D, H) + d] : 0.0f;\n"
     "        }\n"
@@ -1223,6 +1240,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
+    ,
     "    BIND(const float, rowdot); BIND(float, out);\n"
     "    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];\n"
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);\n"
@@ -1236,7 +1254,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
-    ,
     "k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
@@ -1296,6 +1313,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m) / z; }\n"
     "\n"
     "/* An item per row: the k highest scores (+ bias), lower id first on ties, a number before a NaN. */\n"
+    ,
     "__kernel void k_moe_topk(PTR(const float, lg), PTR(const float, bias), PTR(int, out), long N, int E, int k, int flags) {\n"
     "    BIND(const float, lg); BIND(const float, bias); BIND(int, out);\n"
     "    int sig = flags & 1;\n"
@@ -1318,7 +1336,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* The gate weights of row n (flags: 1 sigmoid, 2 not normalised): w_c = sc(c) / den, where *m, *den\n"
     " * describe the row (the softmax over all experts, over the chosen, or the sum of the chosen sigmoids). */\n"
     "static void moe_gate_norm(__global const float *l, __global const int *id, int E, int k, int flags, float *m, float *den) {\n"
@@ -1374,6 +1391,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, nk * C) {\n"
     "        long ch = i / C, col = i - ch * C, src = (ch / k) * C + col;\n"
     "        int r = row[ch];\n"
+    ,
     "        if (r >= 0 && !w && xdt == DT_BF16 && ydt == DT_BF16) ((__global ushort *)y)[(long)r * C + col] = ((__global const ushort *)x)[src];\n"
     "        else if (r >= 0) store_out(y, (long)r * C + col, (w ? w[ch] : 1.0f) * load_in(x, src, xdt), ydt);\n"
     "    }\n"
@@ -1393,7 +1411,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice (ye, dy f32 or bf16) */\n"
     "__kernel void k_moe_combine_back_w(PTR(const void, ye), PTR(const int, row), PTR(const void, dy), PTR(float, dw), long nk, int k,\n"
     "                                   long C, int edt, int ddt) {\n"
@@ -1449,6 +1466,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    gemm_tile(Ab, Bb, Cb, K, N, R, 1, 0, get_group_id(1) * GT, get_group_id(0) * GT, As, Bs); /* (op(A) = A_e^T: ta) */\n"
     "}\n"
     "\n"
+    ,
     "/* The balance loss E / N sum_n sum_e p[n, e] f_e, f = counts / their sum: one group. */\n"
     "__kernel void k_moe_aux_loss(PTR(const float, lg), PTR(const int, cnt), PTR(float, y), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(float, y);\n"
@@ -1467,7 +1485,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* its gradient: d[n, e] = dloss E / N p[n, e] (f_e - <p[n], f>): an item per row */\n"
-    ,
     "__kernel void k_moe_aux_loss_back(PTR(const float, lg), PTR(const int, cnt), PTR(const float, dloss), PTR(float, d), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(const float, dloss); BIND(float, d);\n"
     "    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);\n"

@@ -3,9 +3,10 @@
  * the devices' sorted kernels (backends/gpu_dispatch.h, PGD_EMB_SORTED: OpenCL's default, CUDA's under
  * PDDE_CUDA_EMBEDDING_BACK=sorted) follow. dy is random, so any other order of a row's sum shows in the last
  * bits. Cases: a GPT's vocabulary (50304 rows, 8192 ids drawn skewed: repeated ids out of order), one id
- * many times, a large table few ids touch (empty rows), a single id, a table read twice (the second
- * gradient lands on the first: a base), and the float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic,
- * CUDA's default) within float rounding of the CPU. OpenCL is PoCL in CI. */
+ * many times, a table few ids touch (empty rows), a table 66 times the ids (a CPU device sorts it with the
+ * GPUs' bitonic network, the others by counting), a single id, a table read twice (the second gradient
+ * lands on the first: a base), and the float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic, CUDA's
+ * default) within float rounding of the CPU. OpenCL is PoCL in CI. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "pdde_extension.h"
 #include "tests/test_util.h"
@@ -27,6 +28,7 @@ static const emb_case cases[] = {
     {"gpt vocabulary", 50304, 32, 8192, 0, 3, -1},
     {"one id many times", 10, 33, 3000, 0, 1, 7},
     {"few rows touched", 1000, 5, 37, 0, 1, -1},
+    {"a table far larger than the ids", 100000, 5, 1500, 0, 3, -1}, /* (a CPU device's sort: the bitonic network) */
     {"a single id", 3, 1, 1, 0, 1, -1},
     {"a table read twice", 64, 16, 100, 1, 2, -1},
 };
