@@ -76,7 +76,6 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
     b->local = malloc((size_t)e->slots * sizeof *b->local);
     b->weights = e->bag > 1 ? malloc((size_t)e->slots * sizeof *b->weights) : NULL;
     b->rows = malloc((size_t)e->rows * e->dim * sizeof *b->rows);
-    if (b->rows) memset(b->rows + (e->rows - 1) * e->dim, 0, (size_t)e->dim * sizeof *b->rows); /* the empty slots' row: zeros, always */
     if (!b->unique || !b->local || !b->rows || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
     *out = b;
     return PDDE_OK;
@@ -94,11 +93,10 @@ int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return b->n
 
 pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) {
     const pdde_sparse_embedding *e = b->e;
-    int32_t empty = (int32_t)(e->rows - 1);
     b->n_unique = 0;
     if (b->index.cap) memset(b->index.vals, 0xff, b->index.cap * sizeof *b->index.vals), b->index.n = 0;
     for (int64_t i = 0; i < e->slots; i++) {
-        if (ids[i] == PDDE_SPARSE_NO_ID) { b->local[i] = empty; continue; }
+        if (ids[i] == PDDE_SPARSE_NO_ID) { b->local[i] = -1; continue; }
         uint32_t *r = ps_map_find(&b->index, ids[i]);
         if (!r) {
             if (!(r = ps_map_insert(&b->index, ids[i], (uint32_t)b->n_unique)))
@@ -107,6 +105,11 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
         }
         b->local[i] = (int32_t)*r;
     }
+    /* the empty slots read row n_unique, zeros: feed writes the batch's rows and it in one piece */
+    int32_t empty = (int32_t)b->n_unique;
+    for (int64_t i = 0; i < e->slots; i++)
+        if (b->local[i] < 0) b->local[i] = empty;
+    memset(b->rows + b->n_unique * e->dim, 0, (size_t)e->dim * sizeof *b->rows);
     if (e->bag > 1)
         for (int64_t s = 0; s < e->slots; s += e->bag) { /* one bag */
             int n = 0;
@@ -124,12 +127,10 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
     size_t row_bytes = (size_t)e->dim * sizeof(float);
     pdde_tensor *lt = NULL;
     pdde_status st = check_io(s, e->table, (size_t)e->rows * row_bytes, "sparse batch feed", &lt);
-    /* only the batch's rows (the first n_unique) and the empty slots' row (zeros, the last): no id refers to
-     * the rows between, which keep what an earlier batch left */
+    /* only the rows the batch reads: its n_unique rows and the empty slots' zero row after them; no id refers to
+     * the rows past those, which keep what an earlier batch left there */
     if (!st && s->bind) bind_micro(s, lt, 0);
-    if (!st && b->n_unique) st = write_bound_part(s, lt, 0, b->rows, (size_t)b->n_unique * row_bytes);
-    if (!st) st = write_bound_part(s, lt, (size_t)(e->rows - 1) * row_bytes, b->rows + (e->rows - 1) * e->dim, row_bytes);
-    if (!st) st = device_sync(s, &s->devs[s->slot[lt->id]]);
+    if (!st) st = write_bound(s, lt, b->rows, (size_t)(b->n_unique + 1) * row_bytes);
     if (!st) st = pdde_session_write(s, e->ids, b->local, (size_t)e->slots * sizeof(int32_t));
     if (!st && e->weights) st = pdde_session_write(s, e->weights, b->weights, (size_t)e->slots * sizeof(float));
     for (int i = 0; i < b->n_dense && !st; i++)
@@ -143,7 +144,7 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
     pdde_tensor *lt = NULL;
     pdde_status st = check_io(s, e->table->grad, bytes, "sparse batch collect", &lt);
-    /* only the batch's rows are pushed: the rest (the empty slots' row, rows no id refers to) stay unread */
+    /* only the batch's rows are pushed: the rest (the empty slots' row after them, rows no id refers to) stay unread */
     if (!st && b->n_unique) st = read_local(s, lt, b->rows, (size_t)b->n_unique * e->dim * sizeof(float));
     /* the accumulator is the optimizers' to zero, and they skip sparse tables (and the graph of a
      * model whose dense parameters live on the servers has no optimizer): zeroed where it lives */

@@ -2026,18 +2026,13 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
     return PDDE_OK;
 }
 
-/* Writes nbytes from src at byte `at` of the session's tensor lt where it points now (an input: at the
- * micro-batch it is bound to), enqueued: src must stay valid until the device is synchronized. */
-static pdde_status write_bound_part(pdde_session *s, pdde_tensor *lt, size_t at, const void *src, size_t nbytes) {
+/* Writes the session's tensor lt where it points now (an input: at the micro-batch it is bound to): its
+ * first nbytes (the whole tensor, or the rows a sparse batch reads). */
+static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */
-    return sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset + at, src, nbytes);
-}
-
-/* Writes the session's tensor lt where it points now, whole, and waits for it. */
-static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
-    pdde_status st = write_bound_part(s, lt, 0, src, nbytes);
-    return st ? st : device_sync(s, &s->devs[s->slot[lt->id]]);
+    pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
+    return st ? st : device_sync(s, sd);
 }
 
 /* Zeroes the session's tensor lt where it points now: in place on the host, by the backend's zero slot on
