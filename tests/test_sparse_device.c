@@ -5,7 +5,9 @@
  * in-process, so both runs see the same rows; the tolerance is the device's float order (1e-5).
  * pdde_sparse_batch_feed writes only the batch's rows and the empty slots' zero row: the local table
  * holds NaN before the first batch, and each batch's loss equals the one computed here from the rows
- * the table holds for the batch's ids (a row not written, or written in another's place, shows). */
+ * the table holds for the batch's ids (a row not written, or written in another's place, shows). Two
+ * layouts of the same ids: bags of 3 mean-pooled (an empty slot weighs 0) and one id a field (an empty
+ * slot reads the zero row itself). */
 #include "pdde_extension.h"
 #include "tests/test_util.h"
 
@@ -13,7 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { B = 4, F = 2, K = 3, C = 4, SLOTS = B * F * K, BATCHES = 4, PROBE = 24 };
+enum { B = 4, K = 3, C = 4, SLOTS = B * 2 * K, BATCHES = 4, PROBE = 24 };
+static int bag = K; /* ids a bag: K (mean pooling) or 1 (one id a field, summed); fields = SLOTS / B / bag */
 
 /* batch i's ids: overlapping sets of different sizes (the second has fewer unique ids than the first, the
  * third more), empty slots and repeated ids */
@@ -24,16 +27,16 @@ static void batch_ids(int i, uint64_t *ids) {
     }
 }
 
-/* The loss of the graph below (the mean of the squared mean-pooled bags) for a batch of ids, the rows
- * pulled from the table c holds now, in double. */
+/* The loss of the graph below (the mean of the squared pooled bags) for a batch of ids, the rows pulled
+ * from the table c holds now, in double. */
 static pdde_status expected_loss(pdde_ps_client *c, const uint64_t *ids, double *loss) {
     float row[C];
     double sum = 0;
-    for (int bag = 0; bag < B * F; bag++) {
+    for (int b = 0; b < SLOTS / bag; b++) {
         double pooled[C] = {0};
         int n = 0;
-        for (int k = 0; k < K; k++) {
-            uint64_t id = ids[bag * K + k];
+        for (int k = 0; k < bag; k++) {
+            uint64_t id = ids[b * bag + k];
             if (id == PDDE_SPARSE_NO_ID) continue;
             pdde_status st = pdde_ps_client_pull(c, 1, &id, row);
             if (st) return st;
@@ -42,7 +45,7 @@ static pdde_status expected_loss(pdde_ps_client *c, const uint64_t *ids, double 
         }
         for (int j = 0; j < C && n; j++) sum += (pooled[j] / n) * (pooled[j] / n);
     }
-    *loss = sum / (B * F * C);
+    *loss = sum / (SLOTS / bag * C);
     return PDDE_OK;
 }
 
@@ -56,7 +59,7 @@ static pdde_status train(pdde_context *ctx, int device, float *rows, int *grad_d
     pdde_sparse_batch *sb = NULL;
     pdde_ps_client *c = NULL;
     pdde_graph_init(ctx, &g);
-    pdde_tensor *pooled = pdde_sparse_embedding_init(g, "e", B, F, K, C, PDDE_POOL_MEAN, &e);
+    pdde_tensor *pooled = pdde_sparse_embedding_init(g, "e", B, SLOTS / B / bag, bag, C, bag > 1 ? PDDE_POOL_MEAN : PDDE_POOL_SUM, &e);
     pdde_tensor *loss = pdde_mean(g, pdde_mul(g, pooled, pooled), -1, 0); /* (a gradient that depends on the rows) */
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
     pp.table.dim = C, pp.table.optimizer = PDDE_PS_SGD, pp.table.lr = 5.0f, pp.table.init_std = 0.5f, pp.table.seed = 3;
@@ -125,12 +128,13 @@ static void compare(pdde_context *ctx, const char *fam, const float *cpu) {
     }
 }
 
-int main(void) {
+static void run_layout(void) {
+    printf("bags of %d\n", bag);
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu,opencl,cuda";
     cp.n_threads = 1;
     pdde_context *ctx;
-    if (pdde_context_init(&cp, &ctx)) { CHECK(0, "context"); return test_finish(); }
+    if (pdde_context_init(&cp, &ctx)) { CHECK(0, "context"); return; }
     static float cpu[BATCHES * PROBE * C];
     int grad_at = -1, loss_ok = 0;
     pdde_status st = train(ctx, 0, cpu, &grad_at, &loss_ok);
@@ -159,5 +163,11 @@ int main(void) {
         pdde_context_free(ctx2);
     }
     pdde_context_free(ctx);
+}
+
+int main(void) {
+    run_layout();
+    bag = 1;
+    run_layout();
     return test_finish();
 }
