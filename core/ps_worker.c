@@ -12,7 +12,8 @@ struct pdde_sparse_embedding {
     pdde_tensor *table;        /* [U, dim] PDDE_TENSOR_SPARSE parameter */
     pdde_tensor *ids;          /* i32 [batch, fields, bag]: rows of table */
     pdde_tensor *weights;      /* f32 [batch, fields, bag, 1] (bag > 1): 1 or 1/count, 0 on empty slots */
-    int64_t batch, slots, rows; /* slots = batch x fields x bag; rows = slots + 1 (the last: zeros) */
+    int64_t batch, slots, rows; /* slots = batch x fields x bag; rows = slots + 1 (a batch of U unique ids: rows
+                                * 0..U-1 theirs, row U zeros for the empty slots) */
     int fields, bag, dim;
     pdde_pooling pool;
 };
