@@ -1278,8 +1278,9 @@ static int pgd_embedding_back_sorted(const pgd_ctx *g, pgd_ptr ids, pgd_ptr dy, 
     else if (!e)
         e = pgd_launch(g, PGD_K_EMBEDDING_SORT, 1, 1, 1, block, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_A(nid), PGD_A(n_pow2), PGD_A(V)));
     int64_t cap = (int64_t)(g->units ? g->units : 1) * 32; /* (groups stride over the positions: most start no run) */
-    unsigned groups = (unsigned)(nid < cap ? nid : cap);
-    if (!e) e = pgd_launch(g, PGD_K_EMBEDDING_BACK_ROWS, groups, 1, 1, pgd_row_block(g, C), 1,
+    unsigned groups = (unsigned)(nid < cap ? nid : cap), row_block = pgd_row_block(g, C);
+    while (row_block > 1 && row_block / 2 >= C) row_block /= 2; /* (narrow rows: every item walks the positions) */
+    if (!e) e = pgd_launch(g, PGD_K_EMBEDDING_BACK_ROWS, groups, 1, 1, row_block, 1,
                            PGD_ARGS(PGD_P(dy), PGD_P(keys), PGD_P(out), PGD_A(nid), PGD_A(C), PGD_A(V)));
     return e;
 }
