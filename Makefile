@@ -118,7 +118,7 @@ text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
 	       END { print "    , 0};" }'
 
 ifneq ($(NVCC),)
-backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh
+backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh backends/cuda_embedding.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx
@@ -229,7 +229,7 @@ OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops te
 PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp test_cluster)
 # What tools/gpu-check.sh builds, compiled (not run) there too: a GPU node may have none of these libraries.
 GPU_CHECK_BUILDS := $(addprefix $(BUILD)/portable/,test_cuda test_gpu_attention bench_cuda gpt pdde-bench test_dp test_casts \
-                    test_moe_device test_nccl test_device_buckets)
+                    test_moe_device test_nccl test_device_buckets test_embedding_back bench_embedding_back)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:

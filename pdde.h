@@ -1743,7 +1743,9 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
 void pdde_sparse_batch_free(pdde_sparse_batch *b);
 /* ids: batch x fields x bag (row-major); dedups, remaps and pulls the rows. */
 pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids);
-/* Writes the local table, local ids (and mean weights) into s. */
+/* Writes the rows of the local table the batch reads (its unique ids' rows, then the empty slots' zero row),
+ * the local ids (and mean weights) into s; the rows past those, which no id refers to, keep what earlier
+ * batches left there. */
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s);
 /* After a forward + backward of s: reads the rows' gradients and zeroes the accumulator. */
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s);

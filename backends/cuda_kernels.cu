@@ -593,6 +593,8 @@ extern "C" __global__ void k_embedding_back(const float *__restrict__ dy, const 
     }
 }
 
+#include "cuda_embedding.cuh" /* the reproducible backward: ids sorted, each row's sum in their order */
+
 /* ---- dropout ---------------------------------------------------------------------------------- */
 
 /* Must match the CPU backend's dropout_hash bit for bit: keep element i when h >= threshold (p * 2^32). */

@@ -49,6 +49,8 @@ enum {
     /* memory-bound kernels: the fused cross-entropy (lowering's PDDE_FUSE_CE), the column sums in two levels and the
      * multi-tensor AdamW in chunks (the backends' switches: pgd_ctx.mem_kernels) */
     PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS,
+    /* the reproducible embedding backward (pgd_ctx.embedding_back) */
+    PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -65,6 +67,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
     "k_ce_fused", "k_colsum2", "k_adamw_chunks",
+    "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -167,6 +170,7 @@ typedef struct {
                       pgd_ptr bgrad);
     /* the memory-bound kernels it takes instead of the plain ones (PGD_MEM_* bits; 0: none): pgd_mem_kernels_env */
     unsigned mem_kernels;
+    int embedding_back; /* PGD_EMB_*: how the embedding backward adds dy into the table's gradient */
 } pgd_ctx;
 
 /* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
@@ -184,6 +188,25 @@ static inline unsigned pgd_mem_kernels_env(const char *prefix) {
         if (v && !strcmp(v, "1")) bits |= sw[i].bit;
     }
     return bits;
+}
+
+/* The embedding backward: PGD_EMB_ATOMIC adds every dy element into its row by a float atomic (fast where
+ * ids repeat little, but the order of the adds is the device's: two runs differ in the last bits);
+ * PGD_EMB_SORTED sorts the ids with their positions (k_embedding_sort) and sums each row's dy rows in the
+ * order of the ids (k_embedding_back_rows): the CPU backend's order, so the same bits every run and as on
+ * the CPU. A backend's default, or <prefix>EMBEDDING_BACK=atomic|sorted (prefix: the backend's, as
+ * PDDE_CUDA_). */
+enum { PGD_EMB_ATOMIC = 0, PGD_EMB_SORTED = 1 };
+static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c);
+static inline int pgd_embedding_back_env(const char *prefix, int dflt) {
+    char name[64];
+    snprintf(name, sizeof name, "%sEMBEDDING_BACK", prefix);
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    if (!strcmp(v, "atomic")) return PGD_EMB_ATOMIC;
+    if (!strcmp(v, "sorted")) return PGD_EMB_SORTED;
+    pgd_say_once(8, "%s=%s is not atomic or sorted: the embedding backward takes %s", name, v, dflt == PGD_EMB_SORTED ? "sorted" : "atomic");
+    return dflt;
 }
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -1235,6 +1258,33 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
     *bc1 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA1), (float)t), *bc2 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA2), (float)t);
 }
 
+/* out [V, C] += the dy rows [nid, C] of each id, in the order of the ids (PGD_EMB_SORTED): the keys id << 32 |
+ * position sorted in scratch by one group (a bitonic network; on a CPU device one item's counting sort, unless
+ * the table is so much larger than the ids that its counters cost more), then a group per run of one id. */
+static int pgd_embedding_back_sorted(const pgd_ctx *g, pgd_ptr ids, pgd_ptr dy, pgd_ptr out, int64_t nid, int64_t C, int64_t V) {
+    if (nid > INT32_MAX || V > INT32_MAX)
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: embedding backward of %lld ids into %lld rows: the sorted keys hold 32-bit positions and rows",
+                          g->name, (long long)nid, (long long)V);
+    int64_t n_pow2 = 1;
+    while (n_pow2 < nid) n_pow2 *= 2;
+    int counting = g->item_per_element && V <= 64 * nid;
+    pgd_ptr keys;
+    size_t key_bytes = (size_t)n_pow2 * sizeof(uint64_t);
+    int e = g->scratch(g->impl, g->stream, key_bytes + (counting ? (size_t)(V + 1) * sizeof(int32_t) : 0), &keys);
+    unsigned block = g->max_block < 1024 ? g->max_block : 1024;
+    pgd_ptr cnt = pgd_at(keys, (int64_t)key_bytes);
+    if (!e && counting)
+        e = pgd_launch(g, PGD_K_EMBEDDING_COUNT_SORT, 1, 1, 1, 1, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_P(cnt), PGD_A(nid), PGD_A(V)));
+    else if (!e)
+        e = pgd_launch(g, PGD_K_EMBEDDING_SORT, 1, 1, 1, block, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_A(nid), PGD_A(n_pow2), PGD_A(V)));
+    int64_t cap = (int64_t)(g->units ? g->units : 1) * 32; /* (groups stride over the positions: most start no run) */
+    unsigned groups = (unsigned)(nid < cap ? nid : cap), row_block = pgd_row_block(g, C);
+    while (row_block > 1 && row_block / 2 >= C) row_block /= 2; /* (narrow rows: every item walks the positions) */
+    if (!e) e = pgd_launch(g, PGD_K_EMBEDDING_BACK_ROWS, groups, 1, 1, row_block, 1,
+                           PGD_ARGS(PGD_P(dy), PGD_P(keys), PGD_P(out), PGD_A(nid), PGD_A(C), PGD_A(V)));
+    return e;
+}
+
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n);
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     if (!(node->flags & PDDE_TENSOR_SUPPORTED) && !pgd_supports_op(node)) /* (a session's nodes were asked when it compiled) */
@@ -1344,6 +1394,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         else e = n ? g->fill32(g->impl, g->stream, py, 0, (size_t)n) : PDDE_OK;
         if (e || !nid || !C) return e;
         pgd_ptr pi = pgd_ptr_of(ids), pdy = pgd_ptr_of(dy);
+        if (g->embedding_back == PGD_EMB_SORTED) return pgd_embedding_back_sorted(g, pi, pdy, py, nid, C, V);
         return pgd_launch_1d(g, PGD_K_EMBEDDING_BACK, nid * C,
                              PGD_ARGS(PGD_P(pdy), PGD_P(pi), PGD_P(py), PGD_A(nid), PGD_A(C), PGD_A(V)));
     }

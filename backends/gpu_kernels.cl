@@ -569,6 +569,61 @@ __kernel void k_embedding_back(PTR(const float, dy), PTR(const int, ids), PTR(fl
     }
 }
 
+/* The reproducible backward (gpu_dispatch.h's PGD_EMB_SORTED): one group sorts the keys id << 32 | position
+ * (bitonic, in place in global memory; n_pow2 >= n_ids a power of 2, the tail padded with ~0), so each
+ * table row's positions come together, in the order of the ids; ids outside [0, V) get id 0xffffffff and
+ * sort last. Then k_embedding_back_rows adds each row's dy rows in that order: the CPU backend's order. */
+__kernel void k_embedding_sort(PTR(const int, ids), PTR(ulong, keys), long n_ids, long n_pow2, long V) {
+    BIND(const int, ids); BIND(ulong, keys);
+    long l = get_local_id(0), L = get_local_size(0);
+    for (long i = l; i < n_pow2; i += L) {
+        int id = i < n_ids ? ids[i] : -1;
+        uint row = id >= 0 && id < V ? (uint)id : 0xffffffffu;
+        keys[i] = i < n_ids ? (ulong)row << 32 | (ulong)i : ~(ulong)0;
+    }
+    for (long k = 2; k <= n_pow2; k <<= 1)
+        for (long j = k >> 1; j > 0; j >>= 1) {
+            barrier(CLK_GLOBAL_MEM_FENCE);
+            for (long i = l; i < n_pow2 / 2; i += L) { /* pair i: a (bit j clear) and a + j */
+                long a = ((i & ~(j - 1)) << 1) | (i & (j - 1));
+                ulong x = keys[a], y = keys[a + j];
+                if ((x > y) == ((a & k) == 0)) keys[a] = y, keys[a + j] = x;
+            }
+        }
+}
+
+/* The same keys by one item, a counting sort (a CPU device, where a group runs as a loop: its n_ids + V
+ * steps beat the network's n log^2 n); cnt: V + 1 counters, the last for the ids outside [0, V). */
+__kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(int, cnt), long n_ids, long V) {
+    BIND(const int, ids); BIND(ulong, keys); BIND(int, cnt);
+    if (get_global_id(0) != 0) return;
+    for (long v = 0; v <= V; v++) cnt[v] = 0;
+    for (long i = 0; i < n_ids; i++) cnt[ids[i] >= 0 && ids[i] < V ? ids[i] : V]++;
+    for (long v = 0, at = 0; v <= V; v++) {
+        int c = cnt[v];
+        cnt[v] = (int)at, at += c;
+    }
+    for (long i = 0; i < n_ids; i++) {
+        long row = ids[i] >= 0 && ids[i] < V ? ids[i] : V;
+        keys[cnt[row]++] = (row < V ? (ulong)row : 0xffffffffUL) << 32 | (ulong)i;
+    }
+}
+
+/* A group per run of equal ids in the sorted keys (groups stride over the positions; a run's first
+ * position does the run): out[id] += dy[r] for the run's positions r in order, an item a column. */
+__kernel void k_embedding_back_rows(PTR(const float, dy), PTR(const ulong, keys), PTR(float, out), long n_ids, long C, long V) {
+    BIND(const float, dy); BIND(const ulong, keys); BIND(float, out);
+    for (long k = get_group_id(0); k < n_ids; k += get_num_groups(0)) {
+        ulong id = keys[k] >> 32;
+        if (id >= (ulong)V || (k > 0 && keys[k - 1] >> 32 == id)) continue;
+        for (long j = get_local_id(0); j < C; j += get_local_size(0)) {
+            float acc = out[(long)id * C + j];
+            for (long m = k; m < n_ids && keys[m] >> 32 == id; m++) acc += dy[(long)(uint)keys[m] * C + j];
+            out[(long)id * C + j] = acc;
+        }
+    }
+}
+
 /* ---- dropout: the CPU backend's dropout_hash, bit for bit --------------------------------------- */
 
 static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {

@@ -786,6 +786,7 @@ static pgd_ctx pze_dispatcher(pze_dev *d, void *stream) {
         .launch = pze_cb_launch, .scratch = pze_cb_scratch, .fill32 = pze_cb_fill32, .copy = pze_cb_copy,
         .gemm = NULL,
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
+        .embedding_back = PGD_EMB_SORTED, /* (gpu_kernels.cl's, as OpenCL's default) */
     };
 }
 

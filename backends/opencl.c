@@ -103,6 +103,7 @@ typedef struct {
      * and whether the device's kernels are built (the default stream checks both at each operation) */
     int fixed, prepared;
     unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS) */
+    int embedding_back;   /* PGD_EMB_* (PDDE_OPENCL_EMBEDDING_BACK; sorted by default) */
     int builtin_gemm;     /* PDDE_OPENCL_GEMM=builtin: k_gemm rather than CLBlast */
 } pdde_ocl_stream;
 
@@ -554,6 +555,7 @@ static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_pro
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
     s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), s->builtin_gemm = pdde_ocl_gemm_env();
+    s->embedding_back = pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED);
     *stream = s;
     return PDDE_OK;
 }
@@ -756,6 +758,8 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
         /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
         .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_"),
+        /* (reproducible, the CPU's sums: PDDE_OPENCL_EMBEDDING_BACK=atomic for the float atomics) */
+        .embedding_back = s->fixed ? s->embedding_back : pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED),
     };
 #ifdef PDDE_HAVE_CLBLAST
     if (!(s->fixed ? s->builtin_gemm : pdde_ocl_gemm_env())) out->gemm = pdde_ocl_cb_gemm;

@@ -12,7 +12,8 @@ struct pdde_sparse_embedding {
     pdde_tensor *table;        /* [U, dim] PDDE_TENSOR_SPARSE parameter */
     pdde_tensor *ids;          /* i32 [batch, fields, bag]: rows of table */
     pdde_tensor *weights;      /* f32 [batch, fields, bag, 1] (bag > 1): 1 or 1/count, 0 on empty slots */
-    int64_t batch, slots, rows; /* slots = batch x fields x bag; rows = slots + 1 (the last: zeros) */
+    int64_t batch, slots, rows; /* slots = batch x fields x bag; rows = slots + 1 (a batch of U unique ids: rows
+                                * 0..U-1 theirs, row U zeros for the empty slots) */
     int fields, bag, dim;
     pdde_pooling pool;
 };
@@ -93,11 +94,10 @@ int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return b->n
 
 pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) {
     const pdde_sparse_embedding *e = b->e;
-    int32_t empty = (int32_t)(e->rows - 1);
     b->n_unique = 0;
     if (b->index.cap) memset(b->index.vals, 0xff, b->index.cap * sizeof *b->index.vals), b->index.n = 0;
     for (int64_t i = 0; i < e->slots; i++) {
-        if (ids[i] == PDDE_SPARSE_NO_ID) { b->local[i] = empty; continue; }
+        if (ids[i] == PDDE_SPARSE_NO_ID) { b->local[i] = -1; continue; }
         uint32_t *r = ps_map_find(&b->index, ids[i]);
         if (!r) {
             if (!(r = ps_map_insert(&b->index, ids[i], (uint32_t)b->n_unique)))
@@ -106,6 +106,11 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
         }
         b->local[i] = (int32_t)*r;
     }
+    /* the empty slots read row n_unique, zeros: feed writes the batch's rows and it in one piece */
+    int32_t empty = (int32_t)b->n_unique;
+    for (int64_t i = 0; i < e->slots; i++)
+        if (b->local[i] < 0) b->local[i] = empty;
+    memset(b->rows + b->n_unique * e->dim, 0, (size_t)e->dim * sizeof *b->rows);
     if (e->bag > 1)
         for (int64_t s = 0; s < e->slots; s += e->bag) { /* one bag */
             int n = 0;
@@ -113,8 +118,6 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
             for (int k = 0; k < e->bag; k++)
                 b->weights[s + k] = b->local[s + k] == empty ? 0.0f : e->pool == PDDE_POOL_MEAN ? 1.0f / (float)n : 1.0f;
         }
-    /* rows past the unique ones (and the empty row) are zeros: no id refers to them */
-    memset(b->rows + b->n_unique * e->dim, 0, (size_t)(e->rows - b->n_unique) * e->dim * sizeof(float));
     pdde_status st = pdde_ps_client_pull(c, (size_t)b->n_unique, b->unique, b->rows);
     if (!st && b->n_dense) st = pdde_ps_client_pull(c, (size_t)b->dense_rows, b->dense_ids, b->dense_vals);
     return st;
@@ -122,7 +125,13 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
 
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
     const pdde_sparse_embedding *e = b->e;
-    pdde_status st = pdde_session_write(s, e->table, b->rows, (size_t)e->rows * e->dim * sizeof(float));
+    size_t row_bytes = (size_t)e->dim * sizeof(float);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, e->table, (size_t)e->rows * row_bytes, "sparse batch feed", &lt);
+    /* only the rows the batch reads: its n_unique rows and the empty slots' zero row after them; no id refers to
+     * the rows past those, which keep what an earlier batch left there */
+    if (!st && s->bind) bind_micro(s, lt, 0);
+    if (!st) st = write_bound(s, lt, b->rows, (size_t)(b->n_unique + 1) * row_bytes);
     if (!st) st = pdde_session_write(s, e->ids, b->local, (size_t)e->slots * sizeof(int32_t));
     if (!st && e->weights) st = pdde_session_write(s, e->weights, b->weights, (size_t)e->slots * sizeof(float));
     for (int i = 0; i < b->n_dense && !st; i++)
@@ -136,7 +145,7 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
     pdde_tensor *lt = NULL;
     pdde_status st = check_io(s, e->table->grad, bytes, "sparse batch collect", &lt);
-    /* only the batch's rows are pushed: the rest (the empty slots' row, rows no id refers to) stay unread */
+    /* only the batch's rows are pushed: the rest (the empty slots' row after them, rows no id refers to) stay unread */
     if (!st && b->n_unique) st = read_local(s, lt, b->rows, (size_t)b->n_unique * e->dim * sizeof(float));
     /* the accumulator is the optimizers' to zero, and they skip sparse tables (and the graph of a
      * model whose dense parameters live on the servers has no optimizer): zeroed where it lives */

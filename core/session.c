@@ -2033,7 +2033,8 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
     return PDDE_OK;
 }
 
-/* Writes the session's tensor lt where it points now (an input: at the micro-batch it is bound to). */
+/* Writes the session's tensor lt where it points now (an input: at the micro-batch it is bound to): its
+ * first nbytes (the whole tensor, or the rows a sparse batch reads). */
 static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */

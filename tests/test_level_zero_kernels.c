@@ -251,7 +251,8 @@ static void check_graph(pdde_context *ctx, clrun *r, pdde_graph *g, const char *
     /* the kernels under test */
     void **db = assign(g, svm_alloc, r, vocab);
     pgd_ctx pg = {.ctx = ctx, .name = "level_zero(opencl)", .impl = r, .stream = NULL, .units = 16, .max_block = 1024,
-                  .launch = cb_launch, .scratch = cb_scratch, .fill32 = cb_fill32, .copy = cb_copy, .gemm = NULL};
+                  .launch = cb_launch, .scratch = cb_scratch, .fill32 = cb_fill32, .copy = cb_copy, .gemm = NULL,
+                  .embedding_back = PGD_EMB_SORTED}; /* (level_zero.c's) */
     int worst_id = -1;
     double worst = 0;
     for (int i = 0; i < n && !st; i++) {

@@ -12,7 +12,8 @@
 #   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers; ZeRO-3's
-#   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured);
+#   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured); the
+#   embedding backward in the order of the ids (off until measured) against the CPU's bits and the float atomics;
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; f32 attention's tiled kernels; the host's
 #   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
@@ -114,7 +115,7 @@ elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 say "UCX: ${UCX_DIR:-$([ "${ucx[*]}" = NO_UCX=1 ] && echo none || echo "pkg-config's")} $(grep -s '^libucx0=' "${UCX_DIR:-/nonexistent}/PACKAGES")"
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
     build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets build/test_attention_dispatch \
-    build/test_zero3_device build/test_sparse_device \
+    build/test_zero3_device build/test_sparse_device build/test_embedding_back build/bench_embedding_back \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -272,6 +273,14 @@ fi
 # has run), and the sparse batch's gradients zeroed on the device (PDDE_CUDA_ZERO=1: off until this has run)
 [ -x build/pdde-run ] && test_step test_zero3_device_cuda 150 env PDDE_TEST_DEVICE=cuda build/test_zero3_device
 test_step test_sparse_device_cuda 60 env PDDE_CUDA_ZERO=1 build/test_sparse_device
+# the embedding backward summed per row in the order of the ids (PDDE_CUDA_EMBEDDING_BACK=sorted: off until this has
+# run): bit for bit the CPU's and run to run, and its time against the float atomics (GPT's and DLRM's shapes)
+test_step test_embedding_back_cuda 60 build/test_embedding_back
+for shape in gpt recsys; do
+    step "embedding_back_$shape" 60 build/bench_embedding_back --backend cuda $([ $shape = recsys ] && echo --recsys)
+    r=$(grep '^RESULT embedding_back ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
+    result "${r:-embedding_back shape=$shape status=failed}"
+done
 
 # ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
 # recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)
