@@ -1,7 +1,7 @@
-/* backends/deadline.h — "now + s seconds" as the CLOCK_REALTIME time pthread_cond_timedwait takes, for
- * every part that waits on a condition variable with a timeout (the executor's pipeline, comm/'s
- * service thread, the parameter server's client). A header of its own: comm/ps.c is built without the
- * rest of comm/ (no UCX), and core/ must not need comm/. */
+/* backends/deadline.h — "now + s seconds" as the CLOCK_REALTIME time pthread_cond_timedwait (and
+ * pthread_mutex_timedlock) takes, for every part that waits with a timeout (the executor's pipeline,
+ * comm/'s service thread, the parameter server's client and server). A header of its own: comm/ps.c
+ * is built without the rest of comm/ (no UCX), and core/ must not need comm/. */
 #ifndef PDDE_DEADLINE_H
 #define PDDE_DEADLINE_H
 

@@ -1120,10 +1120,7 @@ static void *ps_serve_thread(void *arg) {
         if (!holding) {
             pthread_mutex_lock(&run->lock);
             while (run->polling && run->live > 0 && !run->st) { /* (every wait bounded: the state is checked again) */
-                struct timespec until;
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_nsec += 100 * 1000000L;
-                if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+                struct timespec until = cond_deadline(0.1);
                 pthread_cond_timedwait(&run->cv, &run->lock, &until);
             }
             bool stop = run->live == 0 || run->st;
@@ -1449,10 +1446,7 @@ static pdde_status ps_geo_fetch(pdde_ps_client *c, size_t n, const uint64_t *ids
  * time (lock): a refresh must not be overwritten by an older one. Pulls and pushes go on beside it: a
  * row's change made after the exchange took it stays in the copy on top of the refreshed row. */
 static pdde_status ps_geo_exchange(pdde_ps_client *c) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + c->timeout_s;
-    until.tv_sec = (time_t)end, until.tv_nsec = (long)((end - (double)(time_t)end) * 1e9);
+    struct timespec until = cond_deadline(c->timeout_s);
     if (pthread_mutex_timedlock(&c->lock, &until))
         return pdde_error(c->ctx, PDDE_ERR_TIMEOUT, "ps client: a geo exchange waited %.3g s for the one in flight", c->timeout_s);
     int C = c->p.table.dim;
