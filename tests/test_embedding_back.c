@@ -6,7 +6,7 @@
  * many times, a table few ids touch (empty rows), a table 66 times the ids (a CPU device sorts it with the
  * GPUs' bitonic network, the others by counting), a single id, a table read twice (the second gradient
  * lands on the first: a base), and the float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic, CUDA's
- * default) within float rounding of the CPU. OpenCL is PoCL in CI. */
+ * default) within 1e-3 of the CPU (its sums in any order). OpenCL is PoCL in CI. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "pdde_extension.h"
 #include "tests/test_util.h"
@@ -154,9 +154,10 @@ int main(void) {
     }
     free(ids), free(dy);
     check_backend(ctx, "opencl", NULL, "sorted", 0); /* (its default) */
-    check_backend(ctx, "opencl", "PDDE_OPENCL_EMBEDDING_BACK", "atomic", 1e-5);
+    /* (the atomics' order is any: 3000 dy rows of one id, partial sums near 30, end 1e-4 apart) */
+    check_backend(ctx, "opencl", "PDDE_OPENCL_EMBEDDING_BACK", "atomic", 1e-3);
     check_backend(ctx, "cuda", "PDDE_CUDA_EMBEDDING_BACK", "sorted", 0);
-    check_backend(ctx, "cuda", NULL, "atomic", 1e-5); /* (its default) */
+    check_backend(ctx, "cuda", NULL, "atomic", 1e-3); /* (its default) */
     pdde_context_free(ctx);
     return test_finish();
 }
