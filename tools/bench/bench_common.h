@@ -3,6 +3,7 @@
  * clock and the sort order of times of pdde-bench and the other benchmarks. */
 #ifndef PDDE_BENCH_COMMON_H
 #define PDDE_BENCH_COMMON_H
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -19,9 +20,11 @@ static inline int bench_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+/* the median of t[n] (sorts t; an even n: the mean of the middle two; none: NaN) */
 static inline double bench_median(double *t, int n) {
+    if (n <= 0) return NAN;
     qsort(t, (size_t)n, sizeof *t, bench_cmp);
-    return t[n / 2];
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 /* seconds on the monotonic clock */
 static inline double bench_now(void) {

@@ -53,11 +53,6 @@ static job job_start(const char *leave, const char *metrics, const char *const *
     return job_spawn(argv, env);
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, bench_cmp);
-    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : NAN;
-}
-
 /* The median step time of a metrics file (steps 3.. first_bad-1) */
 static double metrics_step_s(const char *path, int upto) {
     FILE *f = fopen(path, "r");
@@ -73,7 +68,7 @@ static double metrics_step_s(const char *path, int upto) {
             v[n++] = st;
     }
     fclose(f);
-    return median(v, n);
+    return bench_median(v, n);
 }
 
 typedef struct { double detect_s, recover_s, lost, snap_ms, copy_ms, step_s; int ok; } outcome;
@@ -150,9 +145,9 @@ int main(int argc, char **argv) {
         n++;
     }
     remove(metrics);
-    double mdk = median(dk, n), mdf = median(df, n), mrc = median(rc, n), ml = median(lost, n), mov = median(ov, n), mcp = median(cp, n);
+    double mdk = bench_median(dk, n), mdf = bench_median(df, n), mrc = bench_median(rc, n), ml = bench_median(lost, n), mov = bench_median(ov, n), mcp = bench_median(cp, n);
     printf("medians: detect %.3f s killed, %.3f s frozen (targets <= 2); recover %.3f s (<= 5); lost steps %.0f (<= 1); snapshot "
-           "overhead %.2f%% of a %.1f ms step (<= 1%%; the copy beside it %.2f%%)\n", mdk, mdf, mrc, ml, mov, 1e3 * median(st, n), mcp);
+           "overhead %.2f%% of a %.1f ms step (<= 1%%; the copy beside it %.2f%%)\n", mdk, mdf, mrc, ml, mov, 1e3 * bench_median(st, n), mcp);
     printf("RESULT elastic detect_s=%.3f detect_frozen_s=%.3f recover_s=%.3f lost_steps=%.0f snapshot_overhead_pct=%.2f copy_pct=%.2f\n",
            mdk, mdf, mrc, ml, mov, mcp);
     return 0;

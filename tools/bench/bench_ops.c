@@ -46,11 +46,6 @@ void openblas_set_num_threads(int n);
 #include <clblast_c.h>
 #endif
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, bench_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void fill_random(float *x, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -346,8 +341,8 @@ int main(int argc, char **argv) {
 #endif
                 if (r >= 0) tp[r] = t_p, td[r] = t_d, tb[r] = t_b;
             }
-            double gp = flops / median(tp, reps) * 1e-9, gd = have_direct ? flops / median(td, reps) * 1e-9 : NAN;
-            double gb = have_blas ? flops / median(tb, reps) * 1e-9 : NAN, ratio = gp / gd;
+            double gp = flops / bench_median(tp, reps) * 1e-9, gd = have_direct ? flops / bench_median(td, reps) * 1e-9 : NAN;
+            double gb = have_blas ? flops / bench_median(tb, reps) * 1e-9 : NAN, ratio = gp / gd;
             char sp[32] = "", sd[32] = "";
             if (row != ROW_OPENCL) {
                 snprintf(sp, sizeof sp, " (%3.0f%%)", 100 * gp / peak[bf16]);
@@ -416,7 +411,7 @@ int main(int argc, char **argv) {
                 pdde_status st = pdde_session_run(b.s, (pdde_run_mode)mode);
                 if (r >= 0) tp[r] = st == PDDE_OK ? bench_now() - t0 : NAN;
             }
-            double m = median(tp, reps);
+            double m = bench_median(tp, reps);
             printf("  %-14s %-8s %9.3f ms %8.2f GB/s\n", op, which == 0 ? "opencl" : "cpu", m * 1e3, bytes / m * 1e-9);
             fflush(stdout);
             bench_graph_free(&b);
