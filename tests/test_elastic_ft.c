@@ -16,7 +16,9 @@
  *    joiner takes part in making it whole), whose losses up to 10 steps after the join also equal a
  *    run that never takes the rank in again (1e-4: the ranks there are change only the rounding);
  *  - a rank paused briefly (SIGSTOP for 0.3 s, then SIGCONT) stays a member: a later loss re-forms
- *    the world with it in one recovery (test_brief_stop).
+ *    the world with it in one recovery (test_brief_stop);
+ *  - a joiner whose store stops answering (SIGSTOP) while it waits to be taken in stops within a few
+ *    leases saying it is cut off, not at its timeout (test_joiner_cut_off).
  * The seed of the random step is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
