@@ -69,6 +69,7 @@ struct pdde_elastic {
     _Atomic int store_lost;       /* a renewal was refused: the store dropped this member (elastic_renew) */
     _Atomic int mute;             /* (tests: the heartbeat pauses, PDDE_TEST_ELASTIC_STALL) */
     double lease_s;
+    double heard_at;              /* when the store last answered a call on store (under store_lock; el_heard) */
     char job[160];                /* J */
     int id;                       /* this member's id: its rank at the start (stable) */
     int *members, n_members;      /* of this generation: rank r is member members[r] */
@@ -122,11 +123,20 @@ static void elastic_sleep(double s) {
 
 /* ---- the store, under this member's lock ---- */
 
+/* Notes the outcome of a call on e->store (store_lock held) and returns it. Any status the store sent
+ * (OK, NOT_FOUND, a refusal) means it answered; PDDE_ERR_TIMEOUT (no reply in time, or one still owed
+ * from an earlier call), PDDE_ERR_PEER_LOST (the connection closed) and PDDE_ERR_COMM (etcd out of
+ * reach, a connection refused) mean it did not. */
+static pdde_status el_heard(pdde_elastic *e, pdde_status st) {
+    if (st != PDDE_ERR_TIMEOUT && st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_COMM) e->heard_at = elastic_now();
+    return st;
+}
+
 static pdde_status el_get(pdde_elastic *e, const char *key, char **val) {
     void *v = NULL;
     size_t n = 0;
     pthread_mutex_lock(&e->store_lock);
-    pdde_status st = e->store->iface->get(e->store->impl, NULL, key, &v, &n);
+    pdde_status st = el_heard(e, e->store->iface->get(e->store->impl, NULL, key, &v, &n));
     pthread_mutex_unlock(&e->store_lock);
     if (st) { free(v); v = NULL; }
     *val = v;
@@ -135,14 +145,14 @@ static pdde_status el_get(pdde_elastic *e, const char *key, char **val) {
 
 static pdde_status el_set(pdde_elastic *e, const char *key, const char *val) {
     pthread_mutex_lock(&e->store_lock);
-    pdde_status st = pdde_store_set(e->store, key, val, strlen(val));
+    pdde_status st = el_heard(e, pdde_store_set(e->store, key, val, strlen(val)));
     pthread_mutex_unlock(&e->store_lock);
     return st;
 }
 
 static pdde_status el_cas(pdde_elastic *e, const char *key, const char *val, int *swapped) {
     pthread_mutex_lock(&e->store_lock);
-    pdde_status st = pdde_store_compare_set(e->store, key, "", 0, val, strlen(val), swapped);
+    pdde_status st = el_heard(e, pdde_store_compare_set(e->store, key, "", 0, val, strlen(val), swapped));
     pthread_mutex_unlock(&e->store_lock);
     return st;
 }
@@ -161,7 +171,7 @@ static int el_exists(pdde_elastic *e, const char *key) {
  * change fences it, which may be a planned one that then fails for everyone. */
 static void elastic_renew(pdde_elastic *e) {
     pthread_mutex_lock(&e->store_lock);
-    pdde_status st = pdde_store_ping(e->store);
+    pdde_status st = el_heard(e, pdde_store_ping(e->store));
     pthread_mutex_unlock(&e->store_lock);
     if (st == PDDE_ERR_PEER_LOST) atomic_store(&e->store_lost, 1);
 }
@@ -191,11 +201,28 @@ static double elastic_env_double(const char *name, double dflt) {
 static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids, int *n_joined, int cap);
 #define ELASTIC_JOINER_ID0 65536
 
+/* A joiner that has had no reply from the store for over twice its lease is cut off from it, or the
+ * store is down: the store drops a client it has not heard from for a lease, so by then it surely
+ * dropped this one, and no generation will take it in. (Its client gives up on a reply after twice the
+ * lease and then fails at once until one comes, so only the time since the last reply tells.) Members
+ * in a world do not stop so: a store slow for everyone must not fence them all. 1: cut off. */
+static int elastic_joiner_cut_off(pdde_elastic *e, double *silent_s) {
+    pthread_mutex_lock(&e->store_lock);
+    *silent_s = elastic_now() - e->heard_at;
+    pthread_mutex_unlock(&e->store_lock);
+    return *silent_s > 2 * e->lease_s;
+}
+
+static pdde_status elastic_joiner_cut_off_error(pdde_elastic *e, double silent_s) {
+    return pdde_error(e->ctx, PDDE_ERR_PEER_LOST, "elastic: member %d asked to join job %s and has had no reply from the store "
+                      "for %.3g s (its lease is %.3g s): cut off or the store is down", e->id, e->job, silent_s, e->lease_s);
+}
+
 /* A rank started later (PDDE_ELASTIC_JOIN=1): it asks to join and waits until a generation takes it
- * in (the members notice it at their next step boundary). */
+ * in (the members notice it at their next step boundary), or stops once cut off from the store. */
 static pdde_status elastic_wait_admitted(pdde_elastic *e) {
     char key[300], *v = NULL;
-    double give_up = elastic_now() + e->timeout_s;
+    double give_up = elastic_now() + e->timeout_s, silent_s = 0;
     int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids);
     if (!ids) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
     for (int g = 1; elastic_now() < give_up && !atomic_load(&e->store_lost);) {
@@ -203,6 +230,8 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
         if (el_get(e, key, &v) != PDDE_OK) {
             snprintf(key, sizeof key, "%s/done", e->job);
             if (el_exists(e, key)) break; /* (the members finished before taking it in) */
+            /* (judged after calls, not before: a process resumed after a stall asks the store first) */
+            if (elastic_joiner_cut_off(e, &silent_s)) { free(ids); return elastic_joiner_cut_off_error(e, silent_s); }
             elastic_sleep(0.01);
             continue;
         }
@@ -358,6 +387,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     double margin = e->peer_timeout_s / 4 < 0.25 ? e->peer_timeout_s / 4 : 0.25;
     e->lease_s = e->peer_timeout_s - margin;
     if ((st = pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s))) goto fail;
+    e->heard_at = elastic_now(); /* (before the heartbeat thread starts) */
     if (pthread_create(&e->heartbeat, NULL, elastic_heartbeat, e)) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: no heartbeat thread"); goto fail; }
     e->heartbeat_started = 1;
     char maxv[32];
@@ -366,7 +396,11 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     if (!joiner && e->id == 0 && (st = el_set(e, key, maxv))) goto fail; /* (every member must agree on it) */
     if (joiner) {
         char *v = NULL;
-        for (double until = elastic_now() + e->timeout_s; el_get(e, key, &v) != PDDE_OK && elastic_now() < until;) elastic_sleep(0.01);
+        double silent_s = 0;
+        for (double until = elastic_now() + e->timeout_s; el_get(e, key, &v) != PDDE_OK && elastic_now() < until;) {
+            if (elastic_joiner_cut_off(e, &silent_s)) { st = elastic_joiner_cut_off_error(e, silent_s); goto fail; }
+            elastic_sleep(0.01);
+        }
         if (v) e->max_ranks = atoi(v);
         free(v);
         snprintf(key, sizeof key, "%s/join/%d", e->job, e->id);

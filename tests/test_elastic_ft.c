@@ -16,7 +16,9 @@
  *    joiner takes part in making it whole), whose losses up to 10 steps after the join also equal a
  *    run that never takes the rank in again (1e-4: the ranks there are change only the rounding);
  *  - a rank paused briefly (SIGSTOP for 0.3 s, then SIGCONT) stays a member: a later loss re-forms
- *    the world with it in one recovery (test_brief_stop).
+ *    the world with it in one recovery (test_brief_stop);
+ *  - a joiner whose store stops answering (SIGSTOP) while it waits to be taken in stops within a few
+ *    leases saying it is cut off, not at its timeout (test_joiner_cut_off).
  * The seed of the random step is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -242,6 +244,76 @@ static void test_brief_stop(unsigned seed) {
     free(j.out), free(ref.out);
 }
 
+/* A store in a process of its own, so that the test can stop it (SIGSTOP, as a host cut off from it
+ * sees it: no reply, no error); *port: where it listens (0 when it did not start). */
+static pid_t store_host_start(int *port) {
+    int pp[2];
+    *port = 0;
+    if (pipe(pp)) return -1;
+    fflush(NULL);
+    pid_t host = fork();
+    if (host == 0) {
+        pdde_store_server_params sp = PDDE_STORE_SERVER_PARAMS_INIT;
+        sp.secret = getenv("PDDE_JOB_SECRET");
+        pdde_store_server *srv;
+        if (pdde_store_server_init_params(NULL, &sp, &srv)) _exit(1);
+        int p = pdde_store_server_port(srv);
+        if (write(pp[1], &p, sizeof p) != sizeof p) _exit(1);
+        for (;;) pause(); /* until the test kills it */
+    }
+    if (read(pp[0], port, sizeof *port) != sizeof *port) *port = 0;
+    close(pp[0]), close(pp[1]);
+    return host;
+}
+
+/* A joiner whose store stops answering stops within a few leases, saying it is cut off, not at its
+ * timeout: a `pdde-run --join` process waits to be taken into a job whose store (its own process,
+ * used by it alone) is then stopped for good (SIGSTOP). Its client times out once and then fails at
+ * once ("still no reply"), so only the time since the store last answered tells it is cut off. */
+static void test_joiner_cut_off(void) {
+    int port = 0;
+    pid_t host = store_host_start(&port);
+    CHECK(host > 0 && port > 0, "joiner cut off: the store host started");
+    if (host <= 0 || port <= 0) { if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0); return; }
+    char addr[64], rdzv[96], peer[32], m_join[300];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    snprintf(rdzv, sizeof rdzv, "tcp://%s/cut", addr);
+    snprintf(m_join, sizeof m_join, "%s/cut_joiner.jsonl", g_tmp);
+    double peer_s = job_peer_timeout(1.0), lease_s = peer_s - (peer_s / 4 < 0.25 ? peer_s / 4 : 0.25);
+    snprintf(peer, sizeof peer, "%.2f", peer_s);
+    pdde_store *s = NULL;
+    int ok = pdde_store_connect(NULL, addr, 10, &s) == PDDE_OK && pdde_store_set(s, "elastic/cut/max", "4", 1) == PDDE_OK;
+    CHECK(ok, "joiner cut off: the job's maximum set in the store");
+    /* (a timeout far past the bound below: the joiner must not be the one that waits it out) */
+    const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", peer, "--rdzv", rdzv, NULL};
+    const char *env[] = {"PDDE_ELASTIC_TIMEOUT=100", "PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
+    static const char *const none[] = {NULL};
+    job j = ft_start(join_run, m_join, env, none);
+    int asked = 0; /* its request to join is in the store: it waits to be taken in */
+    for (double until = job_now() + JOB_STEP_LIMIT_S; ok && !asked && !job_poll(&j, 20) && job_now() < until;) {
+        void *v = NULL;
+        size_t n = 0;
+        asked = pdde_store_get(s, "elastic/cut/join/65536", &v, &n) == PDDE_OK;
+        free(v);
+    }
+    pdde_store_close(s);
+    CHECK(asked, "joiner cut off: the joiner asked to join:\n%s", job_text(&j));
+    if (!asked) { job_kill(&j), free(j.out), kill(host, SIGKILL), waitpid(host, NULL, 0); return; }
+    int ws = 0;
+    kill(host, SIGSTOP);
+    waitpid(host, &ws, WUNTRACED); /* (stopped now, not soon) */
+    double t_stop = job_now(), bound = (4 * lease_s + 1) * test_load_factor();
+    int rc = job_finish(&j, t_stop - j.t0 + bound + 5);
+    double took = job_now() - t_stop;
+    CHECK(rc > 0 && took < bound && strstr(job_text(&j), "has had no reply from the store") && strstr(job_text(&j), "cut off or the store is down"),
+          "joiner cut off: the joiner stops within %.2f s of its store stopping (4 leases of %.2f s and 1 s, times the load), "
+          "saying it is cut off: rc %d after %.2f s:\n%s", bound, lease_s, rc, took, job_text(&j));
+    printf("joiner cut off: stopped %.2f s after its store did (lease %.2f s, bound %.2f s)\n", took, lease_s, bound);
+    kill(host, SIGKILL);
+    waitpid(host, NULL, 0);
+    free(j.out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     unsigned seed = 0;
@@ -249,6 +321,7 @@ int main(int argc, char **argv) {
     if (setup >= 0) return setup;
     setenv("PDDE_JOB_SECRET", "test-elastic-ft-secret-0123456789abcdef", 1); /* (the reference's joiner must know it) */
     static const char *const ft[] = {"--ft-replicas", NULL}, *const zero1[] = {"--zero", "1", NULL};
+    test_joiner_cut_off();
     test_rejoin("ft replicas", 0, seed, ft, 0);
     test_rejoin("ZeRO-1", 1, seed, zero1, 1);
     test_brief_stop(seed);
