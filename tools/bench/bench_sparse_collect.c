@@ -12,6 +12,7 @@
  * (CUDA: its zero slot runs under PDDE_CUDA_ZERO=1; without it both sides write zeros from the host) */
 #include "pdde_extension.h"
 #include "bench_common.h"
+#include "bench_sparse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,44 +29,27 @@ static double thread_s(void) {
 static pdde_status run(pdde_context *ctx, const char *fam, int B, int F, int C, int batches, double *wall, double *host) {
     int dev = pdde_device_find(ctx, fam, 0);
     if (dev < 0) return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no %s device", fam);
-    pdde_graph *g = NULL;
-    pdde_session *s = NULL;
-    pdde_sparse_embedding *e = NULL;
-    pdde_sparse_batch *sb = NULL;
-    pdde_ps_client *c = NULL;
-    pdde_graph_init(ctx, &g);
-    pdde_tensor *y = pdde_sparse_embedding_init(g, "e", B, F, 1, C, PDDE_POOL_SUM, &e);
-    pdde_tensor *loss = pdde_mean(g, pdde_mul(g, y, y), -1, 0);
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
     pp.table.dim = C, pp.table.optimizer = PDDE_PS_SGD, pp.table.lr = 0.1f, pp.table.init_std = 0.1f, pp.table.seed = 1;
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.device = dev;
-    pdde_status st = pdde_graph_status(g);
-    if (!st) st = pdde_backward(g, loss);
-    if (!st) st = pdde_session_init(g, &sp, &s);
-    if (!st) st = pdde_ps_client_init(ctx, NULL, &pp, &c);
-    if (!st) st = pdde_sparse_batch_init(e, &sb);
+    bench_sparse b;
+    pdde_status st = bench_sparse_init(ctx, dev, B, F, C, &pp, &b);
     uint64_t *ids = malloc((size_t)B * F * sizeof *ids);
     double *tw = malloc((size_t)batches * sizeof *tw), *th = malloc((size_t)batches * sizeof *th);
     if (!st && (!ids || !tw || !th)) st = PDDE_ERR_OOM;
     uint32_t r = 12345;
     for (int i = 0; i < batches + 3 && !st; i++) { /* (3 warm-up batches) */
-        for (int k = 0; k < B * F; k++) r = r * 1103515245u + 12345u, ids[k] = (r >> 8) % 20000;
-        st = pdde_sparse_batch_pull(sb, c, ids);
-        if (!st) st = pdde_sparse_batch_feed(sb, s);
-        if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+        bench_sparse_ids(&r, ids, B * F, 20000);
+        st = pdde_sparse_batch_pull(b.sb, b.c, ids);
+        if (!st) st = pdde_sparse_batch_feed(b.sb, b.s);
+        if (!st) st = pdde_session_run(b.s, PDDE_RUN_FORWARD_BACKWARD);
         double w0 = bench_now(), h0 = thread_s();
-        if (!st) st = pdde_sparse_batch_collect(sb, s);
+        if (!st) st = pdde_sparse_batch_collect(b.sb, b.s);
         if (i >= 3) tw[i - 3] = 1e6 * (bench_now() - w0), th[i - 3] = 1e6 * (thread_s() - h0);
-        if (!st) st = pdde_sparse_batch_push(sb, c);
+        if (!st) st = pdde_sparse_batch_push(b.sb, b.c);
     }
     if (!st) *wall = bench_median(tw, batches), *host = bench_median(th, batches);
     free(ids), free(tw), free(th);
-    pdde_sparse_batch_free(sb);
-    pdde_ps_client_free(c);
-    pdde_session_free(s);
-    pdde_graph_free(g);
-    pdde_sparse_embedding_free(e);
+    bench_sparse_free(&b);
     return st;
 }
 

@@ -9,6 +9,7 @@
  *   bench_sparse_feed [--backend cpu|opencl|cuda] [--ids-from N] [--batches N] [--reps R] */
 #include "pdde.h"
 #include "bench_common.h"
+#include "bench_sparse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,24 +41,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_sparse_feed: no %s device\n", fam);
         return 1;
     }
-    pdde_graph *g = NULL;
-    pdde_session *s = NULL;
-    pdde_sparse_embedding *e = NULL;
-    pdde_sparse_batch *sb = NULL;
-    pdde_ps_client *c = NULL;
-    pdde_graph_init(ctx, &g);
-    pdde_tensor *y = pdde_sparse_embedding_init(g, "e", B, F, 1, C, PDDE_POOL_SUM, &e);
-    pdde_tensor *loss = pdde_mean(g, pdde_mul(g, y, y), -1, 0);
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
     pp.table.dim = C, pp.table.init_std = 0.1f, pp.table.seed = 1;
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.device = dev;
-    pdde_status st = pdde_graph_status(g);
-    if (!st) st = pdde_backward(g, loss);
-    if (!st) st = pdde_session_init(g, &sp, &s);
-    if (!st) st = pdde_ps_client_init(ctx, NULL, &pp, &c);
-    if (!st) st = pdde_sparse_batch_init(e, &sb);
-    pdde_tensor *table = pdde_graph_find(g, "e.rows"), *ids_in = pdde_graph_find(g, "e.ids");
+    bench_sparse b;
+    pdde_status st = bench_sparse_init(ctx, dev, B, F, C, &pp, &b);
+    pdde_tensor *table = pdde_graph_find(b.g, "e.rows"), *ids_in = pdde_graph_find(b.g, "e.ids");
     uint64_t *ids = malloc((size_t)B * F * sizeof *ids);
     int32_t *local = malloc((size_t)B * F * sizeof *local);
     float *whole = malloc((size_t)ROWS * C * sizeof *whole);
@@ -69,15 +57,15 @@ int main(int argc, char **argv) {
     uint32_t r = 12345;
     for (int rep = 0; rep < reps && !st; rep++) {
         for (int i = 0; i < batches && !st; i++) {
-            for (int k = 0; k < B * F; k++) r = r * 1103515245u + 12345u, ids[k] = (r >> 8) % (uint32_t)from;
-            st = pdde_sparse_batch_pull(sb, c, ids);
+            bench_sparse_ids(&r, ids, B * F, (uint32_t)from);
+            st = pdde_sparse_batch_pull(b.sb, b.c, ids);
             for (int k = 0; k < 2 && !st; k++) {
                 int feed = (k + i) % 2;
                 double t0 = bench_now();
-                if (feed) st = pdde_sparse_batch_feed(sb, s);
+                if (feed) st = pdde_sparse_batch_feed(b.sb, b.s);
                 else {
-                    st = pdde_session_write(s, table, whole, (size_t)ROWS * C * sizeof *whole);
-                    if (!st) st = pdde_session_write(s, ids_in, local, (size_t)B * F * sizeof *local);
+                    st = pdde_session_write(b.s, table, whole, (size_t)ROWS * C * sizeof *whole);
+                    if (!st) st = pdde_session_write(b.s, ids_in, local, (size_t)B * F * sizeof *local);
                 }
                 (feed ? tf : tw)[i] = 1e6 * (bench_now() - t0);
             }
@@ -90,15 +78,11 @@ int main(int argc, char **argv) {
     }
     double f = bench_median(mf, reps), w = bench_median(mw, reps);
     printf("%s: feed of %lld unique rows %.1f us, the whole table [%d, %d] and the ids %.1f us\n", fam,
-           (long long)pdde_sparse_batch_unique_count(sb), f, ROWS, C, w);
+           (long long)pdde_sparse_batch_unique_count(b.sb), f, ROWS, C, w);
     printf("RESULT sparse_feed device=%s unique=%lld table_rows=%d us_feed=%.1f us_whole_table=%.1f ratio=%.3f\n", fam,
-           (long long)pdde_sparse_batch_unique_count(sb), ROWS, f, w, f / w);
+           (long long)pdde_sparse_batch_unique_count(b.sb), ROWS, f, w, f / w);
     free(ids), free(local), free(whole), free(tf), free(tw), free(mf), free(mw);
-    pdde_sparse_batch_free(sb);
-    pdde_ps_client_free(c);
-    pdde_session_free(s);
-    pdde_graph_free(g);
-    pdde_sparse_embedding_free(e);
+    bench_sparse_free(&b);
     pdde_context_free(ctx);
     return 0;
 }
