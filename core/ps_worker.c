@@ -126,12 +126,9 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
     const pdde_sparse_embedding *e = b->e;
     size_t row_bytes = (size_t)e->dim * sizeof(float);
-    pdde_tensor *lt = NULL;
-    pdde_status st = check_io(s, e->table, (size_t)e->rows * row_bytes, "sparse batch feed", &lt);
     /* only the rows the batch reads: its n_unique rows and the empty slots' zero row after them; no id refers to
      * the rows past those, which keep what an earlier batch left there */
-    if (!st && s->bind) bind_micro(s, lt, 0);
-    if (!st) st = write_bound(s, lt, b->rows, (size_t)(b->n_unique + 1) * row_bytes);
+    pdde_status st = write_first(s, e->table, (size_t)e->rows * row_bytes, b->rows, (size_t)(b->n_unique + 1) * row_bytes, "sparse batch feed");
     if (!st) st = pdde_session_write(s, e->ids, b->local, (size_t)e->slots * sizeof(int32_t));
     if (!st && e->weights) st = pdde_session_write(s, e->weights, b->weights, (size_t)e->slots * sizeof(float));
     for (int i = 0; i < b->n_dense && !st; i++)

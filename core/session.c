@@ -2068,12 +2068,18 @@ static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst,
     return st ? st : device_sync(s, sd);
 }
 
-pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+/* Writes the first nbytes of input t (of `whole` bytes on this rank: check_io) from src, at the micro-batch
+ * it is bound to: the whole tensor (pdde_session_write), or the rows a sparse batch reads (its feed). */
+static pdde_status write_first(pdde_session *s, pdde_tensor *t, size_t whole, const void *src, size_t nbytes, const char *what) {
     pdde_tensor *lt = NULL;
-    pdde_status st = check_io(s, t, nbytes, "session_write", &lt);
+    pdde_status st = check_io(s, t, whole, what, &lt);
     if (st) return st;
     if (s->bind) bind_micro(s, lt, 0);
     return write_bound(s, lt, src, nbytes);
+}
+
+pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    return write_first(s, t, nbytes, src, nbytes, "session_write");
 }
 
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes) {
