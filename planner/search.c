@@ -200,6 +200,7 @@ typedef struct {
     const pdde_plan_devices *d;
     const int *dev;
     int n;
+    const bool *blocking; /* [d->n_devices] lowering prefetches no ZeRO-3 gather there (plan_blocking_gathers) */
 } plan_ranks;
 
 static int plan_host(const plan_ranks *r, int i) { return r->d->host ? r->d->host[r->dev[i]] : 0; }
@@ -229,6 +230,14 @@ typedef struct {
 static bool backend_prefetches(const char *backend) {
     bool host = !backend || !backend[0] || !strcmp(backend, "cpu");
     return lower_prefetch_gathers(host, backend);
+}
+
+/* Each device's !backend_prefetches, decided once a search (it reads the environment: too slow for the
+ * search's inner loops); NULL: out of memory. */
+static bool *plan_blocking_gathers(const pdde_plan_devices *d) {
+    bool *b = malloc((size_t)d->n_devices * sizeof *b);
+    for (int i = 0; b && i < d->n_devices; i++) b[i] = !backend_prefetches(d->backend ? d->backend[i] : NULL);
+    return b;
 }
 
 /* How a stage recomputes: nothing, every layer, the fewest of its first layers that make it fit (the
@@ -330,18 +339,19 @@ static double zero3_gather_s(const plan_eval *e, const plan_stage_devices *d, do
 static int plan_member(const plan_eval *e, int s, int i) { return e->blocks ? s * e->dp * e->tp + i : i * e->pp + s; }
 
 /* x becomes the slowest and smallest of itself and device dev. */
-static void devices_take(plan_stage_devices *x, const pdde_plan_devices *d, int dev) {
+static void devices_take(plan_stage_devices *x, const plan_ranks *r, int dev) {
+    const pdde_plan_devices *d = r->d;
     if (d->flops[dev] < x->flops) x->flops = d->flops[dev];
     if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
     if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
     if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
-    if (!backend_prefetches(d->backend ? d->backend[dev] : NULL)) x->blocking_gathers = true;
+    if (r->blocking[dev]) x->blocking_gathers = true;
 }
 
 /* The slowest and smallest device of data-parallel index i's tensor-parallel group on stage s. */
 static plan_stage_devices plan_index_devices(const plan_eval *e, int s, int i) {
     plan_stage_devices x = {DBL_MAX, DBL_MAX, DBL_MAX, 0, 0, false};
-    for (int t = 0; t < e->tp; t++) devices_take(&x, e->ranks->d, e->ranks->dev[plan_member(e, s, i * e->tp + t)]);
+    for (int t = 0; t < e->tp; t++) devices_take(&x, e->ranks, e->ranks->dev[plan_member(e, s, i * e->tp + t)]);
     return x;
 }
 
@@ -498,8 +508,8 @@ static void plan_links(plan_eval *e) {
             int dev = r->dev[plan_member(e, s, i)];
             plan_stage_devices *rd = e->dp <= PDDE_PLAN_MAX_SHARES ? &e->rep[i / e->tp] : NULL; /* its dp index's, over the stages */
             if (rd && i % e->tp == 0 && s == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev, false};
-            devices_take(sd, d, dev);
-            if (rd) devices_take(rd, d, dev);
+            devices_take(sd, r, dev);
+            if (rd) devices_take(rd, r, dev);
         }
     }
     plan_stage_devices *pl = &e->placed;
@@ -819,7 +829,8 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     plan_profile prof;
     if ((st = plan_profile_build(g, params->n_layers, &prof))) return st;
     int L = prof.n_layers, *order = malloc((size_t)devices->n_devices * sizeof *order), *dev = malloc((size_t)n * sizeof *dev);
-    if (!order || !dev) {
+    bool *blocking = plan_blocking_gathers(devices);
+    if (!order || !dev || !blocking) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
     } else if (p->pp * p->chunks > L) {
         st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: %d stages x %d chunks for %d layers", p->pp, p->chunks, L);
@@ -833,7 +844,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     if (!st) {
         plan_order_devices(devices, order);
         plan_pick_devices(order, n, dev);
-        plan_ranks ranks = {devices, dev, n};
+        plan_ranks ranks = {devices, dev, n, blocking};
         bool given = false;
         for (int s = 0; s < p->pp; s++) given |= p->recompute_layers[s] > 0;
         plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
@@ -851,7 +862,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
             plan_evaluate(&e, p, NULL, NULL, true);
         if (!st && params->cluster && params->build) st = plan_simulate(g, devices, params, dev, p);
     }
-    free(order), free(dev);
+    free(order), free(dev), free(blocking);
     plan_profile_free(&prof);
     return st;
 }
@@ -872,9 +883,10 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     int *order = malloc((size_t)N * sizeof *order);
     double *best = malloc((size_t)PDDE_PLAN_MAX_STAGES * (L + 1) * sizeof *best);
     int *arg = malloc((size_t)PDDE_PLAN_MAX_STAGES * (L + 1) * sizeof *arg), *dev = malloc((size_t)N * sizeof *dev);
+    bool *blocking = plan_blocking_gathers(d);
     int keep_rejected = max_plans / 4 > 0 ? max_plans / 4 : 1, keep_fit = max_plans - keep_rejected;
     pdde_plan *rejected = malloc((size_t)keep_rejected * sizeof *rejected);
-    if (!order || !best || !arg || !dev || !rejected) {
+    if (!order || !best || !arg || !dev || !rejected || !blocking) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
         goto done;
     }
@@ -889,7 +901,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     for (int n = N; n >= 1; n--) {
         if ((N > 16 && n != N && n != n_fast) || (pp.use_all_devices && n != N)) continue;
         plan_pick_devices(order, n, dev);
-        plan_ranks ranks = {d, dev, n};
+        plan_ranks ranks = {d, dev, n, blocking};
         for (int tp = 1; tp <= n; tp++) {
             if (n % tp || (tp > 1 && (pp.no_tp || (pp.tp_divisor > 0 && pp.tp_divisor % tp)))) continue;
             for (int pipe = 1; pipe * tp <= n; pipe++) {
@@ -982,7 +994,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     *n_fit = nf, *n_rejected = nr < max_plans - nf ? nr : max_plans - nf;
     if (nf == 0) st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits on %d devices%s%s", N, nr ? "; the closest: " : "", nr ? rejected[0].why : "");
 done:
-    free(order), free(best), free(arg), free(dev), free(rejected);
+    free(order), free(best), free(arg), free(dev), free(rejected), free(blocking);
     plan_profile_free(&prof);
     return st;
 }
