@@ -301,6 +301,7 @@ typedef struct {
     int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
     int embedding_back;   /* PGD_EMB_* (PDDE_CUDA_EMBEDDING_BACK=sorted; atomic until a GPU run measures sorted) */
+    int embedding_sort;   /* PGD_EMB_SORT_* (PDDE_CUDA_EMBEDDING_SORT=network|radix; by the ids' count by default) */
 } pcu_stream;
 
 typedef struct {
@@ -888,6 +889,7 @@ static void pcu_switches_read(pcu_stream *s) {
     s->gemmex_lowp = lowp && !strcmp(lowp, "1");
     s->gemm_single = single && !strcmp(single, "1");
     s->embedding_back = pgd_embedding_back_env("PDDE_CUDA_", PGD_EMB_ATOMIC);
+    s->embedding_sort = pgd_embedding_sort_env("PDDE_CUDA_");
 }
 
 static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
@@ -1442,7 +1444,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
         .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
-        .embedding_back = s->embedding_back,
+        .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,
     };
 }
 
