@@ -1283,10 +1283,10 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
 #define PGD_EMB_RADIX_BITS 4
 #define PGD_EMB_RADIX_GROUP 256
 #define PGD_EMB_RADIX_CHUNK 32
-/* ids from which the radix sort takes over from one group's network: measured on PoCL (a CPU device, its
- * GPU sort forced; tools/bench/bench_embedding_back.c --sorts), where the radix sort is already faster at
- * 4096 ids; on a GPU unmeasured */
-#define PGD_EMB_RADIX_MIN 4096
+/* ids from which the radix sort takes over from one group's network: a PoCL number (a CPU device, both sorts
+ * forced; bench_embedding_back --sorts, [50304, 16], device time): even up to 1024 ids, the radix sort 0.73x
+ * the network's time at 2048, 0.37x at 32768; unmeasured on a GPU */
+#define PGD_EMB_RADIX_MIN 2048
 
 /* keys [nid] (id << 32 | position, ids outside [0, V) as 0xffffffff) sorted by a stable LSD radix sort over the
  * row's bits, through tmp [nid] and cnt (PGD_EMB_RADIX_DIGITS counters an item): the keys start in position
