@@ -5,8 +5,10 @@
  * bits. Cases: a GPT's vocabulary (50304 rows, 8192 ids drawn skewed: repeated ids out of order), one id
  * many times, a table few ids touch (empty rows), a table 66 times the ids (a CPU device sorts it with the
  * GPUs' bitonic network, the others by counting), a single id, a table read twice (the second gradient
- * lands on the first: a base), and the float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic, CUDA's
- * default) within 1e-3 of the CPU (its sums in any order). OpenCL is PoCL in CI. */
+ * lands on the first: a base), the same with the GPUs' sorts forced on PoCL's CPU device (one group's network,
+ * the radix sort over many groups: PDDE_OPENCL_EMBEDDING_SORT), 40k to 300k ids through the radix sort, and the
+ * float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic, CUDA's default) within 1e-3 of the CPU (its sums in any
+ * order). OpenCL is PoCL in CI. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "pdde_extension.h"
 #include "tests/test_util.h"
