@@ -313,10 +313,12 @@ static void wait_timeout_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
  *     (and a ping interval, and a slack times the load) of the stop;
  *  2: rank 0 aborts once its client has given up on the stopped store; the cause, published while the
  *     store was silent, reaches rank 1 once the store is resumed: it fails with PDDE_ERR_ABORTED naming
- *     rank 0's abort soon after, not at its operation timeout of 30 s. */
+ *     rank 0's abort soon after, not at its operation timeout of 30 s;
+ *  3: the store killed (its connections close): both ranks fail at once, not after 4 leases. */
 typedef struct {
     int mode;
     double pt;               /* the peer timeout: 2 s, times the load */
+    double pause_s;          /* how long the store is stopped before it is resumed (modes 0 and 2) */
     _Atomic long steps;      /* the allreduces rank 0 completed */
     _Atomic long target;     /* the step both ranks stop at (0: not yet known) */
     _Atomic int abort_now;   /* (mode 2) rank 0 aborts now */
@@ -355,9 +357,9 @@ static void slow_store_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
         CHECK(st == PDDE_OK && step == atomic_load(&s->target) && pdde_comm_status(comm) == PDDE_OK &&
                   pdde_comm_barrier(comm) == PDDE_OK,
               "rank %d: the store stopped twice for %.2f s each (its client waits %.2f s, the limit is %.2f s): step %ld of %ld: %s", me,
-              s->t_cont - s->t_stop, 2 * lease, limit, step, atomic_load(&s->target), st ? err : pdde_last_error(ctx));
+              s->pause_s, 2 * lease, limit, step, atomic_load(&s->target), st ? err : pdde_last_error(ctx));
         printf("rank %d: %ld steps, the store stopped twice for %.2f s (client wait %.2f s, limit %.2f s): no failure\n", me, step,
-               s->t_cont - s->t_stop, 2 * lease, limit);
+               s->pause_s, 2 * lease, limit);
     } else if (s->mode == 1) {
         double bound = limit + s->pt / 4 + 1.0 * test_load_factor();
         CHECK(st == PDDE_ERR_PEER_LOST && strstr(err, "no reply from the store for") && t_err - s->t_stop <= bound,
@@ -365,12 +367,18 @@ static void slow_store_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
               "slack): %s", me, pdde_status_str(st), t_err - s->t_stop, bound, err);
         printf("rank %d: the store stopped for good: %s %.2f s after (limit %.2f s): %s\n", me, pdde_status_str(st), t_err - s->t_stop,
                limit, err);
+    } else if (s->mode == 3) {
+        double bound = s->pt / 4 + 1.0 * test_load_factor();
+        CHECK(st == PDDE_ERR_PEER_LOST && strstr(err, "lost the connection to the store") && t_err - s->t_stop <= bound,
+              "rank %d: the store killed: %s %.2f s after (bound %.2f s: a ping interval and a slack): %s", me, pdde_status_str(st),
+              t_err - s->t_stop, bound, err);
+        printf("rank %d: the store killed: %s %.2f s after: %s\n", me, pdde_status_str(st), t_err - s->t_stop, err);
     } else if (me == 1) {
         double bound = s->pt / 4 + 1.0 * test_load_factor();
         atomic_store(&s->done_rank1, 1);
         CHECK(st == PDDE_ERR_ABORTED && strstr(err, "rank 0 aborted") && s->t_cont > 0 && t_err - s->t_cont <= bound,
-              "rank 1: rank 0 aborted while the store was stopped: %s %.2f s after the store resumed (bound %.2f s): %s", pdde_status_str(st),
-              t_err - s->t_cont, bound, err);
+              "rank 1: rank 0 aborted while the store was stopped: %s %.2f s after the store was stopped, %s (bound %.2f s after it "
+              "resumed): %s", pdde_status_str(st), t_err - s->t_stop, s->t_cont > 0 ? "resumed since" : "not resumed yet", bound, err);
         printf("rank 1: rank 0 aborted while the store was stopped: %s %.2f s after it resumed: %s\n", pdde_status_str(st), t_err - s->t_cont, err);
     } else {
         for (double until = test_now() + 20; !atomic_load(&s->done_rank1) && test_now() < until;) usleep(2000);
@@ -381,12 +389,14 @@ static void slow_store_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
 static void *slow_store_conductor(void *arg) {
     pid_t store = *(pid_t *)arg;
     slow_store_state *s = g_slow;
-    double lease = slow_store_lease(s->pt), wait = 2 * lease;
-    /* past the client's wait for one reply and the poll or ping before it; short of 4 leases by about a
-     * peer timeout less the interval between pings (the silence may have begun that much earlier) */
-    double pause_s = wait + s->pt / 4 + s->pt / 2;
+    double lease = slow_store_lease(s->pt), wait = 2 * lease, pause_s = s->pause_s;
     for (double until = test_now() + 60; atomic_load(&s->steps) < 20; usleep(1000))
         if (test_now() > until) { atomic_store(&s->target, 1); return NULL; } /* (the ranks failed: stop them) */
+    if (s->mode == 3) { /* (reaped by test_slow_store) */
+        kill(store, SIGKILL);
+        s->t_stop = test_now();
+        return NULL;
+    }
     for (int k = 0; k < (s->mode == 0 ? 2 : 1); k++) {
         int ws;
         kill(store, SIGSTOP);
@@ -412,9 +422,13 @@ static void *slow_store_conductor(void *arg) {
 static void test_slow_store(const pdde_store_server *srv) {
     g_slow = mmap(NULL, sizeof *g_slow, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (g_slow == MAP_FAILED) { CHECK(0, "slow store: mmap"); return; }
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         memset(g_slow, 0, sizeof *g_slow);
         g_slow->mode = mode, g_slow->pt = 2.0 * test_load_factor();
+        /* past the client's wait for one reply (2 leases) and the poll or ping before it; short of 4
+         * leases by about a peer timeout less the interval between pings (the silence may have begun
+         * that much earlier) */
+        g_slow->pause_s = 2 * slow_store_lease(g_slow->pt) + g_slow->pt / 4 + g_slow->pt / 2;
         /* (no fork while this process's store thread serves the last run's clients: test_run_ranks) */
         for (double until = test_now() + 10; pdde_store_server_n_clients(srv) > 0 && test_now() < until;) usleep(1000);
         int port = 0;
