@@ -20,7 +20,7 @@
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
  * PDDE_CUDA_LT_LOWP_BIAS=1 offers cublasLt a bf16 / f16 output with the f32 bias; PDDE_CUDA_LT_REDUCTION=all lets it reduce a
- * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below);
+ * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace;
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
  * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
@@ -227,7 +227,7 @@ enum { /* cublasLt.h / cublas_api.h values */
     PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8, PCLT_PREF_REDUCTION_SCHEME_MASK = 3,
     PCLT_REDUCTION_COMPUTE_TYPE = 2, PCLT_REDUCTION_ALL = 7, /* (cublasLtReductionScheme_t: NONE 0 is always allowed) */
 };
-#define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper */
+#define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper (PDDE_CUDA_LT_WORKSPACE=MiB: another size) */
 #define PCLT_CANDIDATES 8                  /* algorithms PDDE_CUDA_LT_TUNE=1 asks the heuristic for and times */
 /* One GEMM shape's descriptors and algorithm, made on its first call and kept; ok 0: cublasLt has no
  * algorithm for it (or failed on it) and the generic path runs it. */
@@ -328,6 +328,7 @@ typedef struct {
     long long lt_calls;
     int lt_lowp_bias;    /* PDDE_CUDA_LT_LOWP_BIAS=1: a bf16 / f16 output with an f32 bias asks cublasLt (read at open) */
     int lt_reduction_all; /* PDDE_CUDA_LT_REDUCTION=all: split-K reductions in the output's dtype allowed (read at open) */
+    size_t lt_workspace_want; /* PCLT_WORKSPACE, or PDDE_CUDA_LT_WORKSPACE MiB (read at open; 0: none) */
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
     int zero_on;  /* PDDE_CUDA_ZERO=1: the zero slot memsets on the device (else the core writes zeros) */
     long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
@@ -636,7 +637,7 @@ static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size
 static void pclt_workspace(pcu_dev *d) {
     if (d->lt_workspace_tried) return;
     d->lt_workspace_tried = 1;
-    if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
+    if (d->lt_workspace_want && d->fam->cu.MemAlloc(&d->lt_workspace, d->lt_workspace_want) == PCU_SUCCESS) d->lt_workspace_bytes = d->lt_workspace_want;
     else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
 }
 
@@ -1024,6 +1025,13 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
     const char *lb = getenv("PDDE_CUDA_LT_LOWP_BIAS"), *lr = getenv("PDDE_CUDA_LT_REDUCTION");
     d->lt_lowp_bias = lb && !strcmp(lb, "1");
     d->lt_reduction_all = lr && !strcmp(lr, "all");
+    const char *lw = getenv("PDDE_CUDA_LT_WORKSPACE"); /* (MiB, 0 to 1024: torch's cublasLt took 1 MiB by default in some versions) */
+    char *lw_end = NULL;
+    long lw_mib = lw && *lw ? strtol(lw, &lw_end, 10) : -1;
+    int lw_ok = lw_mib >= 0 && lw_mib <= 1024 && lw_end && !*lw_end;
+    d->lt_workspace_want = lw_ok ? (size_t)lw_mib << 20 : PCLT_WORKSPACE;
+    if (lw && *lw && !lw_ok)
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT_WORKSPACE=%s is not a size in MiB from 0 to 1024: cublasLt's workspace stays 32 MiB\n", lw);
     const char *ze = getenv("PDDE_CUDA_ZERO");
     d->zero_on = ze && !strcmp(ze, "1");
     const char *ge = getenv("PDDE_CUDA_GRAPH");

@@ -19,6 +19,7 @@
  *   lt_gelu_lowp the same bf16 out under PDDE_CUDA_LT_LOWP_BIAS=1 (without it, the kernels after the f32 GEMM)
  *   lt_dgelu     fcproj's input gradient times gelu'(X) (DGELU, X and the output bf16)
  *   lt_bf16_rall lt_bf16 under PDDE_CUDA_LT_REDUCTION=all (split-K partial sums reduced in bf16 allowed)
+ *   lt_bf16_ws1  lt_bf16 under PDDE_CUDA_LT_WORKSPACE=1 (a 1 MiB workspace, not 32)
  *   lt_beta1     the weight gradients accumulated in place (PDDE_FUSE_GRAD: beta 1, f32)
  *   lt_bgrad     the weight gradients with their bias gradient (PDDE_FUSE_BGRAD: BGRADA)
  *   *_tuned      the lt_* paths again under PDDE_CUDA_LT_TUNE=1 (the fastest of cublasLt's candidates; the
@@ -52,11 +53,11 @@ typedef struct {
 
 enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T,
        GP_GEMM1, GP_GEMM1_BF16, GP_F32_CAST, GP_LT_BIAS_F32, GP_LT_BIAS_LOWP, GP_LT_GELU, GP_LT_GELU_LOWP, GP_LT_DGELU, GP_LT_BF16_RALL,
-       GP_COUNT };
+       GP_LT_BF16_WS1, GP_COUNT };
 static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "gemmex_bf16", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
                                                       "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned",
                                                       "gemm1_f32", "gemm1_bf16", "f32_cast", "lt_bias_f32", "lt_bias_lowp",
-                                                      "lt_gelu", "lt_gelu_lowp", "lt_dgelu", "lt_bf16_rall"};
+                                                      "lt_gelu", "lt_gelu_lowp", "lt_dgelu", "lt_bf16_rall", "lt_bf16_ws1"};
 /* the torch peer of each path (gemm_torch.py's keys): 0 ms (bf16 out), 1 bias_ms, 2 gelu_ms, 3 dgelu_ms, 4 f32_ms, 5 acc_ms */
 enum { TP_MS, TP_BIAS, TP_GELU, TP_DGELU, TP_F32, TP_ACC, TP_COUNT };
 static const char *const gemm_peer_names[TP_COUNT] = {"ms", "bias_ms", "gelu_ms", "dgelu_ms", "f32_ms", "acc_ms"};
@@ -129,7 +130,7 @@ static void gemm_leaf(pdde_tensor *t, pdde_dtype dt, int64_t r, int64_t c, void 
 static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
     int p = path >= GP_LT_BF16_T && path <= GP_LT_BGRAD_T ? path - 4 : path == GP_GEMM1 ? GP_GEMMEX : path == GP_GEMM1_BF16 ? GP_GEMMEX_BF16 : path;
     if (path == GP_LT_BIAS_LOWP) p = GP_LT_BIAS; /* (the same node: the switch differs) */
-    if (path == GP_LT_BF16_RALL) p = GP_LT_BF16;
+    if (path == GP_LT_BF16_RALL || path == GP_LT_BF16_WS1) p = GP_LT_BF16;
     if (path == GP_LT_GELU_LOWP) p = GP_LT_GELU;
     int cast = p == GP_F32_CAST, bias_f32 = p == GP_LT_BIAS_F32, act = p == GP_LT_GELU ? PDDE_MATMUL_GELU : p == GP_LT_DGELU ? PDDE_MATMUL_DGELU : 0;
     if (cast && s->kind == 2) return 0;
@@ -223,9 +224,9 @@ static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
 }
 
 /* times[shape][path] for the paths of one set of switches (a fresh context) */
-#define GEMM_ENVS 6
+#define GEMM_ENVS 7
 static const char *const gemm_env_names[GEMM_ENVS] = {"PDDE_CUDA_LT", "PDDE_CUDA_LT_TUNE", "PDDE_CUDA_GEMMEX_LOWP", "PDDE_CUDA_GEMM_SINGLE",
-                                                      "PDDE_CUDA_LT_LOWP_BIAS", "PDDE_CUDA_LT_REDUCTION"};
+                                                      "PDDE_CUDA_LT_LOWP_BIAS", "PDDE_CUDA_LT_REDUCTION", "PDDE_CUDA_LT_WORKSPACE"};
 static int gemm_run_paths(const char *backend, const char *const env[GEMM_ENVS], const gemm_shape *s, int n, const int *paths, int n_paths,
                           double (*times)[GP_COUNT]) {
     const char *const *names = gemm_env_names;
@@ -297,18 +298,20 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     static const int def[] = {GP_GEMMEX, GP_F32_CAST, GP_GEMMEX_BF16},
                      lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BIAS_F32, GP_LT_GELU, GP_LT_DGELU},
                      tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T}, single[] = {GP_GEMM1}, single_bf16[] = {GP_GEMM1_BF16},
-                     lowp_bias[] = {GP_LT_BIAS_LOWP, GP_LT_GELU_LOWP}, rall[] = {GP_LT_BF16_RALL};
+                     lowp_bias[] = {GP_LT_BIAS_LOWP, GP_LT_GELU_LOWP}, rall[] = {GP_LT_BF16_RALL}, ws1[] = {GP_LT_BF16_WS1};
     printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
            c->batch, c->ctx, backend);
-    /* (each: PDDE_CUDA_LT, _LT_TUNE, _GEMMEX_LOWP, _GEMM_SINGLE, _LT_LOWP_BIAS, _LT_REDUCTION) */
+    /* (each: PDDE_CUDA_LT, _LT_TUNE, _GEMMEX_LOWP, _GEMM_SINGLE, _LT_LOWP_BIAS, _LT_REDUCTION, _LT_WORKSPACE) */
     static const char *const env_def[GEMM_ENVS] = {"0"}, *const env_ex[GEMM_ENVS] = {"0", NULL, "1"}, *const env_lt[GEMM_ENVS] = {"1"},
                              *const env_tuned[GEMM_ENVS] = {"1", "1"}, *const env_single[GEMM_ENVS] = {"0", NULL, NULL, "1"},
                              *const env_single_ex[GEMM_ENVS] = {"0", NULL, "1", "1"}, *const env_lowp_bias[GEMM_ENVS] = {"1", NULL, NULL, NULL, "1"},
-                             *const env_rall[GEMM_ENVS] = {"1", NULL, NULL, NULL, NULL, "all"};
+                             *const env_rall[GEMM_ENVS] = {"1", NULL, NULL, NULL, NULL, "all"},
+                             *const env_ws1[GEMM_ENVS] = {"1", NULL, NULL, NULL, NULL, NULL, "1"};
     if (gemm_run_paths(backend, env_def, s, n, def, 2, t) || gemm_run_paths(backend, env_ex, s, n, def + 2, 1, t) ||
         gemm_run_paths(backend, env_lt, s, n, lt, 7, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t) ||
         gemm_run_paths(backend, env_single, s, n, single, 1, t) || gemm_run_paths(backend, env_single_ex, s, n, single_bf16, 1, t) ||
-        gemm_run_paths(backend, env_lowp_bias, s, n, lowp_bias, 2, t) || gemm_run_paths(backend, env_rall, s, n, rall, 1, t)) {
+        gemm_run_paths(backend, env_lowp_bias, s, n, lowp_bias, 2, t) || gemm_run_paths(backend, env_rall, s, n, rall, 1, t) ||
+        gemm_run_paths(backend, env_ws1, s, n, ws1, 1, t)) {
         printf("no %s device\n", backend);
         return;
     }
@@ -318,7 +321,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     double flops_all = 0, ms_def = 0, ms_best = 0, ms_torch = 0, ms_lt = 0, ms_lt_t = 0, torch_flops = 0, ms_single = 0, ms_single_def = 0;
     /* the bf16-output shapes (forward, input gradients): each bf16-out path's total, where it ran every one of them */
     static const int bf16_paths[5] = {GP_F32_CAST, GP_LT_BF16, GP_GEMMEX_BF16, GP_GEMM1_BF16, GP_LT_BF16_T};
-    double ms_bf16[6] = {0}, ms_fbias[4] = {0}, ms_rall = 0, ms_rall_base = 0;
+    double ms_bf16[6] = {0}, ms_fbias[4] = {0}, ms_rall = 0, ms_rall_base = 0, ms_ws1 = 0, ms_ws_base = 0;
     int miss_bf16[6] = {0}, miss_fbias[4] = {0};
     printf("%-10s %6s %6s %6s %2s %2s %3s", "shape", "M", "N", "K", "ta", "tb", "x");
     for (int p = 0; p < GP_COUNT; p++) printf(" %14s", gemm_path_names[p]);
@@ -354,6 +357,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
             }
         }
         if (t[i][GP_LT_BF16] > 0 && t[i][GP_LT_BF16_RALL] > 0) ms_rall_base += t[i][GP_LT_BF16] * s[i].count, ms_rall += t[i][GP_LT_BF16_RALL] * s[i].count;
+        if (t[i][GP_LT_BF16] > 0 && t[i][GP_LT_BF16_WS1] > 0) ms_ws_base += t[i][GP_LT_BF16] * s[i].count, ms_ws1 += t[i][GP_LT_BF16_WS1] * s[i].count;
         flops_all += fl * s[i].count, ms_def += t[i][GP_GEMMEX] * s[i].count, ms_best += best * s[i].count;
         if (torch_ms[i] > 0) ms_torch += torch_ms[i] * s[i].count, torch_flops += fl * s[i].count;
         for (int p = GP_LT_BF16; p <= GP_LT_BGRAD; p++)
@@ -387,17 +391,19 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     }
     printf("the bf16-output GEMMs (forward, input gradients) a step: f32 then cast %s ms, cublasLt %s ms (tuned %s), GemmStridedBatchedEx %s ms, "
            "GemmEx %s ms, torch.matmul %s ms\n", bf16_s[0], bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5]);
-    char fbias_s[4][32], rall_s[32] = "na";
+    char fbias_s[4][32], rall_s[32] = "na", ws1_s[32] = "na";
+    if (ms_ws1 > 0) snprintf(ws1_s, sizeof ws1_s, "%.3f", ms_ws_base / ms_ws1);
     for (int q = 0; q < 4; q++) {
         if (miss_fbias[q] || ms_fbias[q] <= 0) snprintf(fbias_s[q], sizeof fbias_s[q], "na");
         else snprintf(fbias_s[q], sizeof fbias_s[q], "%.2f", ms_fbias[q]);
     }
     if (ms_rall > 0) snprintf(rall_s, sizeof rall_s, "%.3f", ms_rall_base / ms_rall);
     printf("the biased forwards a step: f32 sum then cast %s ms, one cublasLtMatmul into bf16 (PDDE_CUDA_LT_LOWP_BIAS=1) %s ms, into f32 %s ms, "
-           "torch F.linear %s ms; PDDE_CUDA_LT_REDUCTION=all's gain on lt_bf16 %s\n", fbias_s[0], fbias_s[1], fbias_s[2], fbias_s[3], rall_s);
+           "torch F.linear %s ms; on lt_bf16 the gain of PDDE_CUDA_LT_REDUCTION=all %s, of a 1 MiB workspace %s\n", fbias_s[0], fbias_s[1],
+           fbias_s[2], fbias_s[3], rall_s, ws1_s);
     printf("RESULT gpu_gemm pdde_tflops=%.1f pdde_best_tflops=%.1f torch_tflops=%s ratio=%s best_ratio=%s lt_tune_gain=%s pdde_ms=%.2f "
            "pdde_best_ms=%.2f single_gain=%s bf16out_f32_cast_ms=%s bf16out_lt_ms=%s bf16out_lt_tuned_ms=%s bf16out_gemmex_ms=%s "
            "bf16out_gemm1_ms=%s bf16out_torch_ms=%s fwd_bias_lt_cast_ms=%s fwd_bias_lt_lowp_ms=%s fwd_bias_lt_f32_ms=%s fwd_bias_torch_ms=%s "
-           "reduction_all_gain=%s\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best, single_s, bf16_s[0],
-           bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5], fbias_s[0], fbias_s[1], fbias_s[2], fbias_s[3], rall_s);
+           "reduction_all_gain=%s workspace_1mib_gain=%s\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best, single_s, bf16_s[0],
+           bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5], fbias_s[0], fbias_s[1], fbias_s[2], fbias_s[3], rall_s, ws1_s);
 }

@@ -4,7 +4,8 @@
 # k_colsum fallback, then cublasLt's BGRADA, then tuned), cublasLt's fused matmuls under PDDE_CUDA_LT_TUNE=1,
 # PDDE_CUDA_GEMMEX_LOWP=1's bf16-out GEMM (the bf16 logits), PDDE_CUDA_GEMM_SINGLE=1 (cublasGemmEx for a
 # batch of 1) on both, PDDE_CUDA_LT_LOWP_BIAS=1 (a bf16 output with its f32 bias in one cublasLtMatmul) and
-# PDDE_CUDA_LT_REDUCTION=all (split-K partial sums reduced in bf16 allowed). Then `bench_cuda --gemm`: each GEMM
+# PDDE_CUDA_LT_REDUCTION=all (split-K partial sums reduced in bf16 allowed); PDDE_CUDA_LT_WORKSPACE=1 (a 1 MiB
+# workspace) in the --gemm table and a training run. Then `bench_cuda --gemm`: each GEMM
 # shape of the step (forward, input and weight gradients; with a bias, the GELU epilogues, bf16 and f32 out,
 # beta 1) on every path next to torch doing the same work, a RATIO line per shape and path (RESULT gpu_gemm;
 # cublasLt's notes and the tuning's choices on stderr, kept in the log). Then training steps (bench_cuda --gpt
@@ -54,10 +55,11 @@ run single PDDE_CUDA_GEMM_SINGLE=1
 run single_gemmex PDDE_CUDA_GEMM_SINGLE=1 PDDE_CUDA_GEMMEX_LOWP=1
 run lowp_bias PDDE_CUDA_LT_LOWP_BIAS=1
 run reduction_all PDDE_CUDA_LT_REDUCTION=all
+run workspace_1mib PDDE_CUDA_LT_WORKSPACE=1
 run gelu_lowp_bias PDDE_FUSE_GELU=1 PDDE_CUDA_LT_LOWP_BIAS=1
 run default_again X=0
 out="RESULT gpu_gemm_check default_tok_s=${tok[default]:-na}"
-for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex single single_gemmex lowp_bias reduction_all gelu_lowp_bias default_again; do
+for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex single single_gemmex lowp_bias reduction_all workspace_1mib gelu_lowp_bias default_again; do
     out+=" ${n}_vs_default=$(ratio "${tok[$n]:-0}" "${tok[default]:-0}")"
 done
 echo "$out $(grep '^RESULT gpu_gemm ' "$log/gemm.out" | sed 's/^RESULT gpu_gemm //') failed=$failed log=$log"
