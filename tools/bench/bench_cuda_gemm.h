@@ -20,6 +20,8 @@
  *   lt_dgelu     fcproj's input gradient times gelu'(X) (DGELU, X and the output bf16)
  *   lt_bf16_rall lt_bf16 under PDDE_CUDA_LT_REDUCTION=all (split-K partial sums reduced in bf16 allowed)
  *   lt_bf16_ws1  lt_bf16 under PDDE_CUDA_LT_WORKSPACE=1 (a 1 MiB workspace, not 32)
+ *   lt_bf16_tn   lt_bf16 of a forward with the weight stored [out, in] (B transposed), as torch's linear keeps it:
+ *                pdde's [in, out] weight makes the forward NN and the input gradient TN, torch's the other way
  *   lt_beta1     the weight gradients accumulated in place (PDDE_FUSE_GRAD: beta 1, f32)
  *   lt_bgrad     the weight gradients with their bias gradient (PDDE_FUSE_BGRAD: BGRADA)
  *   *_tuned      the lt_* paths again under PDDE_CUDA_LT_TUNE=1 (the fastest of cublasLt's candidates; the
@@ -53,14 +55,15 @@ typedef struct {
 
 enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T,
        GP_GEMM1, GP_GEMM1_BF16, GP_F32_CAST, GP_LT_BIAS_F32, GP_LT_BIAS_LOWP, GP_LT_GELU, GP_LT_GELU_LOWP, GP_LT_DGELU, GP_LT_BF16_RALL,
-       GP_LT_BF16_WS1, GP_COUNT };
+       GP_LT_BF16_WS1, GP_LT_BF16_TN, GP_COUNT };
 static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "gemmex_bf16", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
                                                       "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned",
                                                       "gemm1_f32", "gemm1_bf16", "f32_cast", "lt_bias_f32", "lt_bias_lowp",
-                                                      "lt_gelu", "lt_gelu_lowp", "lt_dgelu", "lt_bf16_rall", "lt_bf16_ws1"};
-/* the torch peer of each path (gemm_torch.py's keys): 0 ms (bf16 out), 1 bias_ms, 2 gelu_ms, 3 dgelu_ms, 4 f32_ms, 5 acc_ms */
-enum { TP_MS, TP_BIAS, TP_GELU, TP_DGELU, TP_F32, TP_ACC, TP_COUNT };
-static const char *const gemm_peer_names[TP_COUNT] = {"ms", "bias_ms", "gelu_ms", "dgelu_ms", "f32_ms", "acc_ms"};
+                                                      "lt_gelu", "lt_gelu_lowp", "lt_dgelu", "lt_bf16_rall", "lt_bf16_ws1", "lt_bf16_tn"};
+/* the torch peer of each path (gemm_torch.py's keys): ms (bf16 out, pdde's layout), bias_ms, gelu_ms, dgelu_ms, f32_ms, acc_ms,
+ * linear_ms (a forward without bias in torch's layout: the weight [out, in]) */
+enum { TP_MS, TP_BIAS, TP_GELU, TP_DGELU, TP_F32, TP_ACC, TP_LINEAR, TP_COUNT };
+static const char *const gemm_peer_names[TP_COUNT] = {"ms", "bias_ms", "gelu_ms", "dgelu_ms", "f32_ms", "acc_ms", "linear_ms"};
 static int gemm_peer(int path) {
     switch (path) {
     case GP_LT_BIAS: case GP_LT_BIAS_T: case GP_LT_BIAS_F32: case GP_LT_BIAS_LOWP: return TP_BIAS;
@@ -68,6 +71,7 @@ static int gemm_peer(int path) {
     case GP_LT_DGELU: return TP_DGELU;
     case GP_GEMMEX: case GP_GEMM1: case GP_LT_BGRAD: case GP_LT_BGRAD_T: return TP_F32;
     case GP_LT_BETA1: case GP_LT_BETA1_T: return TP_ACC;
+    case GP_LT_BF16_TN: return TP_LINEAR;
     default: return TP_MS;
     }
 }
@@ -130,7 +134,10 @@ static void gemm_leaf(pdde_tensor *t, pdde_dtype dt, int64_t r, int64_t c, void 
 static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
     int p = path >= GP_LT_BF16_T && path <= GP_LT_BGRAD_T ? path - 4 : path == GP_GEMM1 ? GP_GEMMEX : path == GP_GEMM1_BF16 ? GP_GEMMEX_BF16 : path;
     if (path == GP_LT_BIAS_LOWP) p = GP_LT_BIAS; /* (the same node: the switch differs) */
-    if (path == GP_LT_BF16_RALL || path == GP_LT_BF16_WS1) p = GP_LT_BF16;
+    if (path == GP_LT_BF16_RALL || path == GP_LT_BF16_WS1 || path == GP_LT_BF16_TN) p = GP_LT_BF16;
+    if (path == GP_LT_BF16_TN && s->kind != 0) return 0;
+    gemm_shape flipped; /* (lt_bf16_tn: the same forward, its weight stored transposed) */
+    if (path == GP_LT_BF16_TN) flipped = *s, flipped.tb = !s->tb, s = &flipped;
     if (path == GP_LT_GELU_LOWP) p = GP_LT_GELU;
     int cast = p == GP_F32_CAST, bias_f32 = p == GP_LT_BIAS_F32, act = p == GP_LT_GELU ? PDDE_MATMUL_GELU : p == GP_LT_DGELU ? PDDE_MATMUL_DGELU : 0;
     if (cast && s->kind == 2) return 0;
@@ -296,7 +303,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     double t[16][GP_COUNT], peer[16][TP_COUNT], torch_ms[16] = {0};
     memset(t, 0, sizeof t), memset(peer, 0, sizeof peer);
     static const int def[] = {GP_GEMMEX, GP_F32_CAST, GP_GEMMEX_BF16},
-                     lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BIAS_F32, GP_LT_GELU, GP_LT_DGELU},
+                     lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BIAS_F32, GP_LT_GELU, GP_LT_DGELU, GP_LT_BF16_TN},
                      tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T}, single[] = {GP_GEMM1}, single_bf16[] = {GP_GEMM1_BF16},
                      lowp_bias[] = {GP_LT_BIAS_LOWP, GP_LT_GELU_LOWP}, rall[] = {GP_LT_BF16_RALL}, ws1[] = {GP_LT_BF16_WS1};
     printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
@@ -308,7 +315,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
                              *const env_rall[GEMM_ENVS] = {"1", NULL, NULL, NULL, NULL, "all"},
                              *const env_ws1[GEMM_ENVS] = {"1", NULL, NULL, NULL, NULL, NULL, "1"};
     if (gemm_run_paths(backend, env_def, s, n, def, 2, t) || gemm_run_paths(backend, env_ex, s, n, def + 2, 1, t) ||
-        gemm_run_paths(backend, env_lt, s, n, lt, 7, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t) ||
+        gemm_run_paths(backend, env_lt, s, n, lt, 8, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t) ||
         gemm_run_paths(backend, env_single, s, n, single, 1, t) || gemm_run_paths(backend, env_single_ex, s, n, single_bf16, 1, t) ||
         gemm_run_paths(backend, env_lowp_bias, s, n, lowp_bias, 2, t) || gemm_run_paths(backend, env_rall, s, n, rall, 1, t) ||
         gemm_run_paths(backend, env_ws1, s, n, ws1, 1, t)) {
@@ -332,7 +339,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
         for (int p = 0; p < GP_COUNT; p++) {
             if (t[i][p] > 0) printf(" %6.3f/%6.1fT", t[i][p], fl / (t[i][p] * 1e-3) / 1e12);
             else printf(" %14s", "-");
-            int extra_work = p == GP_LT_GELU || p == GP_LT_GELU_LOWP || p == GP_LT_DGELU; /* (not a plain GEMM's time) */
+            int extra_work = p == GP_LT_GELU || p == GP_LT_GELU_LOWP || p == GP_LT_DGELU || p == GP_LT_BF16_TN; /* (not this GEMM's time) */
             if (t[i][p] > 0 && !extra_work && (best == 0 || t[i][p] < best)) best = t[i][p];
         }
         if (torch_ms[i] > 0) printf(" %6.3f/%6.1fT", torch_ms[i], fl / (torch_ms[i] * 1e-3) / 1e12);

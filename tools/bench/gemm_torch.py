@@ -7,7 +7,8 @@ torch has them: forward shapes with a bias as torch.nn.functional.linear with a 
 epilogue, bf16 out), bias_ms; act 1 (a GELU follows) as torch._addmm_activation(use_gelu) (cublasLt's
 GELU_BIAS), else linear then gelu (tanh), gelu_ms; act 2 (gelu' follows) as the matmul then gelu_backward,
 dgelu_ms; every shape into f32 (torch.mm with out_dtype, torch 2.8+), f32_ms; weight gradients (kind 2)
-accumulated into an f32 matrix (torch.addmm with out_dtype), acc_ms.
+accumulated into an f32 matrix (torch.addmm with out_dtype), acc_ms; forward shapes without the bias in torch's
+own layout (F.linear: the weight [out, in], where pdde keeps [in, out]), linear_ms.
 
   gemm_torch.py [--shapes name:M:N:K:ta:tb:count:bias[:act:kind],...]     (default: GPT-2 124M, B 8, T 1024)
 
@@ -91,7 +92,8 @@ def main():
             w = [x.t().contiguous() for x in b]
             bv = torch.rand(N, generator=g, device=dev).to(dt)
             bms = timed(lambda i: torch.nn.functional.linear(a[i], w[i], bv), sets)
-            line += f" bias_ms={bms:.4f}"
+            lms = timed(lambda i: torch.nn.functional.linear(a[i], w[i]), sets)  # (torch's layout, no bias)
+            line += f" bias_ms={bms:.4f} linear_ms={lms:.4f}"
             if act == 1:
                 gms = optional(lambda i: torch._addmm_activation(bv, a[i], b[i], use_gelu=True), sets)
                 if gms is None:
