@@ -1,7 +1,8 @@
 /* test_comm_fail.c — the store API and its timeouts, launcher environments, and failures: a rank
  * SIGKILLed mid-allreduce or mid-collective on shared memory (an all-to-all whose send buffers are
- * registered, read through the peers' mappings, too: every other rank errors within 2 s), abort, operation timeouts, and
- * pdde-run stopping a failed job with a message that names the rank. */
+ * registered, read through the peers' mappings, too: every other rank errors within 2 s), abort, operation timeouts, a
+ * store stopped for a while, for good or killed under a running world, and pdde-run stopping a failed job with a
+ * message that names the rank. */
 #define _GNU_SOURCE
 #include "pdde.h"
 
