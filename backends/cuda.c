@@ -1041,8 +1041,10 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
+            /* (no split-K sums in a bf16 / f16 output's dtype, as cublasLt's plans: the f32 sum is rounded once) */
             const char *tf = getenv("PDDE_CUDA_TF32");
-            if (f->blas.SetMathMode && tf && tf[0] == '1') f->blas.SetMathMode(d->blas, 3 /* TF32 tensor op */);
+            int mode = (tf && tf[0] == '1' ? 3 /* TF32 tensor op */ : 0) | 16 /* DISALLOW_REDUCED_PRECISION_REDUCTION */;
+            if (f->blas.SetMathMode) f->blas.SetMathMode(d->blas, mode);
         }
     }
     *out = d;
