@@ -1289,7 +1289,7 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
 #define PGD_EMB_RADIX_MIN 2048
 
 /* keys [nid] (id << 32 | position, ids outside [0, V) as 0xffffffff) sorted by a stable LSD radix sort over the
- * row's bits, through tmp [nid] and cnt (PGD_EMB_RADIX_DIGITS counters an item): the keys start in position
+ * row's bits, through tmp [nid] and cnt (2^PGD_EMB_RADIX_BITS counters an item): the keys start in position
  * order, so positions stay ascending within a row. */
 static int pgd_embedding_radix_sort(const pgd_ctx *g, pgd_ptr ids, pgd_ptr keys, pgd_ptr tmp, pgd_ptr cnt, int64_t nid, int64_t V,
                                     unsigned groups, unsigned block) {
