@@ -32,6 +32,7 @@ typedef struct {
     char endpoint[256];       /* http://host:port */
     double timeout_s;
     long long lease;          /* 0: none */
+    double lease_s;           /* the lease asked for; while one is held it bounds the wait for a reply (etcd_post) */
     char *live_key;           /* the registered notice's key */
     char *buf;                /* the last reply */
     size_t len, cap;
@@ -101,12 +102,16 @@ static const char *etcd_field(const char *from, const char *name, size_t *n) {
 }
 
 /* POSTs body to path; the reply is in t->buf. watch: a streaming request, stopped at its first event or
- * after timeout_s. */
+ * after timeout_s. A client holding a lease waits for any other reply at most twice the lease, as the
+ * built-in store's client does: etcd answers at once, so one silent that long is down or out of reach,
+ * and a caller that judges so by the time since the last reply (an elastic joiner) must get control
+ * back by then. */
 static pdde_status etcd_post(store_etcd *t, pdde_context *ctx, const char *path, const char *body, double timeout_s, int watch) {
     char url[320];
     snprintf(url, sizeof url, "%s%s", t->endpoint, path);
     t->len = 0;
     if (t->buf) t->buf[0] = 0;
+    if (!watch && t->lease && 2 * t->lease_s < timeout_s) timeout_s = 2 * t->lease_s;
     curl_easy_setopt(t->curl, CURLOPT_URL, url);
     curl_easy_setopt(t->curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(t->curl, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
@@ -358,6 +363,7 @@ static pdde_status store_etcd_liveness(void *impl, pdde_context *ctx, const char
     if (!st && !id) return pdde_error(ctx, PDDE_ERR_COMM, "etcd %s: lease grant without an ID: %.200s", t->endpoint, t->buf);
     if (st) return st;
     t->lease = atoll(id);
+    t->lease_s = lease_s > 0 ? lease_s : ttl;
     snprintf(name, sizeof name, "__pdde/alive/%lld", t->lease);
     if ((st = etcd_put(t, ctx, name, "", 0, t->lease))) return st;
     snprintf(name, sizeof name, "__pdde/reg/%s/%lld", key, t->lease);

@@ -69,7 +69,8 @@ struct pdde_elastic {
     _Atomic int store_lost;       /* a renewal was refused: the store dropped this member (elastic_renew) */
     _Atomic int mute;             /* (tests: the heartbeat pauses, PDDE_TEST_ELASTIC_STALL) */
     double lease_s;
-    double heard_at;              /* when the store last answered a call on store (under store_lock; el_heard) */
+    _Atomic double heard_at;      /* when the store last answered a call on store (el_heard; read without store_lock,
+                                   * which a renewal waiting on a silent store holds) */
     char job[160];                /* J */
     int id;                       /* this member's id: its rank at the start (stable) */
     int *members, n_members;      /* of this generation: rank r is member members[r] */
@@ -128,7 +129,7 @@ static void elastic_sleep(double s) {
  * from an earlier call), PDDE_ERR_PEER_LOST (the connection closed) and PDDE_ERR_COMM (etcd out of
  * reach, a connection refused) mean it did not. */
 static pdde_status el_heard(pdde_elastic *e, pdde_status st) {
-    if (st != PDDE_ERR_TIMEOUT && st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_COMM) e->heard_at = elastic_now();
+    if (st != PDDE_ERR_TIMEOUT && st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_COMM) atomic_store(&e->heard_at, elastic_now());
     return st;
 }
 
@@ -207,9 +208,7 @@ static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids,
  * lease and then fails at once until one comes, so only the time since the last reply tells.) Members
  * in a world do not stop so: a store slow for everyone must not fence them all. 1: cut off. */
 static int elastic_joiner_cut_off(pdde_elastic *e, double *silent_s) {
-    pthread_mutex_lock(&e->store_lock);
-    *silent_s = elastic_now() - e->heard_at;
-    pthread_mutex_unlock(&e->store_lock);
+    *silent_s = elastic_now() - atomic_load(&e->heard_at);
     return *silent_s > 2 * e->lease_s;
 }
 
@@ -228,10 +227,11 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
     for (int g = 1; elastic_now() < give_up && !atomic_load(&e->store_lost);) {
         snprintf(key, sizeof key, "%s/g%d/members", e->job, g);
         if (el_get(e, key, &v) != PDDE_OK) {
+            /* (judged after a call, not before: a process resumed after a stall asks the store first;
+             * and before the next call, which on a silent store waits up to twice the lease again) */
+            if (elastic_joiner_cut_off(e, &silent_s)) { free(ids); return elastic_joiner_cut_off_error(e, silent_s); }
             snprintf(key, sizeof key, "%s/done", e->job);
             if (el_exists(e, key)) break; /* (the members finished before taking it in) */
-            /* (judged after calls, not before: a process resumed after a stall asks the store first) */
-            if (elastic_joiner_cut_off(e, &silent_s)) { free(ids); return elastic_joiner_cut_off_error(e, silent_s); }
             elastic_sleep(0.01);
             continue;
         }
@@ -387,7 +387,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     double margin = e->peer_timeout_s / 4 < 0.25 ? e->peer_timeout_s / 4 : 0.25;
     e->lease_s = e->peer_timeout_s - margin;
     if ((st = pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s))) goto fail;
-    e->heard_at = elastic_now(); /* (before the heartbeat thread starts) */
+    atomic_store(&e->heard_at, elastic_now()); /* (before the heartbeat thread starts) */
     if (pthread_create(&e->heartbeat, NULL, elastic_heartbeat, e)) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: no heartbeat thread"); goto fail; }
     e->heartbeat_started = 1;
     char maxv[32];

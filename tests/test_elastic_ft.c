@@ -17,8 +17,9 @@
  *    run that never takes the rank in again (1e-4: the ranks there are change only the rounding);
  *  - a rank paused briefly (SIGSTOP for 0.3 s, then SIGCONT) stays a member: a later loss re-forms
  *    the world with it in one recovery (test_brief_stop);
- *  - a joiner whose store stops answering (SIGSTOP) while it waits to be taken in stops within a few
- *    leases saying it is cut off, not at its timeout (test_joiner_cut_off).
+ *  - a joiner whose store stops answering (SIGSTOP) while it waits to be taken in, or at init for the
+ *    job's maximum, stops within a few leases saying it is cut off, not at its timeout
+ *    (test_joiner_cut_off).
  * The seed of the random step is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -246,38 +247,52 @@ static void test_brief_stop(unsigned seed) {
 }
 
 /* A joiner whose store stops answering stops within a few leases, saying it is cut off, not at its
- * timeout: a `pdde-run --join` process waits to be taken into a job whose store (its own process,
- * used by it alone) is then stopped for good (SIGSTOP). Its client times out once and then fails at
- * once ("still no reply"), so only the time since the store last answered tells it is cut off. */
-static void test_joiner_cut_off(void) {
+ * timeout: a `pdde-run --join` process waits in the store (its own process, used by it alone), which
+ * is then stopped for good (SIGSTOP). Its client times out once and then fails at once ("still no
+ * reply"), so only the time since the store last answered tells it is cut off. max_known: the job's
+ * maximum is in the store, so the joiner asks to join and waits to be taken in; else it waits at init
+ * for the maximum (which the job's member 0 sets; there is none here). */
+static void test_joiner_cut_off(int max_known) {
+    const char *what = max_known ? "joiner cut off" : "joiner cut off before the job's maximum is known";
     int port = 0;
     pid_t host = test_store_process(&port);
-    CHECK(host > 0 && port > 0, "joiner cut off: the store host started");
+    CHECK(host > 0 && port > 0, "%s: the store host started", what);
     if (host <= 0 || port <= 0) { if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0); return; }
-    char addr[64], rdzv[96], peer[32], m_join[300];
+    const char *job_name = max_known ? "cut" : "cut-init";
+    char addr[64], rdzv[96], peer[32], m_join[300], key[128];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    snprintf(rdzv, sizeof rdzv, "tcp://%s/cut", addr);
-    snprintf(m_join, sizeof m_join, "%s/cut_joiner.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "tcp://%s/%s", addr, job_name);
+    snprintf(m_join, sizeof m_join, "%s/%s_joiner.jsonl", g_tmp, job_name);
     double peer_s = job_peer_timeout(1.0), lease_s = peer_s - (peer_s / 4 < 0.25 ? peer_s / 4 : 0.25);
     snprintf(peer, sizeof peer, "%.2f", peer_s);
     pdde_store *s = NULL;
-    int ok = pdde_store_connect(NULL, addr, 10, &s) == PDDE_OK && pdde_store_set(s, "elastic/cut/max", "4", 1) == PDDE_OK;
-    CHECK(ok, "joiner cut off: the job's maximum set in the store");
+    int ok = pdde_store_connect(NULL, addr, 10, &s) == PDDE_OK;
+    if (max_known) {
+        snprintf(key, sizeof key, "elastic/%s/max", job_name);
+        ok = ok && pdde_store_set(s, key, "4", 1) == PDDE_OK;
+    }
+    CHECK(ok, "%s: the store reached%s", what, max_known ? ", the job's maximum set in it" : "");
     /* (a timeout far past the bound below: the joiner must not be the one that waits it out) */
     const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", peer, "--rdzv", rdzv, NULL};
     const char *env[] = {"PDDE_ELASTIC_TIMEOUT=100", "PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
     static const char *const none[] = {NULL};
     job j = ft_start(join_run, m_join, env, none);
-    int asked = 0; /* its request to join is in the store: it waits to be taken in */
-    for (double until = job_now() + JOB_STEP_LIMIT_S; ok && !asked && !job_poll(&j, 20) && job_now() < until;) {
+    /* waiting: its request to join is in the store; or (no maximum) it took its id, the call before
+     * it registers its lease and starts to wait for the maximum */
+    snprintf(key, sizeof key, max_known ? "elastic/%s/join/65536" : "elastic/%s/joined", job_name);
+    int waiting = 0;
+    for (double until = job_now() + JOB_STEP_LIMIT_S; ok && !waiting && !job_poll(&j, 20) && job_now() < until;) {
         void *v = NULL;
         size_t n = 0;
-        asked = pdde_store_get(s, "elastic/cut/join/65536", &v, &n) == PDDE_OK;
+        waiting = pdde_store_get(s, key, &v, &n) == PDDE_OK;
         free(v);
     }
     pdde_store_close(s);
-    CHECK(asked, "joiner cut off: the joiner asked to join:\n%s", job_text(&j));
-    if (!asked) { job_kill(&j), free(j.out), kill(host, SIGKILL), waitpid(host, NULL, 0); return; }
+    CHECK(waiting, "%s: the joiner waits in the store:\n%s", what, job_text(&j));
+    if (!waiting) { job_kill(&j), free(j.out), kill(host, SIGKILL), waitpid(host, NULL, 0); return; }
+    /* (its lease registered before the store stops: a registration cut off would wait out the timeout) */
+    if (!max_known)
+        for (double until = job_now() + 0.5 * test_load_factor(); !job_poll(&j, 20) && job_now() < until;) {}
     int ws = 0;
     kill(host, SIGSTOP);
     waitpid(host, &ws, WUNTRACED); /* (stopped now, not soon) */
@@ -285,9 +300,9 @@ static void test_joiner_cut_off(void) {
     int rc = job_finish(&j, t_stop - j.t0 + bound + 5);
     double took = job_now() - t_stop;
     CHECK(rc > 0 && took < bound && strstr(job_text(&j), "has had no reply from the store") && strstr(job_text(&j), "cut off or the store is down"),
-          "joiner cut off: the joiner stops within %.2f s of its store stopping (4 leases of %.2f s and 1 s, times the load), "
-          "saying it is cut off: rc %d after %.2f s:\n%s", bound, lease_s, rc, took, job_text(&j));
-    printf("joiner cut off: stopped %.2f s after its store did (lease %.2f s, bound %.2f s)\n", took, lease_s, bound);
+          "%s: the joiner stops within %.2f s of its store stopping (4 leases of %.2f s and 1 s, times the load), "
+          "saying it is cut off: rc %d after %.2f s:\n%s", what, bound, lease_s, rc, took, job_text(&j));
+    printf("%s: stopped %.2f s after its store did (lease %.2f s, bound %.2f s)\n", what, took, lease_s, bound);
     kill(host, SIGKILL);
     waitpid(host, NULL, 0);
     free(j.out);
@@ -300,7 +315,8 @@ int main(int argc, char **argv) {
     if (setup >= 0) return setup;
     setenv("PDDE_JOB_SECRET", "test-elastic-ft-secret-0123456789abcdef", 1); /* (the reference's joiner must know it) */
     static const char *const ft[] = {"--ft-replicas", NULL}, *const zero1[] = {"--zero", "1", NULL};
-    test_joiner_cut_off();
+    test_joiner_cut_off(1);
+    test_joiner_cut_off(0);
     test_rejoin("ft replicas", 0, seed, ft, 0);
     test_rejoin("ZeRO-1", 1, seed, zero1, 1);
     test_brief_stop(seed);

@@ -10,7 +10,9 @@
  *    with a message saying the store cannot be reached, within a bound (never a hang);
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
  *    the world, report it within 5 s (not at the 60 s timeout), naming it;
- *  - pdde-run --restart 1 with etcd: a rank killed, started again, taken in; the job ends on 3 ranks. */
+ *  - pdde-run --restart 1 with etcd: a rank killed, started again, taken in; the job ends on 3 ranks;
+ *  - a joiner waiting to be taken in while etcd stops answering (SIGSTOP): it stops within a few of
+ *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT). */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -39,6 +41,8 @@ static char g_tmp[256], g_url[128], g_dir[512];
 static int g_client_port, g_peer_port;
 static pid_t g_etcd = -1;
 
+static int etcd_answers(void);
+
 /* Starts etcd (the same ports and data folder each time: a restart keeps the data). 0 when it answers. */
 static int etcd_start(void) {
     char client[64], peer[64], data[300], cluster[128], log[300];
@@ -57,6 +61,11 @@ static int etcd_start(void) {
                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, (char *)NULL);
         _exit(127);
     }
+    return etcd_answers();
+}
+
+/* 0 when etcd answers within 15 s. */
+static int etcd_answers(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     pdde_store *s = NULL;
@@ -329,6 +338,59 @@ static void test_restart(void) {
     free(j.out);
 }
 
+/* A joiner (PDDE_ELASTIC_JOIN=1) waiting to be taken in, whose etcd stops answering (SIGSTOP: no reply, no
+ * error, as a host cut off from it sees it), stops within a few leases saying it is cut off, not at its
+ * timeout (100 s) nor at its requests' (10 s each): holding a lease, it waits for a reply at most twice
+ * the lease. etcd is then resumed (SIGCONT). */
+static void test_joiner_cut_off(pdde_context *ctx) {
+    char m[300], gpt[600];
+    snprintf(m, sizeof m, "%s/cut_joiner.jsonl", g_tmp);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    double lease_s = 1.0 - 0.25; /* (PDDE_PEER_TIMEOUT less its margin) */
+    pdde_store *s = NULL;
+    int ok = pdde_store_etcd_connect(ctx, g_url, 10, &s) == PDDE_OK && pdde_store_set(s, "elastic/cut/max", "4", 1) == PDDE_OK;
+    CHECK(ok, "etcd joiner cut off: the job's maximum set in etcd");
+    /* (pdde-run --join takes tcp:// only, so the joiner is gpt with the environment pdde-run --restart
+     * gives a rank it starts again: its membership in etcd, its world at a store it never reaches here) */
+    char rdzv_env[160], job_env[64];
+    snprintf(rdzv_env, sizeof rdzv_env, "PDDE_RDZV=etcd://127.0.0.1:%d", g_client_port);
+    snprintf(job_env, sizeof job_env, "PDDE_ELASTIC_JOB=cut");
+    char *argv[] = {gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "100",
+                    "--val-every", "0", "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC=1", "PDDE_ELASTIC_JOIN=1", rdzv_env, job_env, "PDDE_ELASTIC_MIN=1",
+                         "PDDE_ELASTIC_MAX=65536", "PDDE_PEER_TIMEOUT=1.0", "PDDE_ELASTIC_TIMEOUT=100", "PDDE_STORE_ADDR=127.0.0.1:1",
+                         "PDDE_WORLD_SIZE=1", "PDDE_RANK=0", "PDDE_LOCAL_RANK=0", "PDDE_LOCAL_SIZE=1",
+                         "PDDE_JOB_SECRET=test-etcd-secret-0123456789abcdef", NULL};
+    job j = job_spawn(argv, env);
+    int asked = 0; /* its request to join is in etcd: it waits to be taken in */
+    while (ok && !asked && !job_poll(&j, 20) && test_now() - j.t0 < 30) {
+        void *v = NULL;
+        size_t n = 0;
+        asked = pdde_store_get(s, "elastic/cut/join/65536", &v, &n) == PDDE_OK;
+        free(v);
+    }
+    pdde_store_close(s);
+    CHECK(asked, "etcd joiner cut off: the joiner asked to join:\n%s", job_text(&j));
+    if (!asked) { job_kill(&j), free(j.out); return; }
+    int ws = 0;
+    kill(-g_etcd, SIGSTOP), kill(g_etcd, SIGSTOP);
+    waitpid(g_etcd, &ws, WUNTRACED); /* (stopped now, not soon) */
+    /* its stop: a renewal and a read in flight, then at exit the heartbeat's renewal and the clean close's
+     * two requests (1 s each) may each wait out etcd's silence: 6 leases and 3 s, times the load; under
+     * 10 s: without a lease its requests wait 10 s each, so one that waits a request out fails here */
+    double t_stop = test_now(), bound = (6 * lease_s + 3) * test_load_factor();
+    if (bound > 9.5) bound = 9.5;
+    int rc = job_end(&j, bound + 15);
+    double took = test_now() - t_stop;
+    kill(-g_etcd, SIGCONT), kill(g_etcd, SIGCONT);
+    CHECK(rc > 0 && took < bound && strstr(job_text(&j), "has had no reply from the store") && strstr(job_text(&j), "cut off or the store is down"),
+          "etcd joiner cut off: the joiner stops within %.2f s of etcd stopping (6 leases of %.2f s and 3 s, times the load, "
+          "under 10 s), saying it is cut off: rc %d after %.2f s:\n%s", bound, lease_s, rc, took, job_text(&j));
+    printf("etcd joiner cut off: stopped %.2f s after etcd did (lease %.2f s, bound %.2f s)\n", took, lease_s, bound);
+    free(j.out);
+    CHECK(!etcd_answers(), "etcd answers again after SIGCONT");
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     test_binary_dir(argv[0], g_dir, sizeof g_dir);
@@ -350,7 +412,7 @@ int main(int argc, char **argv) {
         char run[600];
         snprintf(run, sizeof run, "%s/pdde-run", g_dir);
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
-        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart();
+        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);
