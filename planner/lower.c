@@ -2125,6 +2125,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         const char *backend = on_host ? NULL : registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device);
         if (!lower_prefetch_gathers(on_host, backend)) {
             P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
+            if (second_of[c->id]) P->device_collective_axes |= 1u << P->info[second_of[c->id]->id].axis;
             continue;
         }
         int from = seg_start[i];
