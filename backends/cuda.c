@@ -19,6 +19,8 @@
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
+ * PDDE_CUDA_LT_LOWP_BIAS=1 offers cublasLt a bf16 / f16 output with the f32 bias; PDDE_CUDA_LT_REDUCTION=all lets it reduce a
+ * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace;
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
  * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
@@ -222,9 +224,10 @@ enum { /* cublasLt.h / cublas_api.h values */
     PCLT_DESC_BIAS_DATA_TYPE = 26, PCLT_EPILOGUE_DEFAULT = 1, PCLT_EPILOGUE_BIAS = 4, PCLT_LAYOUT_BATCH_COUNT = 5,
     PCLT_EPILOGUE_GELU_AUX_BIAS = 164, PCLT_EPILOGUE_DGELU = 192, PCLT_EPILOGUE_BGRADA = 256, /* (cublasLtEpilogue_t) */
     PCLT_LAYOUT_STRIDED_BATCH_OFFSET = 6, PCLT_PREF_MAX_WORKSPACE_BYTES = 1, PCLT_PREF_MIN_ALIGNMENT_A = 5,
-    PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
+    PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8, PCLT_PREF_REDUCTION_SCHEME_MASK = 3,
+    PCLT_REDUCTION_COMPUTE_TYPE = 2, PCLT_REDUCTION_ALL = 7, /* (cublasLtReductionScheme_t: NONE 0 is always allowed) */
 };
-#define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper */
+#define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper (PDDE_CUDA_LT_WORKSPACE=MiB: another size) */
 #define PCLT_CANDIDATES 8                  /* algorithms PDDE_CUDA_LT_TUNE=1 asks the heuristic for and times */
 /* One GEMM shape's descriptors and algorithm, made on its first call and kept; ok 0: cublasLt has no
  * algorithm for it (or failed on it) and the generic path runs it. */
@@ -235,6 +238,7 @@ typedef struct {
     size_t workspace;
     int ok;
     int n_cand, tuned; /* (PDDE_CUDA_LT_TUNE: the heuristic's candidates, timed on the first call) */
+    int heuristic_status; /* what cublasLtMatmulAlgoGetHeuristic returned (or an earlier call's failure): the note of a plan without one */
     pclt_algo cand[PCLT_CANDIDATES];
     size_t cand_ws[PCLT_CANDIDATES];
 } pclt_plan;
@@ -301,6 +305,7 @@ typedef struct {
     int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
     int embedding_back;   /* PGD_EMB_* (PDDE_CUDA_EMBEDDING_BACK=sorted; atomic until a GPU run measures sorted) */
+    int embedding_sort;   /* PGD_EMB_SORT_* (PDDE_CUDA_EMBEDDING_SORT=network|radix; by the ids' count by default) */
 } pcu_stream;
 
 typedef struct {
@@ -322,6 +327,9 @@ typedef struct {
     pclt_plan *lt_plans; /* [PGD_GEMM_PLANS], slots of lt_cache (backends/gemm_plan.h) */
     pgd_gemm_cache *lt_cache;
     long long lt_calls;
+    int lt_lowp_bias;    /* PDDE_CUDA_LT_LOWP_BIAS=1: a bf16 / f16 output with an f32 bias asks cublasLt (read at open) */
+    int lt_reduction_all; /* PDDE_CUDA_LT_REDUCTION=all: split-K reductions in the output's dtype allowed (read at open) */
+    size_t lt_workspace_want; /* PCLT_WORKSPACE, or PDDE_CUDA_LT_WORKSPACE MiB (read at open; 0: none) */
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
     int zero_on;  /* PDDE_CUDA_ZERO=1: the zero slot memsets on the device (else the core writes zeros) */
     long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
@@ -432,11 +440,15 @@ static void pcu_load_cublas(pcu_family *f) {
  * cublasLt: matmuls with an epilogue (on by default where libcublasLt loads: a GPU run measured lowering's
  * fused matmuls faster on it; PDDE_CUDA_LT=0 turns it off). A matmul node with a bias source and/or a
  * bf16 / f16 output (lowering's bias fusion) is one cublasLtMatmul: the bias added in f32 in the epilogue
- * (CUBLASLT_EPILOGUE_BIAS), the sum rounded once on the store. cublasLt takes a bias of D's dtype only
- * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: an f32 bias with an f32 D, never with a bf16 one), so a bf16 / f16
- * output with a bias is declined here and pgd_matmul_epi asks again for the f32 sum (D f32 in its scratch,
- * then its cast: the bits of the unfused bias add and cast). A shape cublasLt declines takes the generic
- * path (the GEMM, the bias kernel, the cast: pgd_matmul_epi), said once on stderr. */
+ * (CUBLASLT_EPILOGUE_BIAS), the sum rounded once on the store. cuBLASLt documents a bias of D's dtype
+ * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE other than D's: FP8 and integer kernels), and pdde's bias is f32, so a
+ * bf16 / f16 output with a bias is declined here and pgd_matmul_epi asks again for the f32 sum (D f32 in its
+ * scratch, then its cast: the bits of the unfused bias add and cast); PDDE_CUDA_LT_LOWP_BIAS=1 asks cublasLt's
+ * heuristic for the f32 bias with the bf16 / f16 D first (one kernel, the same rounding; declined as before
+ * where it has no algorithm). Under a bf16 / f16 D the heuristic is offered no split-K reduction that adds
+ * partial sums in D's dtype (INPLACE, OUTPUT_TYPE: the sum would be rounded more than once; PDDE_CUDA_LT_REDUCTION=all
+ * offers them, to measure). A shape cublasLt declines takes the generic path (the GEMM, the bias kernel, the
+ * cast: pgd_matmul_epi), said on stderr once a shape (pclt_note_none). */
 
 static void pclt_load(pcu_family *f) {
     static const char *const names[] = {
@@ -542,17 +554,34 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
     st = st ? st : a->PrefSet(pref, PCLT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     static const int which[4] = {PCLT_PREF_MIN_ALIGNMENT_A, PCLT_PREF_MIN_ALIGNMENT_B, PCLT_PREF_MIN_ALIGNMENT_C, PCLT_PREF_MIN_ALIGNMENT_D};
     for (int i = 0; i < 4 && !st; i++) st = a->PrefSet(pref, which[i], &align[i < 3 ? i : 2], sizeof align[0]);
+    uint32_t reduction = ddt != PDDE_F32 && !d->lt_reduction_all ? PCLT_REDUCTION_COMPUTE_TYPE : PCLT_REDUCTION_ALL;
+    st = st ? st : a->PrefSet(pref, PCLT_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction);
     pclt_heuristic h[PCLT_CANDIDATES];
     int found = 0;
     memset(h, 0, sizeof h);
     st = st ? st : a->Heuristic(d->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, pclt_tune_on() ? PCLT_CANDIDATES : 1, h, &found);
     if (pref) a->PrefDestroy(pref);
+    p->heuristic_status = st;
     p->n_cand = 0;
     for (int i = 0; !st && i < found && i < PCLT_CANDIDATES; i++)
         if (h[i].state == 0) p->cand[p->n_cand] = h[i].algo, p->cand_ws[p->n_cand++] = h[i].workspace;
     p->ok = p->n_cand > 0;
     p->tuned = p->n_cand < 2; /* (nothing to choose from) */
     if (p->ok) p->algo = p->cand[0], p->workspace = p->cand_ws[0];
+}
+
+/* A plan cublasLt has no algorithm for, on stderr once a shape (plans are made once a problem; at most
+ * PCLT_NOTES lines a process): the problem, its epilogue, the alignments the heuristic was given (pdde's A and B,
+ * D, the bias) and its status, and what runs instead. */
+#define PCLT_NOTES 16
+static void pclt_note_none(const pclt_plan *p, const char *epilogue, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N,
+                           int64_t K, int64_t batch, const uint32_t align[4], int has_bias, const char *instead) {
+    static atomic_int notes;
+    if (atomic_fetch_add(&notes, 1) >= PCLT_NOTES) return;
+    fprintf(stderr, "pdde: cuda: cublasLt has no algorithm for the %lldx%lldx%lld %s -> %s matmul (ta %d tb %d batch %lld, %s epilogue%s; "
+                    "aligned A %u B %u D %u bias %u bytes; heuristic status %d): %s\n", (long long)M, (long long)N, (long long)K,
+            pdde_dtype_name(dt), pdde_dtype_name(ddt), ta, tb, (long long)batch, epilogue, has_bias ? " with a bias" : "", align[1], align[0],
+            align[2], has_bias ? align[3] : 0, p->heuristic_status, instead);
 }
 
 /* The operands of one cublasLtMatmul of a plan (the bias and aux pointers are in its descriptor) */
@@ -609,7 +638,7 @@ static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size
 static void pclt_workspace(pcu_dev *d) {
     if (d->lt_workspace_tried) return;
     d->lt_workspace_tried = 1;
-    if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
+    if (d->lt_workspace_want && d->fam->cu.MemAlloc(&d->lt_workspace, d->lt_workspace_want) == PCU_SUCCESS) d->lt_workspace_bytes = d->lt_workspace_want;
     else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
 }
 
@@ -632,7 +661,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
-    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
+    if (bias.base && ddt != PDDE_F32 && !d->lt_lowp_bias) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
@@ -642,13 +671,9 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     if (!p) return 1;
     if (fresh) {
         pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
-        if (!p->ok) {
-            static atomic_int said;
-            if (!atomic_exchange(&said, 1))
-                fprintf(stderr, "pdde: cuda: cublasLt has no algorithm for a %lldx%lldx%lld %s -> %s matmul%s: such matmuls run their epilogue "
-                                "as separate kernels\n", (long long)M, (long long)N, (long long)K, pdde_dtype_name(dt), pdde_dtype_name(ddt),
-                        abias ? " with a bias" : "");
-        }
+        if (!p->ok)
+            pclt_note_none(p, abias ? "BIAS" : beta != 0.0f ? "beta 1" : "no", dt, ddt, ta, tb, M, N, K, batch, align, abias != 0,
+                           ddt != PDDE_F32 ? "the f32 sum is asked for, then cast" : "its epilogue runs as separate kernels");
     }
     if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
     if (abias) {
@@ -688,12 +713,7 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
     if (!p) return 1;
     if (fresh) {
         pclt_plan_make(d, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
-        if (!p->ok) {
-            static atomic_int said;
-            if (!atomic_exchange(&said, 1))
-                fprintf(stderr, "pdde: cuda: cublasLt has no BGRADA algorithm for a %lldx%lldx%lld %s matmul: its bias gradient runs as a "
-                                "separate kernel\n", (long long)M, (long long)N, (long long)K, pdde_dtype_name(dt));
-        }
+        if (!p->ok) pclt_note_none(p, "BGRADA", dt, PDDE_F32, ta, 0, M, N, K, 1, align, 1, "its bias gradient runs as a separate kernel");
     }
     if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
     void *gp = (void *)(uintptr_t)ag;
@@ -723,7 +743,7 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
-    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
+    if (bias.base && ddt != PDDE_F32 && !d->lt_lowp_bias) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
     if (pclt_align(aaux) < 16) return 1;
@@ -735,13 +755,9 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     if (!p) return 1;
     if (fresh) { /* (not tuned: GELU_AUX_BIAS writes aux too) */
         pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
-        if (!p->ok) {
-            static atomic_int said;
-            if (!atomic_exchange(&said, 1))
-                fprintf(stderr, "pdde: cuda: cublasLt has no %s algorithm for a %lldx%lldx%lld %s matmul: such matmuls run their epilogue "
-                                "as separate kernels\n", act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", (long long)M, (long long)N,
-                        (long long)K, pdde_dtype_name(ddt));
-        }
+        if (!p->ok)
+            pclt_note_none(p, act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", dt, ddt, 0, tb, M, N, K, 1, align, abias != 0,
+                           "its epilogue runs as separate kernels");
     }
     if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
     void *bp = (void *)(uintptr_t)abias, *xp = (void *)(uintptr_t)aaux;
@@ -888,6 +904,7 @@ static void pcu_switches_read(pcu_stream *s) {
     s->gemmex_lowp = lowp && !strcmp(lowp, "1");
     s->gemm_single = single && !strcmp(single, "1");
     s->embedding_back = pgd_embedding_back_env("PDDE_CUDA_", PGD_EMB_ATOMIC);
+    s->embedding_sort = pgd_embedding_sort_env("PDDE_CUDA_");
 }
 
 static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
@@ -1007,6 +1024,16 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
+    const char *lb = getenv("PDDE_CUDA_LT_LOWP_BIAS"), *lr = getenv("PDDE_CUDA_LT_REDUCTION");
+    d->lt_lowp_bias = lb && !strcmp(lb, "1");
+    d->lt_reduction_all = lr && !strcmp(lr, "all");
+    const char *lw = getenv("PDDE_CUDA_LT_WORKSPACE"); /* (MiB, 0 to 1024: torch's cublasLt took 1 MiB by default in some versions) */
+    char *lw_end = NULL;
+    long lw_mib = lw && *lw ? strtol(lw, &lw_end, 10) : -1;
+    int lw_ok = lw_mib >= 0 && lw_mib <= 1024 && lw_end && !*lw_end;
+    d->lt_workspace_want = lw_ok ? (size_t)lw_mib << 20 : PCLT_WORKSPACE;
+    if (lw && *lw && !lw_ok)
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT_WORKSPACE=%s is not a size in MiB from 0 to 1024: cublasLt's workspace stays 32 MiB\n", lw);
     const char *ze = getenv("PDDE_CUDA_ZERO");
     d->zero_on = ze && !strcmp(ze, "1");
     const char *ge = getenv("PDDE_CUDA_GRAPH");
@@ -1016,8 +1043,10 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
+            /* (no split-K sums in a bf16 / f16 output's dtype, as cublasLt's plans: the f32 sum is rounded once) */
             const char *tf = getenv("PDDE_CUDA_TF32");
-            if (f->blas.SetMathMode && tf && tf[0] == '1') f->blas.SetMathMode(d->blas, 3 /* TF32 tensor op */);
+            int mode = (tf && tf[0] == '1' ? 3 /* TF32 tensor op */ : 0) | 16 /* DISALLOW_REDUCED_PRECISION_REDUCTION */;
+            if (f->blas.SetMathMode) f->blas.SetMathMode(d->blas, mode);
         }
     }
     *out = d;
@@ -1442,7 +1471,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
         .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
-        .embedding_back = s->embedding_back,
+        .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,
     };
 }
 

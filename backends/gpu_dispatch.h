@@ -50,7 +50,8 @@ enum {
      * multi-tensor AdamW in chunks (the backends' switches: pgd_ctx.mem_kernels) */
     PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS,
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
-    PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS,
+    PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS, PGD_K_EMBEDDING_KEYS,
+    PGD_K_EMBEDDING_RADIX_COUNT, PGD_K_EMBEDDING_RADIX_SCAN, PGD_K_EMBEDDING_RADIX_SCATTER,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -67,7 +68,8 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
     "k_ce_fused", "k_colsum2", "k_adamw_chunks",
-    "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows",
+    "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows", "k_embedding_keys",
+    "k_embedding_radix_count", "k_embedding_radix_scan", "k_embedding_radix_scatter",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -171,6 +173,7 @@ typedef struct {
     /* the memory-bound kernels it takes instead of the plain ones (PGD_MEM_* bits; 0: none): pgd_mem_kernels_env */
     unsigned mem_kernels;
     int embedding_back; /* PGD_EMB_*: how the embedding backward adds dy into the table's gradient */
+    int embedding_sort; /* PGD_EMB_SORT_*: how PGD_EMB_SORTED sorts the ids (0: by the ids' count and the device) */
 } pgd_ctx;
 
 /* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
@@ -207,6 +210,23 @@ static inline int pgd_embedding_back_env(const char *prefix, int dflt) {
     if (!strcmp(v, "sorted")) return PGD_EMB_SORTED;
     pgd_say_once(8, "%s=%s is not atomic or sorted: the embedding backward takes %s", name, v, dflt == PGD_EMB_SORTED ? "sorted" : "atomic");
     return dflt;
+}
+
+/* How PGD_EMB_SORTED sorts the keys: PGD_EMB_SORT_AUTO picks by the device and the ids' count (one item's
+ * counting sort on a CPU device unless the table dwarfs the ids; else one group's bitonic network below
+ * PGD_EMB_RADIX_MIN ids, the radix sort over many groups from there); <prefix>EMBEDDING_SORT=count|network|radix
+ * forces one (tests run the GPUs' sorts on a CPU device so). */
+enum { PGD_EMB_SORT_AUTO = 0, PGD_EMB_SORT_COUNT, PGD_EMB_SORT_NETWORK, PGD_EMB_SORT_RADIX };
+static inline int pgd_embedding_sort_env(const char *prefix) {
+    char name[64];
+    snprintf(name, sizeof name, "%sEMBEDDING_SORT", prefix);
+    const char *v = getenv(name);
+    if (!v || !*v || !strcmp(v, "auto")) return PGD_EMB_SORT_AUTO;
+    if (!strcmp(v, "count")) return PGD_EMB_SORT_COUNT;
+    if (!strcmp(v, "network")) return PGD_EMB_SORT_NETWORK;
+    if (!strcmp(v, "radix")) return PGD_EMB_SORT_RADIX;
+    pgd_say_once(9, "%s=%s is not auto, count, network or radix: the embedding backward's sort is %s", name, v, "picked by the ids' count");
+    return PGD_EMB_SORT_AUTO;
 }
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -1258,24 +1278,70 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
     *bc1 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA1), (float)t), *bc2 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA2), (float)t);
 }
 
+/* The radix sort's shape (RADIX_* in both kernel sources): RADIX_BITS of the row a pass, groups of at most
+ * PGD_EMB_RADIX_GROUP items, each item PGD_EMB_RADIX_CHUNK consecutive keys (its counters: 16 per 32 keys). */
+#define PGD_EMB_RADIX_BITS 4
+#define PGD_EMB_RADIX_GROUP 256
+#define PGD_EMB_RADIX_CHUNK 32
+/* ids from which the radix sort takes over from one group's network: a PoCL number (a CPU device, both sorts
+ * forced; bench_embedding_back --sorts, [50304, 16], device time): even up to 1024 ids, the radix sort 0.73x
+ * the network's time at 2048, 0.37x at 32768; unmeasured on a GPU */
+#define PGD_EMB_RADIX_MIN 2048
+
+/* keys [nid] (id << 32 | position, ids outside [0, V) as 0xffffffff) sorted by a stable LSD radix sort over the
+ * row's bits, through tmp [nid] and cnt (2^PGD_EMB_RADIX_BITS counters an item): the keys start in position
+ * order, so positions stay ascending within a row. */
+static int pgd_embedding_radix_sort(const pgd_ctx *g, pgd_ptr ids, pgd_ptr keys, pgd_ptr tmp, pgd_ptr cnt, int64_t nid, int64_t V,
+                                    unsigned groups, unsigned block) {
+    int bits = 0, passes, e;
+    while (bits < 63 && (V >> bits) > 0) bits++; /* (rows outside the table sort as V) */
+    passes = (bits + PGD_EMB_RADIX_BITS - 1) / PGD_EMB_RADIX_BITS;
+    pgd_ptr src = passes % 2 ? tmp : keys, dst = passes % 2 ? keys : tmp; /* (the last pass lands in keys) */
+    e = pgd_launch_1d(g, PGD_K_EMBEDDING_KEYS, nid, PGD_ARGS(PGD_P(ids), PGD_P(src), PGD_A(nid), PGD_A(V)));
+    int64_t chunk = PGD_EMB_RADIX_CHUNK, m = (int64_t)groups * block * (1 << PGD_EMB_RADIX_BITS);
+    unsigned scan_block = g->max_block < PGD_EMB_RADIX_GROUP ? g->max_block : PGD_EMB_RADIX_GROUP;
+    for (int32_t shift = 0; !e && shift < bits; shift += PGD_EMB_RADIX_BITS) {
+        e = pgd_launch(g, PGD_K_EMBEDDING_RADIX_COUNT, groups, 1, 1, block, 1,
+                       PGD_ARGS(PGD_P(src), PGD_P(cnt), PGD_A(nid), PGD_A(chunk), PGD_A(V), PGD_A(shift)));
+        if (!e) e = pgd_launch(g, PGD_K_EMBEDDING_RADIX_SCAN, 1, 1, 1, scan_block, 1, PGD_ARGS(PGD_P(cnt), PGD_A(m)));
+        if (!e)
+            e = pgd_launch(g, PGD_K_EMBEDDING_RADIX_SCATTER, groups, 1, 1, block, 1,
+                           PGD_ARGS(PGD_P(src), PGD_P(dst), PGD_P(cnt), PGD_A(nid), PGD_A(chunk), PGD_A(V), PGD_A(shift)));
+        pgd_ptr t = src;
+        src = dst, dst = t;
+    }
+    return e;
+}
+
 /* out [V, C] += the dy rows [nid, C] of each id, in the order of the ids (PGD_EMB_SORTED): the keys id << 32 |
- * position sorted in scratch by one group (a bitonic network; on a CPU device one item's counting sort, unless
- * the table is so much larger than the ids that its counters cost more), then a group per run of one id. */
+ * position sorted in scratch (pgd_ctx.embedding_sort: one item's counting sort, one group's bitonic network or
+ * the radix sort over many groups), then a group per run of one id. */
 static int pgd_embedding_back_sorted(const pgd_ctx *g, pgd_ptr ids, pgd_ptr dy, pgd_ptr out, int64_t nid, int64_t C, int64_t V) {
     if (nid > INT32_MAX || V > INT32_MAX)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: embedding backward of %lld ids into %lld rows: the sorted keys hold 32-bit positions and rows",
                           g->name, (long long)nid, (long long)V);
+    int sort = g->embedding_sort;
+    if (sort == PGD_EMB_SORT_AUTO)
+        sort = g->item_per_element && V <= 64 * nid ? PGD_EMB_SORT_COUNT : nid >= PGD_EMB_RADIX_MIN ? PGD_EMB_SORT_RADIX : PGD_EMB_SORT_NETWORK;
     int64_t n_pow2 = 1;
     while (n_pow2 < nid) n_pow2 *= 2;
-    int counting = g->item_per_element && V <= 64 * nid;
-    pgd_ptr keys;
-    size_t key_bytes = (size_t)n_pow2 * sizeof(uint64_t);
-    int e = g->scratch(g->impl, g->stream, key_bytes + (counting ? (size_t)(V + 1) * sizeof(int32_t) : 0), &keys);
     unsigned block = g->max_block < 1024 ? g->max_block : 1024;
-    pgd_ptr cnt = pgd_at(keys, (int64_t)key_bytes);
-    if (!e && counting)
-        e = pgd_launch(g, PGD_K_EMBEDDING_COUNT_SORT, 1, 1, 1, 1, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_P(cnt), PGD_A(nid), PGD_A(V)));
-    else if (!e)
+    unsigned radix_block = g->max_block < PGD_EMB_RADIX_GROUP ? g->max_block : PGD_EMB_RADIX_GROUP;
+    int64_t radix_items = (nid + PGD_EMB_RADIX_CHUNK - 1) / PGD_EMB_RADIX_CHUNK;
+    unsigned radix_groups = (unsigned)((radix_items + radix_block - 1) / radix_block);
+    if (!radix_groups) radix_groups = 1;
+    size_t key_bytes = (size_t)(sort == PGD_EMB_SORT_NETWORK ? n_pow2 : nid) * sizeof(uint64_t), extra = 0;
+    if (sort == PGD_EMB_SORT_COUNT) extra = (size_t)(V + 1) * sizeof(int32_t);
+    if (sort == PGD_EMB_SORT_RADIX) extra = key_bytes + (size_t)radix_groups * radix_block * (1u << PGD_EMB_RADIX_BITS) * sizeof(int32_t);
+    pgd_ptr keys;
+    int e = g->scratch(g->impl, g->stream, key_bytes + extra, &keys);
+    pgd_ptr more = pgd_at(keys, (int64_t)key_bytes);
+    if (e) return e;
+    if (sort == PGD_EMB_SORT_COUNT)
+        e = pgd_launch(g, PGD_K_EMBEDDING_COUNT_SORT, 1, 1, 1, 1, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_P(more), PGD_A(nid), PGD_A(V)));
+    else if (sort == PGD_EMB_SORT_RADIX)
+        e = pgd_embedding_radix_sort(g, ids, keys, more, pgd_at(more, (int64_t)key_bytes), nid, V, radix_groups, radix_block);
+    else
         e = pgd_launch(g, PGD_K_EMBEDDING_SORT, 1, 1, 1, block, 1, PGD_ARGS(PGD_P(ids), PGD_P(keys), PGD_A(nid), PGD_A(n_pow2), PGD_A(V)));
     int64_t cap = (int64_t)(g->units ? g->units : 1) * 32; /* (groups stride over the positions: most start no run) */
     unsigned groups = (unsigned)(nid < cap ? nid : cap), row_block = pgd_row_block(g, C);

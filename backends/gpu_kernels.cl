@@ -609,6 +609,74 @@ __kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(
     }
 }
 
+/* The same keys sorted by many groups (large n, where one group's network is slow): an LSD radix sort over
+ * the row's bits, RADIX_BITS a pass. The keys start in position order and every pass is stable, so
+ * positions stay ascending within a row without sorting their bits. An item owns a chunk of `chunk`
+ * consecutive keys; cnt holds RADIX_DIGITS counters per item, digit-major (cnt[d * items + t]), so one
+ * exclusive scan of cnt gives every item's first slot for each digit in the order digit, item, position.
+ * Rows outside [0, V) (key row 0xffffffff) count as row V, above every table row. */
+#define RADIX_BITS 4
+#define RADIX_DIGITS 16
+#define RADIX_GROUP 256 /* the largest group of the count and scatter kernels (their counters in group memory) */
+static uint radix_digit(ulong key, long V, int shift) {
+    ulong row = key >> 32;
+    return (uint)((row < (ulong)V ? row : (ulong)V) >> shift) & (RADIX_DIGITS - 1);
+}
+__kernel void k_embedding_keys(PTR(const int, ids), PTR(ulong, keys), long n_ids, long V) {
+    BIND(const int, ids); BIND(ulong, keys);
+    GRID_STRIDE(i, n_ids) {
+        int id = ids[i];
+        uint row = id >= 0 && id < V ? (uint)id : 0xffffffffu;
+        keys[i] = (ulong)row << 32 | (ulong)i;
+    }
+}
+/* cnt[d * items + t]: how many of item t's keys have digit d */
+__kernel void k_embedding_radix_count(PTR(const ulong, keys), PTR(int, cnt), long n_ids, long chunk, long V, int shift) {
+    BIND(const ulong, keys); BIND(int, cnt);
+    __local int c[RADIX_DIGITS * RADIX_GROUP];
+    long l = get_local_id(0), L = get_local_size(0), t = get_global_id(0), T = get_global_size(0);
+    for (int d = 0; d < RADIX_DIGITS; d++) c[d * L + l] = 0;
+    long end = (t + 1) * chunk < n_ids ? (t + 1) * chunk : n_ids;
+    for (long i = t * chunk; i < end; i++) c[radix_digit(keys[i], V, shift) * L + l]++;
+    for (int d = 0; d < RADIX_DIGITS; d++) cnt[d * T + t] = c[d * L + l];
+}
+/* cnt[0, m) replaced by its exclusive prefix sums, by one group (an item a segment, then the segments'
+ * totals scanned in group memory) */
+__kernel void k_embedding_radix_scan(PTR(int, cnt), long m) {
+    BIND(int, cnt);
+    __local int part[RADIX_GROUP];
+    long l = get_local_id(0), L = get_local_size(0), seg = (m + L - 1) / L;
+    long lo = l * seg < m ? l * seg : m, hi = lo + seg < m ? lo + seg : m;
+    int sum = 0;
+    for (long i = lo; i < hi; i++) sum += cnt[i];
+    part[l] = sum;
+    for (long off = 1; off < L; off <<= 1) { /* inclusive scan of the totals */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int v = l >= off ? part[l - off] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        part[l] += v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int at = l > 0 ? part[l - 1] : 0;
+    for (long i = lo; i < hi; i++) {
+        int c = cnt[i];
+        cnt[i] = at, at += c;
+    }
+}
+/* each item's keys, in order, to their slots: out[cnt[d * items + t]++] */
+__kernel void k_embedding_radix_scatter(PTR(const ulong, keys), PTR(ulong, out), PTR(const int, cnt), long n_ids, long chunk, long V,
+                                        int shift) {
+    BIND(const ulong, keys); BIND(ulong, out); BIND(const int, cnt);
+    __local int c[RADIX_DIGITS * RADIX_GROUP];
+    long l = get_local_id(0), L = get_local_size(0), t = get_global_id(0), T = get_global_size(0);
+    for (int d = 0; d < RADIX_DIGITS; d++) c[d * L + l] = cnt[d * T + t];
+    long end = (t + 1) * chunk < n_ids ? (t + 1) * chunk : n_ids;
+    for (long i = t * chunk; i < end; i++) {
+        ulong key = keys[i];
+        out[c[radix_digit(key, V, shift) * L + l]++] = key;
+    }
+}
+
 /* A group per run of equal ids in the sorted keys (groups stride over the positions; a run's first
  * position does the run): out[id] += dy[r] for the run's positions r in order, an item a column. */
 __kernel void k_embedding_back_rows(PTR(const float, dy), PTR(const ulong, keys), PTR(float, out), long n_ids, long C, long V) {

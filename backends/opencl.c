@@ -104,6 +104,7 @@ typedef struct {
     int fixed, prepared;
     unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS) */
     int embedding_back;   /* PGD_EMB_* (PDDE_OPENCL_EMBEDDING_BACK; sorted by default) */
+    int embedding_sort;   /* PGD_EMB_SORT_* (PDDE_OPENCL_EMBEDDING_SORT; by the ids' count by default) */
     int builtin_gemm;     /* PDDE_OPENCL_GEMM=builtin: k_gemm rather than CLBlast */
 } pdde_ocl_stream;
 
@@ -555,7 +556,7 @@ static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_pro
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
     s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), s->builtin_gemm = pdde_ocl_gemm_env();
-    s->embedding_back = pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED);
+    s->embedding_back = pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED), s->embedding_sort = pgd_embedding_sort_env("PDDE_OPENCL_");
     *stream = s;
     return PDDE_OK;
 }
@@ -760,6 +761,7 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_"),
         /* (reproducible, the CPU's sums: PDDE_OPENCL_EMBEDDING_BACK=atomic for the float atomics) */
         .embedding_back = s->fixed ? s->embedding_back : pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED),
+        .embedding_sort = s->fixed ? s->embedding_sort : pgd_embedding_sort_env("PDDE_OPENCL_"),
     };
 #ifdef PDDE_HAVE_CLBLAST
     if (!(s->fixed ? s->builtin_gemm : pdde_ocl_gemm_env())) out->gemm = pdde_ocl_cb_gemm;

@@ -1,5 +1,5 @@
 /* comm_test_util.h — runs a function as N rank processes (fork) around a store server in the parent
- * (test_store_serve), sums the ranks' CHECK counts into the parent's and hands each rank's result back
+ * (test_store_serve) or in a process of its own (test_store_process), sums the ranks' CHECK counts into the parent's and hands each rank's result back
  * (test_session_hash: a rank's parameters in a few bytes). Include after test_util.h. */
 #ifndef PDDE_COMM_TEST_UTIL_H
 #define PDDE_COMM_TEST_UTIL_H
@@ -37,6 +37,29 @@ static inline pdde_store_server *test_store_serve(pdde_context *ctx, char *addr,
     if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) != PDDE_OK) return NULL;
     snprintf(addr, addr_cap, "127.0.0.1:%d", pdde_store_server_port(srv));
     return srv;
+}
+
+/* Serves a store from a process of its own (the secret: the environment's or this process's), so that
+ * a test can stop it (SIGSTOP: to its clients, as a store starved, or a host cut off from it: no reply,
+ * no error) or kill it; *port: where it listens on 127.0.0.1 (0 when it did not start). The caller
+ * kills it (SIGKILL) and reaps it. Fork it while no thread of this process allocates (see
+ * test_run_ranks). */
+static inline pid_t test_store_process(int *port) {
+    int pp[2];
+    *port = 0;
+    if (pipe(pp)) return -1;
+    fflush(NULL);
+    pid_t host = fork();
+    if (host == 0) {
+        pdde_store_server *srv;
+        if (pdde_store_server_init(NULL, "127.0.0.1:0", &srv)) _exit(1);
+        int p = pdde_store_server_port(srv);
+        if (write(pp[1], &p, sizeof p) != sizeof p) _exit(1);
+        for (;;) pause(); /* until the test kills it */
+    }
+    if (host < 0 || read(pp[0], port, sizeof *port) != sizeof *port) *port = 0;
+    close(pp[0]), close(pp[1]);
+    return host;
 }
 
 /* A rank's tensors as its session holds them (its parts), hashed (FNV-1a) into *hash, to compare ranks'

@@ -2,7 +2,8 @@
  * k_embedding_sort, k_embedding_back_rows) run on the CPU, launched as backends/gpu_dispatch.h launches them
  * (one block sorts; blocks stride over the sorted positions), against the CPU backend's loop
  * (backends/cpu.c: out[id] += dy[r] for r in order), bit for bit, and k_embedding_count_sort's keys equal to the
- * network's: repeated ids out of order, one id many
+ * network's and to the radix sort's over many blocks (k_embedding_keys, k_embedding_radix_*: 40k to 300k ids
+ * among the cases): repeated ids out of order, one id many
  * times, ids outside the table (skipped), a table few ids touch, a single id, a base gradient, block
  * sizes that do not divide the ids or the columns. The device code is compiled for the host: a block's
  * threads are cooperative fibers (tests/cuda_emu.h) that yield at each __syncthreads, each round in the
@@ -42,6 +43,36 @@ static struct {
 static void run_sort() { k_embedding_sort(A.ids, A.keys, A.n, A.n_pow2, A.V); }
 static void run_count_sort() { k_embedding_count_sort(A.ids, A.keys, A.cnt, A.n, A.V); }
 static void run_rows() { k_embedding_back_rows(A.dy, A.keys, A.out, A.n, A.C, A.V); }
+static struct { const unsigned long long *src; unsigned long long *dst; int *cnt; long long m, chunk; int shift; } R;
+static void run_keys() { k_embedding_keys(A.ids, A.keys, A.n, A.V); }
+static void run_radix_count() { k_embedding_radix_count(R.src, R.cnt, A.n, R.chunk, A.V, R.shift); }
+static void run_radix_scan() { k_embedding_radix_scan(R.cnt, R.m); }
+static void run_radix_scatter() { k_embedding_radix_scatter(R.src, R.dst, R.cnt, A.n, R.chunk, A.V, R.shift); }
+
+/* the radix sort as backends/gpu_dispatch.h launches it (pgd_embedding_radix_sort: 32 keys a thread, blocks
+ * of `block`, one block of `block` scans), into keys [n] through a second buffer */
+static void radix_sort(unsigned long long *keys, unsigned block) {
+    const long long chunk = 32;
+    long long items = (A.n + chunk - 1) / chunk;
+    unsigned groups = (unsigned)((items + block - 1) / block);
+    int bits = 0;
+    while (bits < 63 && (A.V >> bits) > 0) bits++;
+    int passes = (bits + RADIX_BITS - 1) / RADIX_BITS;
+    unsigned long long *tmp = (unsigned long long *)malloc((size_t)A.n * sizeof *tmp);
+    int *cnt = (int *)malloc((size_t)groups * block * RADIX_DIGITS * sizeof *cnt);
+    unsigned long long *src = passes % 2 ? tmp : keys, *dst = passes % 2 ? keys : tmp;
+    A.keys = src;
+    emu_launch(emu_dim{(unsigned)((A.n + 255) / 256), 1, 1}, 256, run_keys);
+    for (int shift = 0; shift < bits; shift += RADIX_BITS) {
+        R = {src, dst, cnt, (long long)groups * block * RADIX_DIGITS, chunk, shift};
+        emu_launch(emu_dim{groups, 1, 1}, block, run_radix_count);
+        emu_launch(emu_dim{1, 1, 1}, block, run_radix_scan);
+        emu_launch(emu_dim{groups, 1, 1}, block, run_radix_scatter);
+        unsigned long long *t = src;
+        src = dst, dst = t;
+    }
+    free(tmp), free(cnt);
+}
 
 struct emb_case { const char *name; long long V, C, n; int skew, one, bad; unsigned sort_block, row_block, groups; };
 
@@ -78,6 +109,13 @@ static void run_case(const emb_case &c) {
     check(sorted, what);
     snprintf(what, sizeof what, "%s: the counting sort's keys are the network's", c.name);
     check(!memcmp(counted, keys, (size_t)c.n * sizeof *keys), what);
+    /* the radix sort over many blocks (large n on a GPU): the same keys */
+    unsigned long long *radixed = (unsigned long long *)malloc((size_t)c.n * sizeof *radixed);
+    radix_sort(radixed, c.sort_block);
+    snprintf(what, sizeof what, "%s: the radix sort's keys are the counting sort's (blocks of %u)", c.name, c.sort_block);
+    check(!memcmp(counted, radixed, (size_t)c.n * sizeof *radixed), what);
+    free(radixed);
+    A.keys = keys;
     free(counted), free(cnt);
     emu_launch(emu_dim{c.groups, 1, 1}, c.row_block, run_rows);
     long long at = -1;
@@ -102,6 +140,9 @@ int main() {
         {"few rows touched", 1000, 5, 37, 1, -1, 0, 32, 32, 3},
         {"a single id", 3, 1, 1, 1, -1, 0, 32, 32, 1},
         {"columns past the block", 17, 70, 129, 1, -1, 0, 256, 32, 16},
+        {"40k ids, a large table", 1000003, 2, 40000, 3, -1, 5, 256, 32, 64},
+        {"100k ids uniform", 50304, 1, 100000, 1, -1, 0, 128, 32, 64},
+        {"300k ids skewed, blocks of 64", 100000, 1, 300001, 4, -1, 3, 64, 32, 64},
     };
     for (const emb_case &c : cases) run_case(c);
     printf("%d passed, %d failed\n", n_pass, n_fail);

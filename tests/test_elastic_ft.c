@@ -33,6 +33,7 @@ int main(void) {
 #include "test_util.h"
 #include "tools/proc_stat.h"
 #include "job_util.h"
+#include "comm_test_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -244,35 +245,13 @@ static void test_brief_stop(unsigned seed) {
     free(j.out), free(ref.out);
 }
 
-/* A store in a process of its own, so that the test can stop it (SIGSTOP, as a host cut off from it
- * sees it: no reply, no error); *port: where it listens (0 when it did not start). */
-static pid_t store_host_start(int *port) {
-    int pp[2];
-    *port = 0;
-    if (pipe(pp)) return -1;
-    fflush(NULL);
-    pid_t host = fork();
-    if (host == 0) {
-        pdde_store_server_params sp = PDDE_STORE_SERVER_PARAMS_INIT;
-        sp.secret = getenv("PDDE_JOB_SECRET");
-        pdde_store_server *srv;
-        if (pdde_store_server_init_params(NULL, &sp, &srv)) _exit(1);
-        int p = pdde_store_server_port(srv);
-        if (write(pp[1], &p, sizeof p) != sizeof p) _exit(1);
-        for (;;) pause(); /* until the test kills it */
-    }
-    if (read(pp[0], port, sizeof *port) != sizeof *port) *port = 0;
-    close(pp[0]), close(pp[1]);
-    return host;
-}
-
 /* A joiner whose store stops answering stops within a few leases, saying it is cut off, not at its
  * timeout: a `pdde-run --join` process waits to be taken into a job whose store (its own process,
  * used by it alone) is then stopped for good (SIGSTOP). Its client times out once and then fails at
  * once ("still no reply"), so only the time since the store last answered tells it is cut off. */
 static void test_joiner_cut_off(void) {
     int port = 0;
-    pid_t host = store_host_start(&port);
+    pid_t host = test_store_process(&port);
     CHECK(host > 0 && port > 0, "joiner cut off: the store host started");
     if (host <= 0 || port <= 0) { if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0); return; }
     char addr[64], rdzv[96], peer[32], m_join[300];

@@ -5,8 +5,10 @@
  * bits. Cases: a GPT's vocabulary (50304 rows, 8192 ids drawn skewed: repeated ids out of order), one id
  * many times, a table few ids touch (empty rows), a table 66 times the ids (a CPU device sorts it with the
  * GPUs' bitonic network, the others by counting), a single id, a table read twice (the second gradient
- * lands on the first: a base), and the float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic, CUDA's
- * default) within 1e-3 of the CPU (its sums in any order). OpenCL is PoCL in CI. */
+ * lands on the first: a base), the same with the GPUs' sorts forced on PoCL's CPU device (one group's network,
+ * the radix sort over many groups: PDDE_OPENCL_EMBEDDING_SORT), 40k to 300k ids through the radix sort, and the
+ * float-atomic form (PDDE_OPENCL_EMBEDDING_BACK=atomic, CUDA's default) within 1e-3 of the CPU (its sums in any
+ * order). OpenCL is PoCL in CI. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "pdde_extension.h"
 #include "tests/test_util.h"
@@ -31,6 +33,17 @@ static const emb_case cases[] = {
     {"a table far larger than the ids", 100000, 5, 1500, 0, 3, -1}, /* (a CPU device's sort: the bitonic network) */
     {"a single id", 3, 1, 1, 0, 1, -1},
     {"a table read twice", 64, 16, 100, 1, 2, -1},
+};
+
+/* Ids past one group's network (a recommender batch: 26 tables x 4096; a GPT batch 64 x 1024 is 65k): the GPUs'
+ * radix sort over many groups, forced on PoCL (PDDE_OPENCL_EMBEDDING_SORT=radix; its CPU device would count).
+ * None is a power of 2; skewed ids repeat and come out of order, uniform ones spread over the table. */
+static const emb_case large_cases[] = {
+    {"40k ids skewed", 1000003, 4, 40000, 0, 3, -1},
+    {"100k ids uniform", 50304, 3, 100000, 0, 1, -1},
+    {"106k ids skewed (a recommender batch)", 2000000, 2, 106496, 0, 2, -1},
+    {"300k ids skewed", 100000, 2, 300001, 0, 4, -1},
+    {"300k ids uniform", 7, 1, 299999, 0, 1, -1}, /* (a table of 7 rows: 3 radix bits, one pass) */
 };
 
 static uint64_t rng_state;
@@ -94,14 +107,15 @@ static int64_t first_diff(const float *a, const float *b, int64_t n, double tol)
 
 /* Every case on the first device of backend fam (env: set to value for the sessions, then unset; value
  * also names the form in messages) against the CPU: bit for bit and twice (tol 0), or within tol. */
-static void check_backend(pdde_context *ctx, const char *fam, const char *env, const char *value, double tol) {
+static void check_cases(pdde_context *ctx, const char *fam, const char *env, const char *value, double tol, const emb_case *cases,
+                        size_t ncases) {
     int dev = pdde_device_find(ctx, fam, 0);
     if (dev < 0) {
         test_skip(fam, "no %s device: the embedding backward there", fam);
         return;
     }
     if (env) setenv(env, value, 1);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    for (size_t k = 0; k < ncases; k++) {
         const emb_case *c = &cases[k];
         int64_t sets = c->tied ? 2 : 1, gn = c->V * c->C;
         int32_t *ids = malloc((size_t)(sets * c->n) * sizeof *ids);
@@ -118,11 +132,12 @@ static void check_backend(pdde_context *ctx, const char *fam, const char *env, c
         CHECK(!st1, "%s, %s %s: the device's gradient (%s)", c->name, fam, value, pdde_last_error(ctx));
         if (!st1 && tol == 0) {
             int64_t at = first_diff(run1, cpu, gn, 0);
-            CHECK(at < 0, "%s, %s: the gradient equals the CPU's bit for bit (element %lld: %.9g vs %.9g)", c->name, fam, (long long)at,
+            CHECK(at < 0, "%s, %s %s: the gradient equals the CPU's bit for bit (element %lld: %.9g vs %.9g)", c->name, fam, value, (long long)at,
                   at < 0 ? 0.0 : (double)run1[at], at < 0 ? 0.0 : (double)cpu[at]);
             pdde_status st2 = table_grad(ctx, dev, c, ids, dy, run2);
             at = st2 ? 0 : first_diff(run2, run1, gn, 0);
-            CHECK(at < 0, "%s, %s: a second run gives the same bits (element %lld; %s)", c->name, fam, (long long)at, st2 ? pdde_last_error(ctx) : "ran");
+            CHECK(at < 0, "%s, %s %s: a second run gives the same bits (element %lld; %s)", c->name, fam, value, (long long)at,
+                  st2 ? pdde_last_error(ctx) : "ran");
         } else if (!st1) {
             int64_t at = first_diff(run1, cpu, gn, tol);
             CHECK(at < 0, "%s, %s %s: the gradient equals the CPU's within %g (element %lld: %.9g vs %.9g)", c->name, fam, value, tol,
@@ -132,9 +147,13 @@ static void check_backend(pdde_context *ctx, const char *fam, const char *env, c
     }
     if (env) unsetenv(env);
 }
+static void check_backend(pdde_context *ctx, const char *fam, const char *env, const char *value, double tol) {
+    check_cases(ctx, fam, env, value, tol, cases, sizeof cases / sizeof cases[0]);
+}
 
 int main(void) {
     unsetenv("PDDE_OPENCL_EMBEDDING_BACK"), unsetenv("PDDE_CUDA_EMBEDDING_BACK");
+    unsetenv("PDDE_OPENCL_EMBEDDING_SORT"), unsetenv("PDDE_CUDA_EMBEDDING_SORT");
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu,opencl,cuda";
     pdde_context *ctx;
@@ -154,9 +173,16 @@ int main(void) {
     }
     free(ids), free(dy);
     check_backend(ctx, "opencl", NULL, "sorted", 0); /* (its default) */
+    /* the GPUs' two sorts on PoCL's CPU device, which would count: one group's network and the radix sort */
+    check_backend(ctx, "opencl", "PDDE_OPENCL_EMBEDDING_SORT", "network", 0);
+    check_backend(ctx, "opencl", "PDDE_OPENCL_EMBEDDING_SORT", "radix", 0);
+    check_cases(ctx, "opencl", "PDDE_OPENCL_EMBEDDING_SORT", "radix", 0, large_cases, sizeof large_cases / sizeof large_cases[0]);
     /* (the atomics' order is any: 3000 dy rows of one id, partial sums near 30, end 1e-4 apart) */
     check_backend(ctx, "opencl", "PDDE_OPENCL_EMBEDDING_BACK", "atomic", 1e-3);
     check_backend(ctx, "cuda", "PDDE_CUDA_EMBEDDING_BACK", "sorted", 0);
+    setenv("PDDE_CUDA_EMBEDDING_BACK", "sorted", 1); /* (the radix sort, past the network's ids) */
+    check_cases(ctx, "cuda", NULL, "sorted", 0, large_cases, sizeof large_cases / sizeof large_cases[0]);
+    unsetenv("PDDE_CUDA_EMBEDDING_BACK");
     check_backend(ctx, "cuda", NULL, "atomic", 1e-3); /* (its default) */
     pdde_context_free(ctx);
     return test_finish();

@@ -13,7 +13,8 @@
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers; ZeRO-3's
 #   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured); the
-#   embedding backward in the order of the ids (off until measured) against the CPU's bits and the float atomics;
+#   embedding backward in the order of the ids (off until measured) against the CPU's bits and the float atomics,
+#   and its radix sort for large batches against one block's network;
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; f32 attention's tiled kernels; the host's
 #   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
@@ -281,6 +282,11 @@ for shape in gpt recsys; do
     r=$(grep '^RESULT embedding_back ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
     result "${r:-embedding_back shape=$shape status=failed}"
 done
+# a recommender batch (106496 ids into [1000000, 16]): the radix sort over many blocks against one block's network
+# and the atomics, device time per step (PDDE_PROFILE=device); PGD_EMB_RADIX_MIN is a PoCL number until this runs
+step embedding_back_large 60 env PDDE_PROFILE=device build/bench_embedding_back --backend cuda --large --sorts --reps 3
+r=$(grep '^RESULT embedding_back_sorts ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
+result "${r:-embedding_back_sorts shape=large status=failed}"
 
 # ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
 # recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)

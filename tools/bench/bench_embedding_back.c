@@ -5,12 +5,20 @@
  * each is made); a step is its forward and backward, the backward's share is the step minus a forward
  * (medians over the steps, then over R repeats, the two forms alternating). GPT's shape by default
  * (vocabulary 50304, 8 x 1024 ids drawn skewed as tokens are, width 768); --recsys: DLRM's local table
- * (256 x 26 ids drawn from 20000 into a [6657, 16] table, as bench_sparse_collect).
+ * (256 x 26 ids drawn from 20000 into a [6657, 16] table, as bench_sparse_collect); --large: a recommender
+ * batch past one group's sort (26 tables x 4096 = 106496 ids drawn skewed into [1000000, 16]).
+ * --sorts: the sorted form's two GPU sorts apart (<PREFIX>EMBEDDING_SORT=radix, the many groups' radix sort;
+ * =network, one group's bitonic network) against the atomics, three sessions; under PDDE_PROFILE=device each
+ * form's device time of the embedding_back node per step is reported too (medians over the repeats).
  * Last line:
  *   RESULT embedding_back device=<backend> V=.. C=.. n=.. us_sorted=.. us_atomic=.. ratio=<sorted / atomic>
  *          step_us_sorted=.. step_us_atomic=..
+ *   with --sorts:
+ *   RESULT embedding_back_sorts device=.. V=.. C=.. n=.. us_radix=.. us_network=.. us_atomic=.. ratio=<radix / network>
+ *          [dev_ms_radix=.. dev_ms_network=.. dev_ms_atomic=.. dev_ratio=<radix / network>]
  *
- *   bench_embedding_back [--backend opencl|cuda] [--recsys] [--vocab V] [--width C] [--ids N] [--steps S] [--reps R] */
+ *   bench_embedding_back [--backend opencl|cuda] [--recsys | --large] [--sorts] [--vocab V] [--width C] [--ids N]
+ *                        [--steps S] [--reps R] */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "pdde_extension.h"
 #include "bench_common.h"
@@ -25,10 +33,10 @@ typedef struct {
     pdde_tensor *ids, *dy;
 } emb_run;
 
-/* A session of the graph on device dev with the backward's form `form` (its backend's variable set
- * while the session's stream is made). */
-static pdde_status emb_open(pdde_context *ctx, int dev, const char *var, const char *form, int64_t V, int64_t C, int64_t n,
-                            emb_run *r) {
+/* A session of the graph on device dev with the backward's form `form` and, where sort_var is given, the
+ * sort `sort` (its backend's variables set while the session's stream is made). */
+static pdde_status emb_open(pdde_context *ctx, int dev, const char *var, const char *form, const char *sort_var, const char *sort,
+                            int64_t V, int64_t C, int64_t n, emb_run *r) {
     memset(r, 0, sizeof *r);
     pdde_graph_init(ctx, &r->g);
     pdde_tensor *table = pdde_param(r->g, "table", 2, (int64_t[]){V, C}, 0.02f);
@@ -40,14 +48,24 @@ static pdde_status emb_open(pdde_context *ctx, int dev, const char *var, const c
     pdde_status st = pdde_graph_status(r->g);
     if (!st) st = pdde_backward(r->g, loss);
     setenv(var, form, 1);
+    if (sort_var) setenv(sort_var, sort, 1);
     if (!st) st = pdde_session_init(r->g, &sp, &r->s);
     unsetenv(var);
+    if (sort_var) unsetenv(sort_var);
     return st;
 }
 
 static void emb_close(emb_run *r) {
     pdde_session_free(r->s);
     pdde_graph_free(r->g);
+}
+
+/* The embedding_back node's device ms summed over the session's runs after its first (0 without
+ * PDDE_PROFILE=device) */
+static double emb_device_total_ms(const emb_run *r) {
+    pdde_device_profile p;
+    if (pdde_session_device_profile(r->s, &p)) return 0;
+    return pdde_session_device_op_ms(r->s, PDDE_OP_EMBEDDING_BACK) * (double)p.runs;
 }
 
 /* Medians over `steps` of a forward + backward and of a forward (us). */
@@ -70,9 +88,11 @@ static pdde_status emb_time(emb_run *r, int steps, double *fb, double *f) {
 int main(int argc, char **argv) {
     const char *fam = "opencl";
     int64_t V = 50304, C = 768, n = 8192;
-    int steps = 10, reps = 5, recsys = 0;
+    int steps = 10, reps = 5, recsys = 0, large = 0, sorts = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--recsys")) recsys = 1, V = 6657, C = 16, n = 256 * 26;
+        else if (!strcmp(argv[i], "--large")) large = 1, V = 1000000, C = 16, n = 26 * 4096;
+        else if (!strcmp(argv[i], "--sorts")) sorts = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--backend")) fam = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--vocab")) V = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--width")) C = atoll(argv[++i]);
@@ -80,7 +100,8 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && !strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--reps")) reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--backend opencl|cuda] [--recsys] [--vocab V] [--width C] [--ids N] [--steps S] [--reps R]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--backend opencl|cuda] [--recsys | --large] [--sorts] [--vocab V] [--width C] [--ids N] [--steps S] [--reps R]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -89,6 +110,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *var = !strcmp(fam, "cuda") ? "PDDE_CUDA_EMBEDDING_BACK" : "PDDE_OPENCL_EMBEDDING_BACK";
+    const char *sort_var = !strcmp(fam, "cuda") ? "PDDE_CUDA_EMBEDDING_SORT" : "PDDE_OPENCL_EMBEDDING_SORT";
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx)) return 1;
     int dev = pdde_device_find(ctx, fam, 0);
@@ -113,33 +135,59 @@ int main(int argc, char **argv) {
         } else ids[i] = (int32_t)(u * u * u * (double)V);
     }
     for (int64_t i = 0; i < n * C; i++) rs = rs * 1103515245u + 12345u, dy[i] = (float)((rs >> 8) % 2001) / 1000.0f - 1.0f;
-    emb_run runs[2];
-    const char *forms[2] = {"sorted", "atomic"};
+    emb_run runs[3];
+    /* the forms: sorted (the backend's sort) and atomic; with --sorts radix, network, atomic */
+    const char *forms[3] = {"sorted", "atomic", NULL}, *form_sorts[3] = {NULL, NULL, NULL};
+    int nforms = 2;
+    if (sorts) {
+        nforms = 3;
+        forms[0] = forms[1] = "sorted", forms[2] = "atomic";
+        form_sorts[0] = "radix", form_sorts[1] = "network";
+    }
     pdde_status st = PDDE_OK;
-    for (int k = 0; k < 2 && !st; k++) {
-        st = emb_open(ctx, dev, var, forms[k], V, C, n, &runs[k]);
+    for (int k = 0; k < nforms && !st; k++) {
+        st = emb_open(ctx, dev, var, forms[k], form_sorts[k] ? sort_var : NULL, form_sorts[k], V, C, n, &runs[k]);
         if (!st) st = pdde_session_write(runs[k].s, runs[k].ids, ids, (size_t)n * sizeof *ids);
         if (!st) st = pdde_session_write(runs[k].s, runs[k].dy, dy, (size_t)(n * C) * sizeof *dy);
     }
-    double *back[2], *step[2];
-    for (int k = 0; k < 2; k++) back[k] = malloc((size_t)reps * sizeof(double)), step[k] = malloc((size_t)reps * sizeof(double));
+    double *back[3], *step[3], *dev_ms[3];
+    for (int k = 0; k < nforms; k++)
+        back[k] = malloc((size_t)reps * sizeof(double)), step[k] = malloc((size_t)reps * sizeof(double)),
+        dev_ms[k] = malloc((size_t)reps * sizeof(double));
     for (int r = 0; r < reps && !st; r++)
-        for (int k = 0; k < 2 && !st; k++) {
-            double fb = 0, f = 0;
+        for (int k = 0; k < nforms && !st; k++) {
+            double fb = 0, f = 0, before = emb_device_total_ms(&runs[k]);
             st = emb_time(&runs[k], steps, &fb, &f);
             back[k][r] = fb - f, step[k][r] = fb;
+            /* (the session's first run is not in the totals: the first repeat has one step fewer) */
+            dev_ms[k][r] = (emb_device_total_ms(&runs[k]) - before) / (double)(steps + (r > 0));
         }
     if (st) {
         fprintf(stderr, "bench_embedding_back: %s\n", pdde_last_error(ctx));
         return 1;
     }
-    double us[2], sus[2];
-    for (int k = 0; k < 2; k++) us[k] = bench_median(back[k], reps), sus[k] = bench_median(step[k], reps);
+    double us[3], sus[3], dms[3];
+    for (int k = 0; k < nforms; k++) us[k] = bench_median(back[k], reps), sus[k] = bench_median(step[k], reps), dms[k] = bench_median(dev_ms[k], reps);
+    const char *shape = recsys ? "recsys" : large ? "large" : "gpt";
+    if (sorts) {
+        printf("%s: %s ids (%lld) into [%lld, %lld]: the backward (step - forward) radix %.0f us, network %.0f us, atomic %.0f us\n", fam, shape,
+               (long long)n, (long long)V, (long long)C, us[0], us[1], us[2]);
+        char dev_part[200] = "";
+        if (dms[0] > 0)
+            snprintf(dev_part, sizeof dev_part, " dev_ms_radix=%.3f dev_ms_network=%.3f dev_ms_atomic=%.3f dev_ratio=%.3f", dms[0], dms[1], dms[2],
+                     dms[0] / dms[1]);
+        printf("RESULT embedding_back_sorts device=%s V=%lld C=%lld n=%lld us_radix=%.0f us_network=%.0f us_atomic=%.0f ratio=%.3f%s\n", fam,
+               (long long)V, (long long)C, (long long)n, us[0], us[1], us[2], us[0] / us[1], dev_part);
+        for (int k = 0; k < nforms; k++) emb_close(&runs[k]), free(back[k]), free(step[k]), free(dev_ms[k]);
+        free(ids), free(dy), free(local);
+        pdde_context_free(ctx);
+        return 0;
+    }
     printf("%s: %s ids into [%lld, %lld]: the backward (step - forward) sorted %.0f us, atomic %.0f us; steps %.0f, %.0f us\n", fam,
-           recsys ? "recsys" : "gpt", (long long)V, (long long)C, us[0], us[1], sus[0], sus[1]);
+           shape, (long long)V, (long long)C, us[0], us[1], sus[0], sus[1]);
     printf("RESULT embedding_back device=%s V=%lld C=%lld n=%lld us_sorted=%.0f us_atomic=%.0f ratio=%.3f step_us_sorted=%.0f step_us_atomic=%.0f\n",
            fam, (long long)V, (long long)C, (long long)n, us[0], us[1], us[0] / us[1], sus[0], sus[1]);
-    for (int k = 0; k < 2; k++) emb_close(&runs[k]), free(back[k]), free(step[k]);
+    for (int k = 0; k < nforms; k++) emb_close(&runs[k]), free(back[k]), free(step[k]), free(dev_ms[k]);
     free(ids), free(dy), free(local);
     pdde_context_free(ctx);
     return 0;
