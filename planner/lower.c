@@ -1983,7 +1983,12 @@ static pdde_status lower_schedule(lowering *L) {
  * through host memory (the transport's): its start reads the shard out and starts the collective into
  * host memory, its wait writes the result into the device; each such gather has a region of the
  * program's prefetch staging (prefetch_staging_bytes), shared with gathers whose start comes after its
- * wait, so the staging holds about a layer's gathers. */
+ * wait, so the staging holds about a layer's gathers. A parameter split over two mesh axes (ZeRO-3 of
+ * an expert-parallel model: data axis and expert axis) is gathered in two steps, the second gathering
+ * the first's result; both are prefetched: the first starts as a single gather would, its wait comes
+ * halfway through the compute before the reader (so each step travels behind some), the second starts
+ * right after that wait and waits at its place. The budget and what is held ahead count the first's
+ * result (the intermediate buffer, alive until the second completes) as well as the second's. */
 
 /* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. */
 static bool lower_prefetch_on(void) {
@@ -2045,15 +2050,23 @@ static bool param_gather(const lowering *L, const pdde_tensor *c) {
            (c->phase == PDDE_PHASE_FORWARD || c->phase == PDDE_PHASE_BACKWARD) && gathered_param(c->src[0], c);
 }
 
+/* The second step of a parameter gathered over two mesh axes: a gather of what a param_gather made. */
+static bool param_gather_second(const lowering *L, const pdde_tensor *c) {
+    const pdde_program_node *in = &L->P->info[c->id];
+    return c->op == PDDE_OP_ALLGATHER && in->axis >= 0 && !in->write_back && !in->early && !in->bucket && !in->bucket_members && c->nsrc == 1 &&
+           c->src[0]->phase == c->phase && param_gather(L, c->src[0]);
+}
+
 /* *budget: the bytes prefetched gathers may hold ahead of their places, the largest layer's gathered
- * parameters in one pass (forward or backward, per micro-batch); 0 without any. */
+ * parameters in one pass (forward or backward, per micro-batch), two-axis gathers' intermediate
+ * buffers included; 0 without any. */
 static pdde_status prefetch_budget(lowering *L, size_t *budget) {
     const pdde_program *P = L->P;
     int lo = INT32_MAX, hi = INT32_MIN;
     *budget = 0;
     for (int i = 0; i < P->n_order; i++) {
         int l = P->order[i]->layer;
-        if (param_gather(L, P->order[i])) lo = l < lo ? l : lo, hi = l > hi ? l : hi;
+        if (param_gather(L, P->order[i]) || param_gather_second(L, P->order[i])) lo = l < lo ? l : lo, hi = l > hi ? l : hi;
     }
     if (lo > hi) return PDDE_OK;
     size_t n_layers = (size_t)((int64_t)hi - lo + 1);
@@ -2061,7 +2074,7 @@ static pdde_status prefetch_budget(lowering *L, size_t *budget) {
     if (!sum) return lower_oom(L);
     for (int i = 0; i < P->n_order; i++) {
         const pdde_tensor *c = P->order[i];
-        if (!param_gather(L, c)) continue;
+        if (!param_gather(L, c) && !param_gather_second(L, c)) continue;
         size_t *s = &sum[(c->phase == PDDE_PHASE_BACKWARD) * n_layers + (size_t)(c->layer - lo)];
         *s += node_alloc_bytes(c);
         if (*s > *budget) *budget = *s;
@@ -2078,11 +2091,18 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
     int *at = malloc(((size_t)n_nodes + 1) * sizeof *at);          /* by node id: its place in the order */
     int *to = malloc(((size_t)n + 1) * sizeof *to);                /* by place: where a moved gather starts (-1: stays) */
     int *seg_start = malloc(((size_t)n + 1) * sizeof *seg_start); /* by place: the first place of the segment before its own */
+    int *wait_at = malloc(((size_t)n + 1) * sizeof *wait_at);     /* by place: where a moved gather's wait goes (its place but for
+                                                                     a two-axis gather's first step: where its second starts) */
+    int *waits_to = malloc(2 * ((size_t)n + 1) * sizeof *waits_to); /* by place: the first moved gather whose wait goes there, chained
+                                                                     in waits_to[n + 1 + its place] */
     pdde_tensor **wait_of = calloc((size_t)n_nodes + 1, sizeof *wait_of);
+    pdde_tensor **second_of = calloc((size_t)n_nodes + 1, sizeof *second_of); /* by a two-axis gather's first step: its second */
     pdde_tensor **order = malloc((2 * (size_t)n + 1) * sizeof *order);
-    pdde_status st = at && to && seg_start && wait_of && order ? PDDE_OK : lower_oom(L);
+    pdde_status st = at && to && seg_start && wait_at && waits_to && wait_of && second_of && order ? PDDE_OK : lower_oom(L);
     for (int i = 0; i <= n_nodes && !st; i++) at[i] = -1;
-    for (int i = 0; i < n && !st; i++) at[P->order[i]->id] = i, to[i] = -1;
+    for (int i = 0; i < n && !st; i++) at[P->order[i]->id] = i, to[i] = -1, wait_at[i] = i;
+    for (int i = 0; i < n && !st; i++)
+        if (param_gather_second(L, P->order[i]) && P->order[i]->src[0]->id < n_nodes) second_of[P->order[i]->src[0]->id] = P->order[i];
     /* the segments of each phase: runs of its nodes of one layer (leaves aside) */
     for (int ph = PDDE_PHASE_FORWARD; ph <= PDDE_PHASE_BACKWARD && !st; ph++) {
         int cur = -1, prev = -1, layer = INT32_MIN;
@@ -2105,45 +2125,64 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         const char *backend = on_host ? NULL : registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device);
         if (!lower_prefetch_gathers(on_host, backend)) {
             P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
+            if (second_of[c->id]) P->device_collective_axes |= 1u << P->info[second_of[c->id]->id].axis;
             continue;
         }
         int from = seg_start[i];
         if (from < 0 || P->info[P->order[from]->id].chunk != P->info[c->id].chunk) continue;
         if (x->op != PDDE_OP_NONE && at[x->id] >= from) from = at[x->id] + 1; /* (after what it reads) */
-        while (from < i && to[from] < 0 && P->order[from]->op == PDDE_OP_ALLGATHER && param_gather(L, P->order[from]))
+        while (from < i && to[from] < 0 && (param_gather(L, P->order[from]) || param_gather_second(L, P->order[from])))
             from++; /* (after that layer's own blocking gathers: the first layer of a pass waits for those) */
         /* the earliest start from which the gathers in flight ahead of their places, this one with
          * them, stay within the budget at every place up to its own (those earlier in the order took
          * theirs first: a layer's gathers start as the layer before it takes its own from flight) */
-        size_t bytes = node_alloc_bytes(c), most = 0;
+        pdde_tensor *second = second_of[c->id];
+        size_t bytes = node_alloc_bytes(c), second_bytes = second ? node_alloc_bytes(second) : 0, most = 0;
         int start = i;
         for (int q = i - 1; q >= from; q--) {
             if (ahead[q] > most) most = ahead[q];
-            if (most + bytes > budget) break;
+            if (most + bytes + second_bytes > budget) break;
             start = q;
         }
-        bool overlaps = false; /* (some work between its start and its wait, else it stays blocking) */
-        for (int q = start; q < i && !overlaps; q++) overlaps = prefetch_overlaps(P->order[q]);
-        if (!overlaps) continue;
-        for (int q = start; q < i; q++) ahead[q] += bytes;
-        from = start;
-        pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
-        if (!w) { st = lower_oom(L); break; }
-        w->flags |= PDDE_TENSOR_VIEW, w->layer = c->layer;
-        P->info[w->id].chunk = P->info[c->id].chunk;
-        P->info[c->id].early = P->info[c->id].prefetch = true;
-        wait_of[c->id] = w, to[i] = from, moved = true;
+        int work = 0; /* (the compute between its start and its wait: none, and it stays blocking) */
+        for (int q = start; q < i; q++) work += prefetch_overlaps(P->order[q]);
+        if (!work) continue;
+        /* a two-axis gather's first step waits at the middle one of that compute (its second starts there
+         * and travels behind the rest); with one, the second stays blocking at its place */
+        int mid = -1, i2 = second ? at[second->id] : i;
+        for (int q = start, seen = 0; second && work >= 2 && mid < 0; q++)
+            if (prefetch_overlaps(P->order[q]) && seen++ == work / 2) mid = q;
+        if (mid < 0) second = NULL, i2 = i;
+        for (int q = start; q < i2; q++) ahead[q] += bytes; /* (the first's result: read by the second until it completes) */
+        for (int q = mid; second && q < i2; q++) ahead[q] += second_bytes;
+        for (int s = 0; s < (second ? 2 : 1) && !st; s++) {
+            pdde_tensor *g = s ? second : c;
+            pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, g, g->ndim, g->shape, 1, &g);
+            if (!w) { st = lower_oom(L); break; }
+            w->flags |= PDDE_TENSOR_VIEW, w->layer = g->layer;
+            P->info[w->id].chunk = P->info[g->id].chunk;
+            P->info[g->id].early = P->info[g->id].prefetch = true;
+            wait_of[g->id] = w, moved = true;
+        }
+        to[i] = start;
+        if (second) wait_at[i] = mid, to[i2] = mid;
     }
     /* the moved gathers start before the node at their new place (in their own order), and their waits
      * take their places; readers read the waits */
     int k = 0;
-    for (int j = 0; j < n && !st && moved; j++) seg_start[j] = -1; /* (now: the first gather moved to place j, chained in at) */
+    for (int j = 0; j < n && !st && moved; j++) seg_start[j] = waits_to[j] = -1; /* (now: the first gather moved to place j, chained in at) */
     for (int i = n - 1; i >= 0 && !st && moved; i--)
-        if (to[i] >= 0) at[P->order[i]->id] = seg_start[to[i]], seg_start[to[i]] = i;
+        if (to[i] >= 0) {
+            at[P->order[i]->id] = seg_start[to[i]], seg_start[to[i]] = i;
+            if (wait_at[i] != i) waits_to[n + 1 + i] = waits_to[wait_at[i]], waits_to[wait_at[i]] = i;
+        }
+    /* (at a place: the waits moved there, then the gathers started there, then the node or its wait) */
     for (int j = 0; j < n && !st && moved; j++) {
+        for (int i = waits_to[j]; i >= 0; i = waits_to[n + 1 + i]) order[k++] = wait_of[P->order[i]->id];
         for (int i = seg_start[j]; i >= 0; i = at[P->order[i]->id]) order[k++] = P->order[i];
         pdde_tensor *t = P->order[j];
-        order[k++] = to[j] >= 0 ? wait_of[t->id] : t;
+        if (to[j] < 0) order[k++] = t;
+        else if (wait_at[j] == j) order[k++] = wait_of[t->id];
     }
     for (int i = 0; i < k; i++)
         for (int s = 0; order[i]->op != PDDE_OP_COMM_WAIT && s < order[i]->nsrc; s++) {
@@ -2152,7 +2191,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         }
     if (!st && moved) free(P->order), P->order = order, P->n_order = P->cap_order = k, order = NULL;
     if (!st && moved) st = prefetch_staging_place(L, wait_of, n_nodes);
-    free(at), free(to), free(seg_start), free(wait_of), free(order), free(ahead);
+    free(at), free(to), free(seg_start), free(wait_at), free(waits_to), free(wait_of), free(second_of), free(order), free(ahead);
     return st;
 }
 

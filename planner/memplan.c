@@ -144,6 +144,10 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     for (int i = 0; i < end; i++) {
         pdde_tensor *t = P->order[i];
         for (int k = 0; k < t->nsrc; k++) last[t->src[k]->id] = i > last[t->src[k]->id] ? i : last[t->src[k]->id];
+        /* a collective started early reads its inputs until its wait completes it (a two-axis
+         * gather's second step reads the first's result) */
+        const pdde_tensor *c = t->op == PDDE_OP_COMM_WAIT ? t->src[0] : NULL;
+        for (int k = 0; c && k < c->nsrc; k++) last[c->src[k]->id] = i > last[c->src[k]->id] ? i : last[c->src[k]->id];
     }
     for (int i = 0; i < end; i++) {
         pdde_tensor *t = P->order[i];

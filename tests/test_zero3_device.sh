@@ -5,7 +5,8 @@
 # rank 0's at least print `prefetched` in its program), the same bits as PDDE_ZERO3_PREFETCH=0 (the
 # losses, and the checkpoint after the last step by pdde-ckpt diff), and the losses of one process on
 # the device within 1e-6 relative. `gpt --dp 2 --zero 3 --micro 2` (gathers along dim 0), the same
-# with 2 pipeline stages, and the MoE GPT `--moe-experts 4 --dp 4 --ep 2 --zero 3` (experts along dim 1).
+# with 2 pipeline stages, and the MoE GPT `--moe-experts 4 --dp 4 --ep 2 --zero 3` (experts along dim 1; its
+# dense parameters, split over dp and ep, gathered in two steps, the second prefetched too where the first is).
 # Run from the repository root.
 . tests/script_util.sh zero3dev
 if [ ! -x "$build/pdde-run" ]; then
@@ -28,7 +29,7 @@ losses() { python3 -c 'import json, sys; print(" ".join("%.9g" % r["loss"] for r
 close() { python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
 sys.exit(0 if len(a) == 3 and len(a) == len(b) and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2"; }
 
-run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
+run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (two_axis=1: parameters gathered over two mesh axes)
     local name=$1 n=$2; shift 2
     local one=() plan=()
     while [ "$1" != -- ]; do one+=("$1"); shift; done
@@ -50,6 +51,11 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
     all=$(grep -E '^\[0\] +(forward|backward) +[1-9][0-9]* +allgather ' "$tmp/$name.1.log" | grep -c ', of ')
     pre=$(grep -E '^\[0\] +(forward|backward) +[1-9][0-9]* +allgather ' "$tmp/$name.1.log" | grep -c 'prefetched')
     check "$name: rank 0's gathers on the device are prefetched ($pre of $all; half at least)" $([ "$all" -gt 0 ] && [ $((2 * pre)) -ge "$all" ] && echo 0 || echo 1)
+    if [ -n "${two_axis:-}" ]; then # (a second step reads the wait of a prefetched first)
+        all=$(grep -E '^\[0\] +(forward|backward) +[1-9][0-9]* +allgather ' "$tmp/$name.1.log" | grep -c ', of comm_wait')
+        pre=$(grep -E '^\[0\] +(forward|backward) +[1-9][0-9]* +allgather ' "$tmp/$name.1.log" | grep -c 'prefetched, of comm_wait')
+        check "$name: rank 0's second-axis gather steps on the device after a prefetched first are prefetched too ($pre of $all)" $([ "$all" -gt 0 ] && [ "$pre" = "$all" ] && echo 0 || echo 1)
+    fi
     local l1 l0; l1=$(losses "$tmp/$name.1.json"); l0=$(losses "$tmp/$name.0.json")
     close "$l1" "$ref"
     check "$name: losses '$l1' equal one process's '$ref' (1e-6)" $?
@@ -64,5 +70,5 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
 run_case dp2_micro2 2 --layers 2 -- --dp 2 --zero 3 --micro 2
 # (1F1B: a stage's forward and backward passes of different micro-batches take turns)
 run_case dp2_pp2_micro2 4 --layers 4 --width 64 -- --dp 2 --pp 2 --zero 3 --micro 2
-run_case moe_dp4_ep2 4 --layers 2 --moe-experts 4 --width 64 --batch 4 -- --dp 4 --ep 2 --zero 3
+two_axis=1 run_case moe_dp4_ep2 4 --layers 2 --moe-experts 4 --width 64 --batch 4 -- --dp 4 --ep 2 --zero 3
 finish

@@ -3,7 +3,8 @@
 # with --pp-chunks 2) and the MoE GPT `--moe-experts 8 --dp 4 --ep 2 --zero 3` train as one process does (each step's loss within 1e-6
 # relative; so does ZeRO-2 with interleaved stages, `--dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2`), the same bits with
 # PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
-# PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff), and with the
+# PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff; the MoE GPT's
+# dense parameters, split over dp and ep, gathered in two steps, each prefetched: rank 0's program), and with the
 # regathering each rank's session holds less: its activation arena ("activations X MB (plan)", every
 # rank; with pipeline stages no rank more, one less at least) and all it allocated (--metrics memory_bytes, rank 0). Run from the repository root.
 . tests/script_util.sh zero3
@@ -22,7 +23,8 @@ sys.exit(0 if len(a) == 4 and len(a) == len(b) and all(abs(x - y) <= 1e-6 * abs(
 arenas() { grep -E '^\[[0-9]+\] gpt: data' "$1" | sed -E 's/^\[([0-9]+)\].*activations ([0-9.]+) MB \(plan\).*/\1 \2/' | sort -n | awk '{print $2}' | tr '\n' ' '; }
 allocated() { python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["memory_bytes"])' "$1" 2>/dev/null; }
 
-run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (smaller=some: not every rank's arena need shrink)
+run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (smaller=some: not every rank's arena need shrink; two_axis=1:
+             # parameters gathered over two mesh axes, whose second steps must be prefetched)
     local smaller=${smaller:-each}
     local name=$1 n=$2; shift 2
     local one=() plan=()
@@ -36,6 +38,7 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (smaller=some: not eve
         [ $on = 0 ] && env=(env -u PDDE_ZERO3_PREFETCH PDDE_ZERO3_REGATHER=0)
         [ $on = p ] && env=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=0)
         [ $on != 0 ] && ckpt=(--stop-after 4 --ckpt-dir "$tmp/$name.$on.ckpt")
+        [ $on = 1 ] && ckpt+=(--show-program)
         "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" "${ckpt[@]}" \
             --metrics "$tmp/$name.$on.json" >"$tmp/$name.$on.log" 2>&1
         local rc=$?
@@ -50,6 +53,12 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (smaller=some: not eve
     local out; out=$("$build/pdde-ckpt" diff "$tmp/$name.1.ckpt" "$tmp/$name.p.ckpt" 2>&1)
     local rc=$?
     check "$name: the parameters and optimizer state after 4 steps the same bits with and without the prefetch ($(echo "$out" | tail -1))" $rc
+    if [ -n "${two_axis:-}" ]; then # (a second step reads the wait of a prefetched first)
+        local all pre
+        all=$(grep -E '^\[0\] +(forward|backward) +[0-9]+ +allgather ' "$tmp/$name.1.log" | grep -c ', of comm_wait')
+        pre=$(grep -E '^\[0\] +(forward|backward) +[0-9]+ +allgather ' "$tmp/$name.1.log" | grep -c 'prefetched, of comm_wait')
+        check "$name: rank 0's second-axis gather steps after a prefetched first are prefetched too ($pre of $all)" $([ "$all" -gt 0 ] && [ "$pre" = "$all" ] && echo 0 || echo 1)
+    fi
     local a1 a0 m1 m0; a1=$(arenas "$tmp/$name.1.log"); a0=$(arenas "$tmp/$name.0.log")
     m1=$(allocated "$tmp/$name.1.json"); m0=$(allocated "$tmp/$name.0.json")
     python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]; m1, m0 = int(sys.argv[3]), int(sys.argv[4])
@@ -66,7 +75,7 @@ run_case dp2_micro2 2 -- --dp 2 --zero 3 --micro 2
 smaller=some run_case dp2_pp2_micro2 4 -- --dp 2 --pp 2 --zero 3 --micro 2
 # (interleaved: each chunk's backward is a pass of its own, and so is its gradients' bucket)
 smaller=some run_case dp2_pp2_chunks2 4 -- --dp 2 --pp 2 --zero 3 --micro 2 --pp-chunks 2
-run_case moe_dp4_ep2 4 --moe-experts 8 -- --dp 4 --ep 2 --zero 3
+two_axis=1 run_case moe_dp4_ep2 4 --moe-experts 8 -- --dp 4 --ep 2 --zero 3
 
 run_equal() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS: the losses of one process (1e-6)
     local name=$1 n=$2; shift 2
