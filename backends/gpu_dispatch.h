@@ -201,15 +201,23 @@ static inline unsigned pgd_mem_kernels_env(const char *prefix) {
  * PDDE_CUDA_). */
 enum { PGD_EMB_ATOMIC = 0, PGD_EMB_SORTED = 1 };
 static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c);
-static inline int pgd_embedding_back_env(const char *prefix, int dflt) {
+/* <prefix><suffix> as the index of its word in words[n] (an enum's order); unset: dflt; any other word: dflt,
+ * said once (pgd_say_once's `which`; fmt given the variable's name, its word and `instead`) */
+static inline int pgd_env_word(const char *prefix, const char *suffix, const char *const *words, int n, int dflt, int which,
+                               const char *fmt, const char *instead) {
     char name[64];
-    snprintf(name, sizeof name, "%sEMBEDDING_BACK", prefix);
+    snprintf(name, sizeof name, "%s%s", prefix, suffix);
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
-    if (!strcmp(v, "atomic")) return PGD_EMB_ATOMIC;
-    if (!strcmp(v, "sorted")) return PGD_EMB_SORTED;
-    pgd_say_once(8, "%s=%s is not atomic or sorted: the embedding backward takes %s", name, v, dflt == PGD_EMB_SORTED ? "sorted" : "atomic");
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, words[i])) return i;
+    pgd_say_once(which, fmt, name, v, instead);
     return dflt;
+}
+static inline int pgd_embedding_back_env(const char *prefix, int dflt) {
+    static const char *const words[] = {"atomic", "sorted"}; /* (PGD_EMB_*) */
+    return pgd_env_word(prefix, "EMBEDDING_BACK", words, 2, dflt, 8, "%s=%s is not atomic or sorted: the embedding backward takes %s",
+                        words[dflt]);
 }
 
 /* How PGD_EMB_SORTED sorts the keys: PGD_EMB_SORT_AUTO picks by the device and the ids' count (one item's
@@ -218,15 +226,9 @@ static inline int pgd_embedding_back_env(const char *prefix, int dflt) {
  * forces one (tests run the GPUs' sorts on a CPU device so). */
 enum { PGD_EMB_SORT_AUTO = 0, PGD_EMB_SORT_COUNT, PGD_EMB_SORT_NETWORK, PGD_EMB_SORT_RADIX };
 static inline int pgd_embedding_sort_env(const char *prefix) {
-    char name[64];
-    snprintf(name, sizeof name, "%sEMBEDDING_SORT", prefix);
-    const char *v = getenv(name);
-    if (!v || !*v || !strcmp(v, "auto")) return PGD_EMB_SORT_AUTO;
-    if (!strcmp(v, "count")) return PGD_EMB_SORT_COUNT;
-    if (!strcmp(v, "network")) return PGD_EMB_SORT_NETWORK;
-    if (!strcmp(v, "radix")) return PGD_EMB_SORT_RADIX;
-    pgd_say_once(9, "%s=%s is not auto, count, network or radix: the embedding backward's sort is %s", name, v, "picked by the ids' count");
-    return PGD_EMB_SORT_AUTO;
+    static const char *const words[] = {"auto", "count", "network", "radix"}; /* (PGD_EMB_SORT_*) */
+    return pgd_env_word(prefix, "EMBEDDING_SORT", words, 4, PGD_EMB_SORT_AUTO, 9,
+                        "%s=%s is not auto, count, network or radix: the embedding backward's sort is %s", "picked by the ids' count");
 }
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
