@@ -537,8 +537,13 @@ typedef struct {
     /* Allreduce buckets whose members are on a device of this implementation's backend run it on a
      * device buffer of their own (pdde_extension.h: NCCL's shape); NULL: through host staging. */
     const pdde_device_collectives_iface *device_collectives;
+    /* A cluster pdde-bench measured on this machine (its device ids the context's device indices):
+     * PDDE_PROFILE=device sets each op's time against its device's measured GEMM rate and memory
+     * bandwidth (README "Checking a GPU"); NULL, or a device it did not measure: PDDE_PROFILE_PEAKS.
+     * Read at pdde_session_init only. */
+    const struct pdde_cluster *cluster;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0, NULL}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0, NULL, NULL}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
@@ -609,6 +614,13 @@ typedef struct {
     double host_issue_ms; /* from the run's start to its last node enqueued, less host_wait_ms */
     double ops;           /* device nodes (or multi-tensor groups) timed */
     double host_wait_ms, host_waits; /* the host's waits for a device before that last node (the run's end waits too) */
+    /* what the timed nodes must move and compute, as the cost model counts them (each input read once,
+     * the output written once; the FLOPs of GEMMs and fused attention, 0 for other ops) */
+    double bytes, flops;
+    /* where the device's peaks come from: 0 none (no bound), 1 the session's cluster (measured), 2 PDDE_PROFILE_PEAKS */
+    int peaks;
+    double bound_ms;      /* the sum over nodes of max(bytes / peak bandwidth, FLOPs / peak GEMM rate of its dtype) */
+    double over_bound_ms; /* the nodes' device ms less bound_ms */
 } pdde_device_profile;
 /* PDDE_ERR_STATE where the session does not time on the device */
 pdde_status pdde_session_device_profile(const pdde_session *s, pdde_device_profile *out);

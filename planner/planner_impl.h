@@ -235,6 +235,9 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op);
 PDDE_PRIVATE double cost_moe_padded_bytes(const pdde_tensor *x);
+PDDE_PRIVATE double cost_op_flops(const pdde_cost_op *op);
+/* cost.c: a lowered node's bytes, FLOPs and GEMM dtype together, as the simulation counts them */
+PDDE_PRIVATE void cost_node_work(const pdde_tensor *x, double *bytes, double *flops, pdde_dtype *dtype);
 PDDE_PRIVATE double cost_core_sharing(const pdde_cluster *c, const int *devices, int n, int op_class);
 PDDE_PRIVATE double cost_rank_oversubscription(const pdde_cluster *c, const int *devices, int n);
 PDDE_PRIVATE double cost_groups_at_once(pdde_context *ctx, const pdde_cluster *c, int pairwise, const int *members, int G, int S, int steps,
