@@ -617,7 +617,8 @@ typedef struct {
     /* what the timed nodes must move and compute, as the cost model counts them (each input read once,
      * the output written once; the FLOPs of GEMMs and fused attention, 0 for other ops) */
     double bytes, flops;
-    /* where the device's peaks come from: 0 none (no bound), 1 the session's cluster (measured), 2 PDDE_PROFILE_PEAKS */
+    /* where the devices' peaks come from: 0 none (no bound; also where one device has none), 1 the session's
+     * cluster (measured), 2 PDDE_PROFILE_PEAKS, 3 some devices each */
     int peaks;
     double bound_ms;      /* the sum over nodes of max(bytes / peak bandwidth, FLOPs / peak GEMM rate of its dtype) */
     double over_bound_ms; /* the nodes' device ms less bound_ms */

@@ -45,6 +45,7 @@ struct session_profile {
     const pdde_cluster *cluster;/* pdde_session_params.cluster, until profile_open has read its peaks */
     struct profile_peaks *peaks;/* per device slot */
     int peak_sources;           /* the sources of the timed devices' peaks, or'ed; 0 where one device has none */
+    bool partial_peaks;         /* some devices have peaks, not all */
     struct profile_gap { const pdde_tensor *t; double ms; } gap[PROFILE_GAPS]; /* the last run's longest idles, longest first */
     profile_totals first, rest;
 };
@@ -143,7 +144,7 @@ static pdde_status profile_peaks_open(pdde_session *s) {
         if (!profile_cluster_peaks(s, d, &p->peaks[d]) && have_env) p->peaks[d] = env;
         p->peak_sources |= p->peaks[d].source, all = all && p->peaks[d].source;
     }
-    if (!all) p->peak_sources = 0;
+    if (!all) p->partial_peaks = p->peak_sources != 0, p->peak_sources = 0;
     p->cluster = NULL; /* (the caller's: not kept past pdde_session_init) */
     return PDDE_OK;
 }
@@ -379,7 +380,7 @@ static void profile_print(const pdde_session *s) {
     }
     if (!bound)
         fprintf(stderr, "  no peaks%s: no bound column (give the session a cluster pdde-bench measured, or PDDE_PROFILE_PEAKS=GBPS,TFLOPS)\n",
-                s->n_devs > 2 ? " for every device" : "");
+                s->devprof->partial_peaks ? " for every device" : "");
     fprintf(stderr, "  %-22s %10s %6s %10s %8s %14s %10s %9s %8s", "op", "device ms", "%", "issue ms", "calls", "idle before ms", "MB", "GB/s",
             "TFLOP/s");
     fprintf(stderr, bound ? " %10s\n" : "\n", "bound ms");
