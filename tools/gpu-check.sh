@@ -190,10 +190,10 @@ line=$(grep '^PROFILE device ' "$out/step.out" | tail -1)
 line=${line:-PROFILE device status=none}
 result "gpu_profile ${line#PROFILE device }"
 # (the ops furthest from their bound, by device ms less bound ms: RESULT gpu_roofline lines)
-roofline_top() { # the PROFILE op lines with a bound, as "over name ms bound_ms gbps tflops calls", the largest over first
+roofline_top() { # the six PROFILE op lines with a bound furthest from it, as "over name ms bound_ms gbps tflops calls"
     grep '^PROFILE op ' "$out/step.out" | awk '{ split("", v); for (i = 3; i <= NF; i++) { j = index($i, "="); v[substr($i, 1, j - 1)] = substr($i, j + 1) }
         if ("bound_ms" in v) printf "%.3f %s %s %s %s %s %s\n", v["ms"] - v["bound_ms"], v["name"], v["ms"], v["bound_ms"], v["gbps"], v["tflops"], v["calls"] }' |
-        sort -rn | head -"${GPU_CHECK_ROOFLINE_TOP:-6}"
+        sort -rn | head -6
 }
 peaks_from=$(echo "$line" | sed -n 's/.* peaks=\([^ ]*\).*/\1/p')
 rank=0
