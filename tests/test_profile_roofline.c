@@ -12,7 +12,11 @@
  *    backend at that id) leaves them to PDDE_PROFILE_PEAKS;
  *  - without peaks, and with a bad PDDE_PROFILE_PEAKS (said once, at the session's start), there is no
  *    bound column and no bound_ms, and the runs go on;
- *  - without PDDE_PROFILE nothing of this is printed.
+ *  - without PDDE_PROFILE nothing of this is printed;
+ *  - a training step of an MLP (bias, relu, cross-entropy, backward, AdamW's multi-tensor update): each
+ *    op's bytes and FLOPs are the sums of the cost model's simulated program of the same session on that
+ *    device (pdde_cost_program_from_plan: the program as the session lowers it; the update group is its
+ *    nodes).
  */
 #define _GNU_SOURCE /* setenv, dup */
 #include "pdde.h"
@@ -222,6 +226,83 @@ static void test_opencl(pdde_context *ctx) {
     CHECK(r.ok && !strstr(r.report, "PROFILE") && !r.init_err[0], "nothing without PDDE_PROFILE: %s%s", r.init_err, r.report);
 }
 
+/* A training step's per-op bytes and FLOPs against the cost model's program of the graph on the device. */
+static void test_training_step(pdde_context *ctx) {
+    int device = pdde_device_find(ctx, "opencl", 0);
+    if (device < 0) return; /* (skipped above) */
+    setenv("PDDE_PROFILE", "device", 1);
+    unsetenv("PDDE_PROFILE_PEAKS");
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){M, K}), *y = pdde_input(g, "y", PDDE_I32, 1, (int64_t[]){M});
+    pdde_tensor *w1 = pdde_param(g, "w1", 2, (int64_t[]){K, N}, 0.05f), *b1 = pdde_param(g, "b1", 1, (int64_t[]){N}, PDDE_INIT_ZEROS);
+    pdde_tensor *w2 = pdde_param(g, "w2", 2, (int64_t[]){N, 10}, 0.05f);
+    pdde_tensor *loss = pdde_cross_entropy(g, pdde_matmul(g, pdde_relu(g, pdde_bias_add(g, pdde_matmul(g, x, w1, 0, 0), b1)), w2, 0, 0), y);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_session *s = NULL;
+    int ok = loss && pdde_backward(g, loss) == PDDE_OK && pdde_optimizer_adamw(g, &op) == PDDE_OK && pdde_session_init(g, &sp, &s) == PDDE_OK;
+    float *xd = calloc(M * K, sizeof *xd);
+    int32_t yd[M];
+    for (int i = 0; i < M; i++) yd[i] = i % 10;
+    for (int i = 0; ok && xd && i < M * K; i++) xd[i] = (float)(i % 13) / 13.0f - 0.5f;
+    ok = ok && xd && pdde_session_write(s, x, xd, sizeof(float) * M * K) == PDDE_OK && pdde_session_write(s, y, yd, sizeof yd) == PDDE_OK;
+    for (int i = 0; ok && i < RUNS; i++) ok = pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK;
+    if (!ok) fprintf(stderr, "training step: %s\n", pdde_last_error(ctx));
+    run_result r;
+    memset(&r, 0, sizeof r);
+    FILE *f;
+    int saved = capture_begin(&f);
+    pdde_session_free(s);
+    capture_end(saved, f, r.report, sizeof r.report);
+    unsetenv("PDDE_PROFILE");
+    /* the cost model's simulated program of this session on a cluster device standing for this one; its ops
+     * are named "<phase><micro> <op name, 12 characters at most> <tensor>": the sums by those 12 characters */
+    pdde_cluster *c = make_cluster(device, "opencl", 1e9, 1e9);
+    pdde_cost_program *cp = NULL;
+    pdde_cost_plan plan = {0, &device, NULL, 0};
+    ok = ok && c && pdde_cost_program_from_plan(c, g, &sp, &plan, &cp) == PDDE_OK;
+    double bytes[PDDE_OP_COUNT] = {0}, flops[PDDE_OP_COUNT] = {0}, seen_bytes[PDDE_OP_COUNT] = {0}, seen_flops[PDDE_OP_COUNT] = {0};
+    int key_of[PDDE_OP_COUNT]; /* (the first op whose name has the same 12 characters) */
+    for (int k = 0; k < PDDE_OP_COUNT; k++) {
+        key_of[k] = k;
+        for (int j = 0; j < k; j++)
+            if (!strncmp(pdde_op_name((pdde_op)j), pdde_op_name((pdde_op)k), 12)) {
+                key_of[k] = key_of[j];
+                break;
+            }
+    }
+    for (int i = 0; ok && i < pdde_cost_program_op_count(cp, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(cp, 0, i);
+        const char *name = strchr(o->name, ' ');
+        for (int k = 0; name && o->kind == PDDE_COST_COMPUTE && k < PDDE_OP_COUNT; k++) {
+            char op12[13];
+            snprintf(op12, sizeof op12, "%s", pdde_op_name((pdde_op)k));
+            if (key_of[k] == k && !strncmp(name + 1, op12, strlen(op12)) && name[1 + strlen(op12)] == ' ') {
+                bytes[k] += o->bytes, flops[k] += o->flops > 0 ? o->flops : 2.0 * (double)o->m * (double)o->n * (double)o->k;
+                break;
+            }
+        }
+    }
+    int kinds = 0, same = 1;
+    for (int k = 0; ok && k < PDDE_OP_COUNT; k++) {
+        op_line l = find_op(r.report, pdde_op_name((pdde_op)k));
+        if (l.found) kinds++, seen_bytes[key_of[k]] += l.bytes, seen_flops[key_of[k]] += l.flops;
+    }
+    for (int k = 0; ok && k < PDDE_OP_COUNT; k++)
+        if (seen_bytes[k] != bytes[k] || seen_flops[k] != flops[k])
+            same = 0, fprintf(stderr, "  %.12s: profile %.0f bytes %.0f FLOPs, cost model %.0f bytes %.0f FLOPs\n", pdde_op_name((pdde_op)k),
+                              seen_bytes[k], seen_flops[k], bytes[k], flops[k]);
+    op_line upd = find_op(r.report, "adamw_update");
+    CHECK(ok && kinds >= 8 && same && upd.found && upd.calls == 1 && upd.bytes > 0,
+          "a training step: the %d ops' bytes and FLOPs are the cost model's (the update one group of %g calls):\n%s", kinds, upd.calls, r.report);
+    pdde_cost_program_free(cp);
+    pdde_cluster_free(c);
+    free(xd);
+    pdde_graph_free(g);
+}
+
 int main(void) {
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) {
@@ -229,6 +310,7 @@ int main(void) {
         return 1;
     }
     test_opencl(ctx);
+    test_training_step(ctx);
     pdde_context_free(ctx);
     return test_finish();
 }
