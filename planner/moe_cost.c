@@ -8,8 +8,9 @@
  * routing skew; CPU ranks share their machine's cores), and the experts' parameters, gradients and
  * AdamW state (split over ep; the optimizer state over dp too with ZeRO-1, the gradients with ZeRO-2,
  * all with ZeRO-3) and their gradients' reduction over the dp replicas (less with more ep: fewer
- * experts a rank), with ZeRO-3 each layer's parameter gathers as lowering runs them (prefetched or not). The dense part of the model is the same for every ep and is left out. Included by
- * pdde.c after cost.c. */
+ * experts a rank), with ZeRO-3 each layer's parameter gathers as lowering runs them (prefetched or
+ * not). The dense part of the model is the same for every ep and is left out. Included by pdde.c
+ * after cost.c. */
 #include "planner_impl.h"
 
 #include <math.h>
@@ -264,7 +265,8 @@ static pdde_status moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, c
     /* ZeRO-3: the experts gathered whole where they are used: a layer's at a time (regathered for
      * backward), the next layer's too while its prefetch is in flight; else every layer's from its
      * forward to its backward */
-    if (p->zero >= 3 && dp > 1) out->expert_param_bytes += 4.0 * (gathers.regathered ? fmin(gathers.prefetched ? 2 : 1, p->layers) * params / p->layers : params);
+    if (p->zero >= 3 && dp > 1)
+        out->expert_param_bytes += 4.0 * (gathers.regathered ? fmin(gathers.prefetched ? 2 : 1, p->layers) * params / p->layers : params);
     out->expert_optimizer_bytes = 8.0 * params / shard_opt;
     const pdde_cluster_device *d = pdde_cluster_find_device(c, devices[0], NULL);
     double budget = p->memory_budget > 0 ? p->memory_budget : d ? (double)d->memory : 0;
