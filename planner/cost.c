@@ -1173,9 +1173,10 @@ PDDE_PRIVATE void cost_node_work(const pdde_tensor *x, double *bytes, double *fl
     *flops = cost_op_flops(&op), *dtype = op.dtype;
 }
 
-/* The graph's nodes, or where a fusion of lowering's is on for a device of `backend` (lower_fusion_on; NULL:
- * the default device of a session, the context's device 0), the order of its program lowered for one process
- * (what a session runs: the fused nodes, the adds and casts they took in as views, which cost nothing) */
+/* The graph's nodes the step needs (lower_needed_nodes: not an input's gradient nobody reads), or where a
+ * fusion of lowering's is on for a device of `backend` (lower_fusion_on; NULL: the default device of a
+ * session, the context's device 0), the order of its program lowered for one process (what a session runs:
+ * the fused nodes, the adds and casts they took in as views, which cost nothing) */
 static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, const char *backend, pdde_cost_program **out) {
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
@@ -1190,13 +1191,15 @@ static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, c
     }
     int n = P ? P->n_order : g ? g->n : 0, n_ids = P ? P->n + 1 : n;
     int *index = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
-    if (!index) { program_free(P), pdde_cost_program_free(p); return PDDE_ERR_OOM; }
+    uint8_t *needed = !P && n ? lower_needed_nodes(g) : NULL; /* (the lowered program has only those) */
+    if (!index || (!P && n && !needed)) { free(index), program_free(P), pdde_cost_program_free(p); return PDDE_ERR_OOM; }
     double persistent = 0;
     for (int i = 0; i < n_ids; i++) index[i] = -1;
     for (int i = 0; P && i < P->n; i++)
         if (P->nodes[i] && is_persistent(P->nodes[i])) persistent += (double)pdde_tensor_nbytes(P->nodes[i]);
     for (int i = 0; i < n && !st; i++) {
         const pdde_tensor *x = P ? P->order[i] : g->nodes[i];
+        if (!P && !needed[i]) continue;
         if (x->op == PDDE_OP_NONE) {
             if (!P) persistent += (double)pdde_tensor_nbytes(x);
             continue;
@@ -1220,7 +1223,7 @@ static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, c
                 p->ranks[0].ops[j].last_use = k;
         }
     }
-    free(index);
+    free(index), free(needed);
     program_free(P);
     if (!st) st = pdde_cost_program_set_rank(p, 0, device_id, persistent);
     if (st) { pdde_cost_program_free(p); return st; }

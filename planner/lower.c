@@ -142,9 +142,8 @@ PDDE_PRIVATE void program_free(pdde_program *P) {
 /* ------------------------------------------------------------------------------------------------
  * Place: the nodes the step needs, their devices, copies at device boundaries */
 
-/* Marks the nodes the step needs: everything a loss, an output or an optimizer/accumulation node
- * depends on. A graph with none of those (a plain forward graph) keeps every node. */
-static uint8_t *needed_nodes(const pdde_graph *g) {
+/* The nodes the step needs (planner_impl.h): what a loss, an output or an update depends on. */
+PDDE_PRIVATE uint8_t *lower_needed_nodes(const pdde_graph *g) {
     uint8_t *need = calloc((size_t)g->n + 1, sizeof *need);
     if (!need) return NULL;
     bool any_root = false;
@@ -197,7 +196,7 @@ static void fallback_note(pdde_program *P, const pdde_tensor *u, int device) {
 static pdde_status lower_place(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
-    uint8_t *need = needed_nodes(g);
+    uint8_t *need = lower_needed_nodes(g);
     int *device = malloc((size_t)(g->n + 1) * sizeof *device);
     typedef struct { int src_id, device; pdde_tensor *copy; } copy_entry;
     copy_entry *copies = NULL;

@@ -400,6 +400,11 @@ PDDE_PRIVATE bool lower_fusion_any(const char *backend, bool bf16);
 /* Whether g computes in bf16: a matmul or attention of bf16 operands (pdde_graph_set_compute_dtype). */
 PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 
+/* The nodes a step needs, by graph node id (1: needed; calloc'd, NULL: out of memory): everything a loss,
+ * an output or an optimizer/accumulation node depends on; a graph with none of those (a plain forward
+ * graph) keeps every node. Lowering leaves the others out (an input's gradient nobody reads), and the cost
+ * model's program of a graph counts only these (planner/lower.c). */
+PDDE_PRIVATE uint8_t *lower_needed_nodes(const pdde_graph *g);
 /* Whether ZeRO-3 gathers a parameter again for backward (PDDE_ZERO3_REGATHER, default on; planner/lower.c). */
 PDDE_PRIVATE bool lower_regather_on(void);
 /* Whether ZeRO-3 starts a layer's gathers while the layer before it computes (PDDE_ZERO3_PREFETCH,

@@ -510,6 +510,22 @@ static void test_shared_cores(void) {
     pdde_cost_program_free(p);
 }
 
+/* A compute op's "<op, 12 characters at most> <phase>": of a graph's program ("<op> <phase>") and of a plan's
+ * ("<phase><micro> <op, 12 at most> <tensor>"); "" for any other op. */
+static const char *graph_op_key(const pdde_cost_op *o, char *key, size_t cap) {
+    const char *sp = strrchr(o->name, ' ');
+    snprintf(key, cap, "%.*s %c", sp ? (int)(sp - o->name < 12 ? sp - o->name : 12) : 0, o->name, sp ? sp[1] : '?');
+    if (o->kind != PDDE_COST_COMPUTE) key[0] = 0;
+    return key;
+}
+
+static const char *plan_op_key(const pdde_cost_op *o, char *key, size_t cap) {
+    const char *op = strchr(o->name, ' '), *end = op ? strchr(op + 1, ' ') : NULL;
+    snprintf(key, cap, "%.*s %c", end ? (int)(end - op - 1) : 0, op ? op + 1 : "", o->name[0]);
+    if (o->kind != PDDE_COST_COMPUTE) key[0] = 0;
+    return key;
+}
+
 /* A graph's program: an MLP step (forward, backward, AdamW) on one device. */
 static void test_from_graph(void) {
     pdde_graph *g;
@@ -533,9 +549,36 @@ static void test_from_graph(void) {
             CHECK(o->m == 32 && o->n == 128 && o->k == 784 && o->phase == PDDE_PHASE_FORWARD, "first GEMM %lldx%lldx%lld",
                   (long long)o->m, (long long)o->n, (long long)o->k);
     }
-    CHECK(gemms >= 2 + 3 && updates == 2, "%d GEMMs (2 forward, at least 3 backward), %d update ops", gemms, updates);
+    /* backward: w2's and relu's input gradients, w1's; not x's (a graph input: the session never computes it) */
+    CHECK(gemms == 2 + 3 && updates == 2, "%d GEMMs (2 forward, 3 backward), %d update ops", gemms, updates);
     CHECK(losses == 2, "the cross-entropy and its backward in the loss class: %d", losses);
     pdde_cluster *c = make_cluster(1, 1);
+    /* the ops the session runs: those of its program lowered for one process, by op, phase and work */
+    pdde_cost_program *lowered = NULL;
+    pdde_cost_plan one = {0, (int[]){0}, NULL, 0};
+    CHECK(pdde_cost_program_from_plan(c, g, NULL, &one, &lowered) == PDDE_OK, "%s", pdde_last_error(ctx));
+    int unmatched = p && lowered ? 0 : -1;
+    double graph_work = 0, lowered_work = 0;
+    for (int i = 0; p && lowered && i < pdde_cost_program_op_count(p, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+        graph_work += o->bytes + 2.0 * (double)o->m * (double)o->n * (double)o->k;
+        char key[32], other[32];
+        graph_op_key(o, key, sizeof key);
+        int same = 0, same_lowered = 0;
+        for (int j = 0; j < pdde_cost_program_op_count(p, 0); j++)
+            same += !strcmp(graph_op_key(pdde_cost_program_op(p, 0, j), other, sizeof other), key);
+        for (int j = 0; j < pdde_cost_program_op_count(lowered, 0); j++)
+            same_lowered += !strcmp(plan_op_key(pdde_cost_program_op(lowered, 0, j), other, sizeof other), key);
+        if (same != same_lowered) unmatched++, printf("  %s: %d in the graph's program, %d in the session's\n", key, same, same_lowered);
+    }
+    for (int j = 0; lowered && j < pdde_cost_program_op_count(lowered, 0); j++) {
+        const pdde_cost_op *q = pdde_cost_program_op(lowered, 0, j);
+        if (q->kind == PDDE_COST_COMPUTE) lowered_work += q->bytes + 2.0 * (double)q->m * (double)q->n * (double)q->k;
+    }
+    CHECK(unmatched == 0 && graph_work == lowered_work && pdde_cost_program_op_count(p, 0) == pdde_cost_program_op_count(lowered, 0),
+          "the graph's program counts what the session runs: %d op names differ, %d ops against %d, bytes + FLOPs %g against %g", unmatched,
+          p ? pdde_cost_program_op_count(p, 0) : 0, lowered ? pdde_cost_program_op_count(lowered, 0) : 0, graph_work, lowered_work);
+    pdde_cost_program_free(lowered);
     pdde_cost_result *r = NULL;
     CHECK(p && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));
     if (r) {

@@ -16,7 +16,8 @@
  *  - a training step of an MLP (bias, relu, cross-entropy, backward, AdamW's multi-tensor update): each
  *    op's bytes and FLOPs are the sums of the cost model's simulated program of the same session on that
  *    device (pdde_cost_program_from_plan: the program as the session lowers it; the update group is its
- *    nodes).
+ *    nodes), and those of the cost model's program of the graph on it (pdde_cost_program_from_graph_on: no
+ *    gradient of the input x, which the session never computes).
  */
 #define _GNU_SOURCE /* setenv, dup */
 #include "pdde.h"
@@ -260,10 +261,13 @@ static void test_training_step(pdde_context *ctx) {
     /* the cost model's simulated program of this session on a cluster device standing for this one; its ops
      * are named "<phase><micro> <op name, 12 characters at most> <tensor>": the sums by those 12 characters */
     pdde_cluster *c = make_cluster(device, "opencl", 1e9, 1e9);
-    pdde_cost_program *cp = NULL;
+    pdde_cost_program *cp = NULL, *gp = NULL;
     pdde_cost_plan plan = {0, &device, NULL, 0};
     ok = ok && c && pdde_cost_program_from_plan(c, g, &sp, &plan, &cp) == PDDE_OK;
-    double bytes[PDDE_OP_COUNT] = {0}, flops[PDDE_OP_COUNT] = {0}, seen_bytes[PDDE_OP_COUNT] = {0}, seen_flops[PDDE_OP_COUNT] = {0};
+    /* and the cost model's program of the graph on that device (pdde_cost_program_from_graph_on: ops named
+     * "<op name, 20 characters at most> <phase>"): the same ops, not the gradient of x the session never computes */
+    ok = ok && pdde_cost_program_from_graph_on(g, c, device, &gp) == PDDE_OK;
+    double bytes[2][PDDE_OP_COUNT] = {{0}}, flops[2][PDDE_OP_COUNT] = {{0}}, seen_bytes[PDDE_OP_COUNT] = {0}, seen_flops[PDDE_OP_COUNT] = {0};
     int key_of[PDDE_OP_COUNT]; /* (the first op whose name has the same 12 characters) */
     for (int k = 0; k < PDDE_OP_COUNT; k++) {
         key_of[k] = k;
@@ -273,31 +277,41 @@ static void test_training_step(pdde_context *ctx) {
                 break;
             }
     }
-    for (int i = 0; ok && i < pdde_cost_program_op_count(cp, 0); i++) {
-        const pdde_cost_op *o = pdde_cost_program_op(cp, 0, i);
-        const char *name = strchr(o->name, ' ');
-        for (int k = 0; name && o->kind == PDDE_COST_COMPUTE && k < PDDE_OP_COUNT; k++) {
-            char op12[13];
-            snprintf(op12, sizeof op12, "%s", pdde_op_name((pdde_op)k));
-            if (key_of[k] == k && !strncmp(name + 1, op12, strlen(op12)) && name[1 + strlen(op12)] == ' ') {
-                bytes[k] += o->bytes, flops[k] += o->flops > 0 ? o->flops : 2.0 * (double)o->m * (double)o->n * (double)o->k;
-                break;
+    for (int from_graph = 0; ok && from_graph < 2; from_graph++) {
+        const pdde_cost_program *prog = from_graph ? gp : cp;
+        for (int i = 0; i < pdde_cost_program_op_count(prog, 0); i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(prog, 0, i);
+            const char *name = from_graph ? o->name : strchr(o->name, ' ');
+            if (name && !from_graph) name++;
+            for (int k = 0; name && o->kind == PDDE_COST_COMPUTE && k < PDDE_OP_COUNT; k++) {
+                char op12[21];
+                snprintf(op12, sizeof op12, "%.*s", from_graph ? 20 : 12, pdde_op_name((pdde_op)k));
+                if ((from_graph || key_of[k] == k) && !strncmp(name, op12, strlen(op12)) && name[strlen(op12)] == ' ') {
+                    bytes[from_graph][key_of[k]] += o->bytes;
+                    flops[from_graph][key_of[k]] += o->flops > 0 ? o->flops : 2.0 * (double)o->m * (double)o->n * (double)o->k;
+                    break;
+                }
             }
         }
     }
-    int kinds = 0, same = 1;
+    int kinds = 0, same = 1, same_graph = 1;
     for (int k = 0; ok && k < PDDE_OP_COUNT; k++) {
         op_line l = find_op(r.report, pdde_op_name((pdde_op)k));
         if (l.found) kinds++, seen_bytes[key_of[k]] += l.bytes, seen_flops[key_of[k]] += l.flops;
     }
-    for (int k = 0; ok && k < PDDE_OP_COUNT; k++)
-        if (seen_bytes[k] != bytes[k] || seen_flops[k] != flops[k])
+    for (int k = 0; ok && k < PDDE_OP_COUNT; k++) {
+        if (seen_bytes[k] != bytes[0][k] || seen_flops[k] != flops[0][k])
             same = 0, fprintf(stderr, "  %.12s: profile %.0f bytes %.0f FLOPs, cost model %.0f bytes %.0f FLOPs\n", pdde_op_name((pdde_op)k),
-                              seen_bytes[k], seen_flops[k], bytes[k], flops[k]);
+                              seen_bytes[k], seen_flops[k], bytes[0][k], flops[0][k]);
+        if (seen_bytes[k] != bytes[1][k] || seen_flops[k] != flops[1][k])
+            same_graph = 0, fprintf(stderr, "  %.12s: profile %.0f bytes %.0f FLOPs, the graph's program %.0f bytes %.0f FLOPs\n",
+                                    pdde_op_name((pdde_op)k), seen_bytes[k], seen_flops[k], bytes[1][k], flops[1][k]);
+    }
     op_line upd = find_op(r.report, "adamw_update");
     CHECK(ok && kinds >= 8 && same && upd.found && upd.calls == 1 && upd.bytes > 0,
           "a training step: the %d ops' bytes and FLOPs are the cost model's (the update one group of %g calls):\n%s", kinds, upd.calls, r.report);
-    pdde_cost_program_free(cp);
+    CHECK(ok && kinds >= 8 && same_graph, "a training step: the %d ops' bytes and FLOPs are those of the cost model's program of the graph", kinds);
+    pdde_cost_program_free(cp), pdde_cost_program_free(gp);
     pdde_cluster_free(c);
     free(xd);
     pdde_graph_free(g);
