@@ -82,7 +82,9 @@ static void usage(FILE *f) {
             "                              with --tp: each expert's hidden units split over the tp ranks too)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench;\n"
-            "                              under pdde-run --elastic it re-plans at every change, data parallel)\n"
+            "                              under pdde-run --elastic it re-plans at every change, data parallel; FILE's\n"
+            "                              figures also time the devices of --device auto and give PDDE_PROFILE=device\n"
+            "                              the peaks it measured: peaks=cluster)\n"
             "           [--ft-replicas]   (under pdde-run --elastic: fault-tolerant data parallelism without re-planning: each\n"
             "                              rank keeps its replica's rows of every batch; a lost replica's rows are dropped and\n"
             "                              the survivors average over the samples they have; a replica that comes back\n"
@@ -416,18 +418,27 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
 
-/* --device (else $PDDE_DEVICE, else auto) for this rank, auto timing the step g on each candidate with
- * the figures of the cluster file when one is there (--cluster, else build/cluster.json). */
-static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g, pdde_device_choice *out) {
-    pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
-    ds.backend = o->device, ds.share = o->share_device, ds.graph = g;
+/* The cluster file's figures (--cluster, else build/cluster.json where there is one), NULL without: auto
+ * --device times the step by them, and PDDE_PROFILE=device takes its peaks from them. A --cluster that does
+ * not load is said; the run goes on without it (devices timed by kind, the profile without measured peaks). */
+static pdde_cluster *measured_cluster(pdde_context *ctx, const options *o) {
     pdde_cluster *measured = NULL;
     const char *path = o->cluster ? o->cluster : "build/cluster.json";
-    FILE *f = fopen(path, "r");
-    if (f) fclose(f), pdde_cluster_load(ctx, path, &measured); /* (unreadable: timed by kind) */
+    FILE *f = o->cluster ? NULL : fopen(path, "r");
+    bool there = o->cluster || f;
+    if (f) fclose(f);
+    if (there && pdde_cluster_load(ctx, path, &measured) != PDDE_OK && o->cluster)
+        fprintf(stderr, "gpt: --cluster %s: %s (going on without it)\n", path, pdde_last_error(ctx));
+    return measured;
+}
+
+/* --device (else $PDDE_DEVICE, else auto) for this rank, auto timing the step g on each candidate with
+ * the figures of the measured cluster where there is one. */
+static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g, const pdde_cluster *measured, pdde_device_choice *out) {
+    pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+    ds.backend = o->device, ds.share = o->share_device, ds.graph = g;
     ds.cluster = measured;
     pdde_status st = pdde_device_select(ctx, &ds, out);
-    pdde_cluster_free(measured);
     if (st) fprintf(stderr, "gpt: --device: %s\n", pdde_last_error(ctx));
     return st != PDDE_OK;
 }
@@ -596,7 +607,9 @@ elastic_rebuild:
     sp.trace = o.trace;
     /* the rank's device (its local rank's of the backend asked for) runs the whole step */
     pdde_device_choice dc;
-    if (rank_device(ctx, &o, g, &dc)) return 1;
+    pdde_cluster *measured = measured_cluster(ctx, &o);
+    sp.cluster = measured; /* (PDDE_PROFILE=device's peaks, read at the session's start) */
+    if (rank_device(ctx, &o, g, measured, &dc)) { pdde_cluster_free(measured); return 1; }
     sp.device = dc.device;
     printf("gpt: rank %d: device %d, %s:%d (%s): %s\n", rank, dc.device, dc.backend, dc.index, dc.name, dc.why);
     int L = o.model.layers + 2, *layer_dev = malloc((size_t)L * sizeof *layer_dev);
@@ -625,6 +638,7 @@ elastic_rebuild:
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
+    pdde_cluster_free(measured), sp.cluster = NULL;
     if (el && pdde_elastic_generation(el) > 0) {
         uint64_t pos = 0;
         TRY(pdde_elastic_restore(el, s, el_plan, &pos));
