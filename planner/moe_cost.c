@@ -86,9 +86,14 @@ static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_col
     return t;
 }
 
+PDDE_PRIVATE int moe_a2a_hier_mode(void) {
+    const char *e = getenv("PDDE_COMM_A2A_HIER");
+    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
+}
+
 /* The token exchange of G groups of S ranks (count elements a rank), as the communicator runs it
  * (comm/alltoall_hier.c): flat, or, where each group spans H > 1 machines with L > 1 of its ranks on
- * each and the comm picks it (PDDE_COMM_A2A_HIER=1, or unset and a pair's mean message within
+ * each and the comm picks it (mode: moe_a2a_hier_mode, 1, or -1 and a pair's mean message within
  * PDDE_COMM_A2A_HIER_BYTES(H, L)), hierarchical: the counts (H integers a pair) and an all-to-all of
  * everything within each machine at its intra link's rate, then an all-to-all among the ranks of
  * one local index across machines (H-1 messages L times larger: the same bytes through each NIC, L
@@ -97,11 +102,9 @@ static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_col
  * the ranks first agree on (an allreduce of one integer, paid whichever form it picks). *hier = 1
  * where it priced the hierarchical form. */
 static double moe_alltoall_time(pdde_context *ctx, const pdde_cluster *c, const int *members, int G, int S, int64_t count, pdde_dtype dtype,
-                                int varying, int *hier) {
+                                int varying, int mode, int *hier) {
     *hier = 0;
     double t = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, members, G, S, count, dtype);
-    const char *e = getenv("PDDE_COMM_A2A_HIER");
-    int mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
     if (!isfinite(t) || S < 4 || count <= 0 || !mode) return t;
     /* group 0's machines, in order of first appearance, and its ranks on each */
     int *mach = malloc((size_t)S * sizeof *mach), *seen = calloc((size_t)S, sizeof *seen), *host = malloc((size_t)S * sizeof *host);
@@ -158,9 +161,10 @@ static plan_zero3_gathers moe_zero3_gathers(const pdde_cluster *c, const int *de
     return z;
 }
 
-/* pdde_moe_cost_estimate with ZeRO-3's gathers run as `gathers` says. */
+/* pdde_moe_cost_estimate with ZeRO-3's gathers run as `gathers` says, the exchange's form as a2a_hier
+ * (moe_a2a_hier_mode). */
 static pdde_status moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
-                                     int ep, plan_zero3_gathers gathers, pdde_moe_cost *out) {
+                                     int ep, plan_zero3_gathers gathers, int a2a_hier, pdde_moe_cost *out) {
     memset(out, 0, sizeof *out);
     if (!c || !devices || !p || n_ranks < 1)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe cost: a cluster, %d devices and the layer's parameters are needed", n_ranks);
@@ -191,12 +195,12 @@ static pdde_status moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, c
     /* the ep groups: ep consecutive ranks each (dp outer), all exchanging at once */
     if (ep > 1) {
         int hier_counts = 0;
-        double t = moe_alltoall_time(ctx, c, devices, dp, ep, (int64_t)(rows * C), p->dtype, 1, &out->alltoall_hier);
+        double t = moe_alltoall_time(ctx, c, devices, dp, ep, (int64_t)(rows * C), p->dtype, 1, a2a_hier, &out->alltoall_hier);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
         /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
          * on the host (a copy of the rows each way), zeroing its padded output first (the buffer by
          * expert: S rows a local expert, below) */
-        double tc = moe_alltoall_time(ctx, c, devices, dp, ep, per > 0 ? per : 1, PDDE_I32, 0, &hier_counts);
+        double tc = moe_alltoall_time(ctx, c, devices, dp, ep, per > 0 ? per : 1, PDDE_I32, 0, a2a_hier, &hier_counts);
         pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype,
                              .bytes = 4.0 * rows * C * esz + per * S * C * esz};
         double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
@@ -311,7 +315,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
                                    const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
     plan_zero3_gathers gathers = {false, true};
     if (c && devices && p && p->zero >= 3 && n_ranks > 1) gathers = moe_zero3_gathers(c, devices, n_ranks);
-    return moe_cost_estimate(ctx, c, devices, n_ranks, p, ep, gathers, out);
+    return moe_cost_estimate(ctx, c, devices, n_ranks, p, ep, gathers, moe_a2a_hier_mode(), out);
 }
 
 pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
@@ -358,8 +362,8 @@ PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p) {
 }
 
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, double *step_s,
-                                        double *bytes) {
+                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, int a2a_hier,
+                                        double *step_s, double *bytes) {
     int n = dp * tp, nd = pdde_cluster_device_count(c);
     int *ids = malloc((size_t)n * sizeof *ids);
     if (!ids) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
@@ -383,8 +387,8 @@ PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c
         n = dp, q.grads_over_ep = qe.grads_over_ep = 1, qe.ffn = p->ffn / tp > 0 ? p->ffn / tp : 1;
     }
     pdde_moe_cost one, with;
-    pdde_status st = moe_cost_estimate(ctx, c, ids, n, &q, 1, gathers, &one);
-    if (!st) st = moe_cost_estimate(ctx, c, ids, n, &qe, ep, gathers, &with);
+    pdde_status st = moe_cost_estimate(ctx, c, ids, n, &q, 1, gathers, a2a_hier, &one);
+    if (!st) st = moe_cost_estimate(ctx, c, ids, n, &qe, ep, gathers, a2a_hier, &with);
     free(ids);
     if (st) return st;
     *step_s = with.step_s - one.step_s;

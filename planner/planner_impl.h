@@ -231,9 +231,12 @@ PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p);
 typedef struct {
     bool prefetched, regathered;
 } plan_zero3_gathers;
+/* PDDE_COMM_A2A_HIER as the communicator reads it: 0 the flat exchange, 1 the hierarchical one, -1 (unset)
+ * its automatic choice. Read once a search or an estimate (moe_cost.c), passed down as a2a_hier. */
+PDDE_PRIVATE int moe_a2a_hier_mode(void);
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, double *step_s,
-                                        double *bytes);
+                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, int a2a_hier,
+                                        double *step_s, double *bytes);
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan);
 

@@ -201,6 +201,7 @@ typedef struct {
     const int *dev;
     int n;
     const bool *blocking; /* [d->n_devices] lowering prefetches no ZeRO-3 gather there (plan_blocking_gathers) */
+    bool regather;        /* lowering gathers ZeRO-3's parameters again for backward (lower_regather_on, read once a search) */
 } plan_ranks;
 
 static int plan_host(const plan_ranks *r, int i) { return r->d->host ? r->d->host[r->dev[i]] : 0; }
@@ -319,7 +320,7 @@ static double stage_memory(const plan_eval *e, int s, const plan_stage_devices *
      * from its forward to its backward (PDDE_ZERO3_REGATHER=0); with the prefetch the next layer's
      * too (PDDE_ZERO3_PREFETCH) */
     double layers = zero3_prefetched(e, d) ? 2 : 1;
-    double gathered = e->zero >= 3 && e->dp > 1 ? (lower_regather_on() ? fmin(layers * w->layer_params / e->tp, params) : params) : 0;
+    double gathered = e->zero >= 3 && e->dp > 1 ? (e->ranks->regather ? fmin(layers * w->layer_params / e->tp, params) : params) : 0;
     return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro + alive * gathered;
 }
 
@@ -844,7 +845,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     if (!st) {
         plan_order_devices(devices, order);
         plan_pick_devices(order, n, dev);
-        plan_ranks ranks = {devices, dev, n, blocking};
+        plan_ranks ranks = {devices, dev, n, blocking, lower_regather_on()};
         bool given = false;
         for (int s = 0; s < p->pp; s++) given |= p->recompute_layers[s] > 0;
         plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
@@ -893,7 +894,8 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     plan_order_devices(d, order);
     pdde_moe_cost_params moe = PDDE_MOE_COST_PARAMS_INIT;
     bool has_moe = pp.cluster && plan_moe_params(g, &moe); /* (expert parallelism: by the MoE cost model, on the cluster) */
-    bool regather = has_moe && lower_regather_on();
+    bool regather = lower_regather_on();
+    int a2a_hier = has_moe ? moe_a2a_hier_mode() : -1;
 
     /* Plans on every device, and on fewer that leave the slowest out: on small clusters any number,
      * on big ones only without the devices under half the fastest's speed. */
@@ -902,7 +904,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     for (int n = N; n >= 1; n--) {
         if ((N > 16 && n != N && n != n_fast) || (pp.use_all_devices && n != N)) continue;
         plan_pick_devices(order, n, dev);
-        plan_ranks ranks = {d, dev, n, blocking};
+        plan_ranks ranks = {d, dev, n, blocking, regather};
         for (int tp = 1; tp <= n; tp++) {
             if (n % tp || (tp > 1 && (pp.no_tp || (pp.tp_divisor > 0 && pp.tp_divisor % tp)))) continue;
             for (int pipe = 1; pipe * tp <= n; pipe++) {
@@ -965,7 +967,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                                 pdde_moe_cost_params q = moe;
                                                 q.zero = zero;
                                                 plan_zero3_gathers gathers = {zero3_prefetched(&e, &e.st[0]), regather};
-                                                if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, groups, gathers, &dt, &dm))) goto done;
+                                                if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, groups, gathers, a2a_hier, &dt, &dm))) goto done;
                                                 pdde_plan with = cand;
                                                 with.ep = ep, with.ep_dp = tp > 1 && groups && ep == tp;
                                                 with.step_s += dt, with.peak_bytes += dm; /* (a plan that did not fit: its time had it fitted) */
