@@ -9,7 +9,8 @@
  *
  * Each device uses its primary context (the one the CUDA runtime and cuBLAS use), made current on the
  * calling thread at every entry point. Buffer handles are device pointers (CUdeviceptr) cast to void *.
- * Streams carry a small scratch buffer for multi-pass reductions, so concurrent streams never share it.
+ * Streams carry a small scratch buffer for multi-pass reductions and their own cublasLt workspace, so
+ * concurrent streams never share either.
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
@@ -20,7 +21,7 @@
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
  * PDDE_CUDA_LT_LOWP_BIAS=1 offers cublasLt a bf16 / f16 output with the f32 bias; PDDE_CUDA_LT_REDUCTION=all lets it reduce a
- * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace;
+ * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace (each stream's);
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
  * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
@@ -288,6 +289,11 @@ typedef struct {
     pcu_cstream s;
     pcu_ptr scratch;
     size_t scratch_bytes;
+    /* cublasLt's workspace for the GEMMs on this stream (pclt_workspace): made on the first, freed with the stream;
+     * every stream has its own, as its scratch, so that GEMMs on two streams never write one workspace at once */
+    pcu_ptr lt_workspace;
+    size_t lt_workspace_bytes; /* (0: none, lt_workspace_want 0 or its allocation failed: algorithms without one) */
+    int lt_workspace_tried;
     /* PDDE_CUDA_GRAPH (gpu_graph.h): the decisions, a kept graph per slot, the operations a replay deferred */
     pgd_graph_tracker gt;
     pcu_piece piece[PGD_GRAPH_SLOTS];
@@ -320,16 +326,13 @@ typedef struct {
     pcu_stream *default_stream;
     int sm_count;
     int has_flash; /* the module is the sm_80 one, with the tensor-core attention kernels */
-    pclt_handle lt; /* cublasLt (NULL: none), its workspace and plans */
-    pcu_ptr lt_workspace;
-    size_t lt_workspace_bytes;
-    int lt_workspace_tried;
+    pclt_handle lt; /* cublasLt (NULL: none) and its plans (each stream has its own workspace: pcu_stream) */
     pclt_plan *lt_plans; /* [PGD_GEMM_PLANS], slots of lt_cache (backends/gemm_plan.h) */
     pgd_gemm_cache *lt_cache;
     long long lt_calls;
     int lt_lowp_bias;    /* PDDE_CUDA_LT_LOWP_BIAS=1: a bf16 / f16 output with an f32 bias asks cublasLt (read at open) */
     int lt_reduction_all; /* PDDE_CUDA_LT_REDUCTION=all: split-K reductions in the output's dtype allowed (read at open) */
-    size_t lt_workspace_want; /* PCLT_WORKSPACE, or PDDE_CUDA_LT_WORKSPACE MiB (read at open; 0: none) */
+    size_t lt_workspace_want; /* each stream's: PCLT_WORKSPACE, or PDDE_CUDA_LT_WORKSPACE MiB (read at open; 0: none) */
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
     int zero_on;  /* PDDE_CUDA_ZERO=1: the zero slot memsets on the device (else the core writes zeros) */
     long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
@@ -502,9 +505,8 @@ static void pclt_device_close(pcu_dev *d) {
                 d->lt_cache->made, d->lt_calls, d->lt_cache->replaced, PGD_GEMM_PLANS);
     for (int i = 0; d->lt_cache && i < d->lt_cache->n; i++) pclt_plan_free(a, &d->lt_plans[i]);
     free(d->lt_plans), free(d->lt_cache);
-    if (d->lt_workspace) d->fam->cu.MemFree(d->lt_workspace);
     if (d->lt) a->Destroy(d->lt);
-    d->lt = NULL, d->lt_plans = NULL, d->lt_cache = NULL, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
+    d->lt = NULL, d->lt_plans = NULL, d->lt_cache = NULL;
 }
 
 /* the largest power of 2 up to 256 that divides addr (cublasLt picks kernels by the operands' alignment) */
@@ -520,7 +522,7 @@ static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : 
 /* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
 /* epi: the epilogue (0: a bias one where there is a bias, else none); aux: its auxiliary matrix (GELU_AUX_BIAS,
  * DGELU: X of D's layout, leading dimension N) */
-static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+static void pclt_plan_make(pcu_dev *d, const pcu_stream *s, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                            int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4], uint32_t epi, void *aux) {
     const pclt_api *a = &d->fam->lt;
     const char *tf = getenv("PDDE_CUDA_TF32");
@@ -528,7 +530,7 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
     int32_t opa = tb, opb = ta, bias_type = PCUBLAS_R_32F; /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
     if (!epi) epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
     int64_t aux_ld = N;
-    uint64_t ws = d->lt_workspace_bytes;
+    uint64_t ws = s->lt_workspace_bytes; /* (a stream with less, none: the call sees the algorithm's need and declines) */
     int st = a->DescCreate(&p->desc, compute, PCUBLAS_R_32F);
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSA, &opa, sizeof opa);
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSB, &opb, sizeof opb);
@@ -587,11 +589,12 @@ static void pclt_note_none(const pclt_plan *p, const char *epilogue, pdde_dtype 
 /* The operands of one cublasLtMatmul of a plan (the bias and aux pointers are in its descriptor) */
 typedef struct { const void *A, *B, *C; void *D; float beta; } pclt_call;
 
-static int pclt_run(pcu_dev *d, pclt_plan *p, const pclt_call *c, const pclt_algo *algo, pcu_cstream s) {
+/* (on stream s, with s's own workspace: no other stream's GEMM writes it meanwhile) */
+static int pclt_run(pcu_dev *d, pclt_plan *p, const pclt_call *c, const pclt_algo *algo, const pcu_stream *s) {
     const pclt_api *a = &d->fam->lt;
     float one = 1.0f;
     return a->Matmul(d->lt, p->desc, &one, c->A, p->la, c->B, p->lb, &c->beta, c->C, p->lc, c->D, p->lc, algo,
-                     d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0, s);
+                     s->lt_workspace ? (void *)(uintptr_t)s->lt_workspace : NULL, s->lt_workspace ? s->lt_workspace_bytes : 0, s->s);
 }
 
 /* PDDE_CUDA_LT_TUNE=1: on a plan's first call, each candidate the heuristic gave runs once to warm and
@@ -616,9 +619,9 @@ static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size
     if (cu->EventCreate(&e0, 0) == PCU_SUCCESS && cu->EventCreate(&e1, 0) == PCU_SUCCESS) {
         for (int i = 0; i < p->n_cand; i++) {
             ms[i] = -1.0f;
-            if (p->cand_ws[i] > d->lt_workspace_bytes || pclt_run(d, p, &c, &p->cand[i], s->s) != 0) continue;
+            if (p->cand_ws[i] > s->lt_workspace_bytes || pclt_run(d, p, &c, &p->cand[i], s) != 0) continue;
             int st = cu->EventRecord(e0, s->s) != PCU_SUCCESS;
-            for (int r = 0; r < PCLT_TUNE_RUNS && !st; r++) st = pclt_run(d, p, &c, &p->cand[i], s->s);
+            for (int r = 0; r < PCLT_TUNE_RUNS && !st; r++) st = pclt_run(d, p, &c, &p->cand[i], s);
             st = st || cu->EventRecord(e1, s->s) != PCU_SUCCESS || cu->EventSynchronize(e1) != PCU_SUCCESS ||
                  cu->EventElapsedTime(&ms[i], e0, e1) != PCU_SUCCESS;
             if (st) ms[i] = -1.0f;
@@ -634,12 +637,25 @@ static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size
             (long long)N, (long long)K, p->n_cand, best, ms[best] / PCLT_TUNE_RUNS, ms[0] >= 0 ? ms[0] / PCLT_TUNE_RUNS : -1.0f);
 }
 
-/* cublasLt's workspace, allocated on the first call that needs it (a failed allocation: none, once) */
-static void pclt_workspace(pcu_dev *d) {
-    if (d->lt_workspace_tried) return;
-    d->lt_workspace_tried = 1;
-    if (d->lt_workspace_want && d->fam->cu.MemAlloc(&d->lt_workspace, d->lt_workspace_want) == PCU_SUCCESS) d->lt_workspace_bytes = d->lt_workspace_want;
-    else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
+/* Stream s's cublasLt workspace, allocated on its first cublasLt call (a failed allocation: none for that stream, its
+ * GEMMs take algorithms that need none or the generic path; said once a process) */
+static void pclt_workspace(pcu_dev *d, pcu_stream *s) {
+    if (s->lt_workspace_tried) return;
+    s->lt_workspace_tried = 1;
+    s->lt_workspace = 0, s->lt_workspace_bytes = 0;
+    if (!d->lt_workspace_want) return;
+    pcu_result r = d->fam->cu.MemAlloc(&s->lt_workspace, d->lt_workspace_want);
+    if (r == PCU_SUCCESS) {
+        s->lt_workspace_bytes = d->lt_workspace_want;
+        return;
+    }
+    s->lt_workspace = 0;
+    static atomic_int said;
+    const char *name = NULL;
+    if (d->fam->cu.GetErrorName) d->fam->cu.GetErrorName(r, &name);
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr, "pdde: cuda: cublasLt's workspace of %zu MiB for a stream could not be allocated (%s): that stream's fused matmuls "
+                        "take algorithms without one, or separate kernels\n", d->lt_workspace_want >> 20, name ? name : "?");
 }
 
 /* The plan of problem q, or a slot for it (*fresh 1: to be made; the plan it replaces freed); NULL on no memory */
@@ -662,7 +678,8 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
     if (bias.base && ddt != PDDE_F32 && !d->lt_lowp_bias) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
-    pclt_workspace(d);
+    pcu_stream *s = stream;
+    pclt_workspace(d, s);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
     pgd_gemm_problem q = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, 0, abias != 0, beta != 0.0f, 1, aa, ab, ad, pc.base ? ac : 0, abias};
@@ -670,22 +687,21 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
-        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
+        pclt_plan_make(d, s, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
         if (!p->ok)
             pclt_note_none(p, abias ? "BIAS" : beta != 0.0f ? "beta 1" : "no", dt, ddt, ta, tb, M, N, K, batch, align, abias != 0,
                            ddt != PDDE_F32 ? "the f32 sum is asked for, then cast" : "its epilogue runs as separate kernels");
     }
-    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    if (!p->ok || p->workspace > s->lt_workspace_bytes) return 1; /* (made on a stream with more workspace than this one) */
     if (abias) {
         void *bp = (void *)(uintptr_t)abias;
         if (a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) return 1;
     }
     pclt_call c = {(const void *)(uintptr_t)ab, (const void *)(uintptr_t)aa, (const void *)(uintptr_t)ac, (void *)(uintptr_t)ad, beta};
-    pcu_stream *s = stream;
     if (!p->tuned) /* (beta 1 with C the output: the candidates write scratch) */
         pclt_tune(d, p, s, c, beta != 0.0f && ac == ad ? (size_t)(sD * (batch - 1) + M * N) * pdde_dtype_size(ddt) : 0, M, N, K,
                   abias ? "bias" : beta != 0.0f ? "beta 1" : pdde_dtype_name(ddt));
-    int st = pclt_run(d, p, &c, &p->algo, s->s);
+    int st = pclt_run(d, p, &c, &p->algo, s);
     if (st != 0) {
         p->ok = 0; /* (the generic path from now on, for this shape) */
         fprintf(stderr, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
@@ -704,7 +720,8 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
     if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return 1;
-    pclt_workspace(d);
+    pcu_stream *s = stream;
+    pclt_workspace(d, s);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), ag = pgd_addr(pg);
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), pclt_align(ag)};
     pgd_gemm_problem q = {dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, PCLT_EPILOGUE_BGRADA, 1, 0, 3, aa, ab, ad, 0, ag};
@@ -712,16 +729,15 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
     pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
-        pclt_plan_make(d, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
+        pclt_plan_make(d, s, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
         if (!p->ok) pclt_note_none(p, "BGRADA", dt, PDDE_F32, ta, 0, M, N, K, 1, align, 1, "its bias gradient runs as a separate kernel");
     }
-    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    if (!p->ok || p->workspace > s->lt_workspace_bytes) return 1; /* (made on a stream with more workspace than this one) */
     void *gp = (void *)(uintptr_t)ag;
     if (a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &gp, sizeof gp) != 0) return 1;
     pclt_call c = {(const void *)(uintptr_t)ab, (const void *)(uintptr_t)aa, (const void *)(uintptr_t)ad, (void *)(uintptr_t)ad, 0.0f};
-    pcu_stream *s = stream;
     if (!p->tuned) pclt_tune(d, p, s, c, 0, M, N, K, "bgrad");
-    int st = pclt_run(d, p, &c, &p->algo, s->s);
+    int st = pclt_run(d, p, &c, &p->algo, s);
     if (st != 0) {
         p->ok = 0;
         fprintf(stderr, "pdde: cuda: cublasLtMatmul (BGRADA) failed (status %d) on a %lldx%lldx%lld matmul: its bias gradient runs as a "
@@ -744,7 +760,8 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
     if (bias.base && ddt != PDDE_F32 && !d->lt_lowp_bias) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
-    pclt_workspace(d);
+    pcu_stream *s = stream;
+    pclt_workspace(d, s);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
     if (pclt_align(aaux) < 16) return 1;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
@@ -754,21 +771,19 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) { /* (not tuned: GELU_AUX_BIAS writes aux too) */
-        pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
+        pclt_plan_make(d, s, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
         if (!p->ok)
             pclt_note_none(p, act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", dt, ddt, 0, tb, M, N, K, 1, align, abias != 0,
                            "its epilogue runs as separate kernels");
     }
-    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    if (!p->ok || p->workspace > s->lt_workspace_bytes) return 1; /* (made on a stream with more workspace than this one) */
     void *bp = (void *)(uintptr_t)abias, *xp = (void *)(uintptr_t)aaux;
     if ((abias && a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) ||
         a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_POINTER, &xp, sizeof xp) != 0)
         return 1;
-    float one = 1.0f, zero = 0.0f;
     void *dp = (void *)(uintptr_t)ad;
-    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &zero, dp, p->lc, dp,
-                       p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
-                       ((pcu_stream *)stream)->s);
+    pclt_call c = {(const void *)(uintptr_t)ab, (const void *)(uintptr_t)aa, dp, dp, 0.0f};
+    int st = pclt_run(d, p, &c, &p->algo, s);
     if (st != 0) {
         p->ok = 0;
         fprintf(stderr, "pdde: cuda: cublasLtMatmul (%s) failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n",
@@ -914,6 +929,7 @@ static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
     if (d->blas_stream == s->s) d->blas_stream = NULL; /* (a stream made later may get the same handle) */
     pcu_graph_free(d, s);
     if (s->scratch) d->fam->cu.MemFree(s->scratch);
+    if (s->lt_workspace) d->fam->cu.MemFree(s->lt_workspace);
     d->fam->cu.StreamDestroy(s->s);
     free(s);
 }

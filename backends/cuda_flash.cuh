@@ -94,10 +94,72 @@ __device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, lo
  * tiles and, backward, two of the query tiles of flash_dkv: 32 rows at D 64, 16 at D 128) */
 #define FL_SMEM(D) (2 * FL_ROWS * ((D) + 8) + 2 * ((D) == 64 ? 32 : 16) * ((D) + 8))
 
+/* One key tile of the forward for a warp's 16 query rows (this thread's: row0, row0 + 8), flash's and flash2's:
+ * S = Q K^T on the tensor cores (qf: Q's fragments), scaled to base 2 and masked causally (every key past T is past
+ * the row), the running max m and sum l and the output o rescaled to the new max, P = exp2(S - m) summed into l, and
+ * o += P V. ks, vs: the tile's BK keys and values in shared memory (rows of D + 8); kt: the tile's index. */
+template <int D, int BK>
+__device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2], const uint32_t (&qf)[D / 16][4],
+                                                const uint16_t *ks, const uint16_t *vs, long long kt, long long row0, float sl2, int lane) {
+    constexpr int LD = D + 8, NT = BK / 8, DT = D / 8, KS = D / 16;
+    int t4 = lane & 3;
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];
+            ldsm4(b, fl_at(ks, LD, n * 8, kk * 16, lane));
+            mma16816(s[n], qf[kk], b[0], b[2]);
+            mma16816(s[n + 1], qf[kk], b[1], b[3]);
+        }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
+            float x = s[n][e] * sl2;
+            s[n][e] = col > row ? -INFINITY : x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
+        m[r] = mn;
+        l[r] *= alpha;
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
+    }
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[n][e] = exp2f(s[n][e] - m[e >> 1]);
+            l[e >> 1] += s[n][e];
+        }
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++) {
+        uint32_t a[4];
+        fl_pack_a(a, s, kk);
+#pragma unroll
+        for (int d = 0; d < DT; d += 2) {
+            uint32_t b[4];
+            ldsm4t(b, fl_at(vs, LD, kk * 16, d * 8, lane));
+            mma16816(o[d], a, b[0], b[1]);
+            mma16816(o[d + 1], a, b[2], b[3]);
+        }
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
                                           long long BH, long long T, float scale, long long H, uint16_t *ycp = nullptr) {
-    constexpr int LD = D + 8, BK = 64, NT = BK / 8, DT = D / 8, KS = D / 16;
+    constexpr int LD = D + 8, BK = 64, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + BK * LD;
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
     /* (layouts: att_in, att_y of cuda_kernels.cu; H = 0 heads apart, H > 0 packed qkv) */
@@ -118,57 +180,7 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
         fl_load<D>(ks, kb, kt * BK, T, BK, ldi);
         fl_load<D>(vs, vb, kt * BK, T, BK, ldi);
         __syncthreads();
-        float s[NT][4];
-#pragma unroll
-        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t b[4];
-                ldsm4(b, fl_at(ks, LD, n * 8, kk * 16, lane));
-                mma16816(s[n], qf[kk], b[0], b[2]);
-                mma16816(s[n + 1], qf[kk], b[1], b[3]);
-            }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
-                float x = s[n][e] * sl2;
-                s[n][e] = col > row ? -INFINITY : x; /* causal: (and every key past T is past the row) */
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
-            m[r] = mn;
-            l[r] *= alpha;
-#pragma unroll
-            for (int d = 0; d < DT; d++) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
-        }
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - m[e >> 1]);
-                l[e >> 1] += s[n][e];
-            }
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[4];
-            fl_pack_a(a, s, kk);
-#pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t b[4];
-                ldsm4t(b, fl_at(vs, LD, kk * 16, d * 8, lane));
-                mma16816(o[d], a, b[0], b[1]);
-                mma16816(o[d + 1], a, b[2], b[3]);
-            }
-        }
+        fl_fwd_key_tile<D, BK>(o, m, l, qf, ks, vs, kt, row0, sl2, lane);
         __syncthreads();
     }
 #pragma unroll

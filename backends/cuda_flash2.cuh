@@ -229,7 +229,7 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
     }
 }
 
-/* flash2's forward at D 64: flash_fwd's products (backends/cuda_flash.cuh) with the K and V tiles copied
+/* flash2's forward at D 64: flash_fwd's key-tile step (fl_fwd_key_tile, backends/cuda_flash.cuh) with the K and V tiles copied
  * by cp.async into double buffers (the next tile's copy overlaps this tile's products) and the blocks
  * tile-major, the query tiles that see the most keys first (query tile tiles - 1 - blockIdx.x / BH, head
  * blockIdx.x % BH). Layout H as flash_fwd's; ycp (NULL: none): y also stored rounded to bf16 there, at
@@ -239,7 +239,7 @@ template <int D, bool PK>
 __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
                                            long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr) {
     const long long H = PK ? Hn : 0;
-    constexpr int LD = D + 8, BK = FL2_KEYS, NT = BK / 8, DT = D / 8, KS = D / 16;
+    constexpr int LD = D + 8, BK = FL2_KEYS, DT = D / 8, KS = D / 16;
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH;
     int ldq, ldk, ldv;
     const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
@@ -270,57 +270,7 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
         } else cp_async_wait<0>();
         __syncthreads();
         const uint16_t *ks = sm + 2 * b * BK * LD, *vs = ks + BK * LD;
-        float s[NT][4];
-#pragma unroll
-        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t bk[4];
-                ldsm4(bk, fl_at(ks, LD, n * 8, kk * 16, lane));
-                mma16816(s[n], qf[kk], bk[0], bk[2]);
-                mma16816(s[n + 1], qf[kk], bk[1], bk[3]);
-            }
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
-                float x = s[n][e] * sl2;
-                s[n][e] = col > row ? -INFINITY : x; /* causal (every key past T is past the row) */
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
-            m[r] = mn;
-            l[r] *= alpha;
-#pragma unroll
-            for (int d = 0; d < DT; d++) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
-        }
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - m[e >> 1]);
-                l[e >> 1] += s[n][e];
-            }
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[4];
-            fl_pack_a(a, s, kk);
-#pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t bv[4];
-                ldsm4t(bv, fl_at(vs, LD, kk * 16, d * 8, lane));
-                mma16816(o[d], a, bv[0], bv[1]);
-                mma16816(o[d + 1], a, bv[2], bv[3]);
-            }
-        }
+        fl_fwd_key_tile<D, BK>(o, m, l, qf, ks, vs, kt, row0, sl2, lane);
         __syncthreads();
     }
 #pragma unroll

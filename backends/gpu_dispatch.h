@@ -621,31 +621,11 @@ static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int n
  * accumulation and output: the vendor GEMM where the backend has one for dt and takes the shapes, else
  * (bf16 / f16) the operands widened to f32 in work (at least na + nb floats; a null work: the stream's
  * scratch) and the f32 vendor GEMM, else k_gemm. Widening is exact and the products of rounded
- * operands are exact in f32, so every route computes the same function. */
-static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K, pgd_ptr pa,
-                        int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch, pgd_ptr work) {
-    if (!batch || !M || !N) return PDDE_OK;
-    if (K == 0) {
-        for (int64_t b0 = 0; b0 < batch; b0++) {
-            int e = g->fill32(g->impl, g->stream, pgd_at(pc, b0 * sC * 4), 0, (size_t)(M * N));
-            if (e) return e;
-        }
-        return PDDE_OK;
-    }
-    if (dt != PDDE_F32 && g->gemm_lowp) {
-        int e = g->gemm_lowp(g->impl, g->stream, dt, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
-        if (e != 1) return e;
-    }
-    if (dt != PDDE_F32) {
-        int64_t na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
-        int32_t sdt = (int32_t)dt, ddt = (int32_t)PDDE_F32;
-        int e = work.base ? PDDE_OK : g->scratch(g->impl, g->stream, (size_t)(na + nb) * sizeof(float), &work);
-        pgd_ptr wa = work, wb = pgd_at(work, na * (int64_t)sizeof(float));
-        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, na, PGD_ARGS(PGD_P(pa), PGD_P(wa), PGD_A(na), PGD_A(sdt), PGD_A(ddt)));
-        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
-        if (e) return e;
-        pa = wa, pb = wb;
-    }
+ * operands are exact in f32, so every route computes the same function. A caller that holds part of the
+ * scratch itself reserves the widened operands' room only where they are widened: pgd_gemm_direct first,
+ * then, where it returns 1, its room and pgd_gemm_widened. */
+static int pgd_gemm_f32(const pgd_ctx *g, int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K, pgd_ptr pa, int64_t sA, pgd_ptr pb,
+                        int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch) {
     if (g->gemm) {
         int e = g->gemm(g->impl, g->stream, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
         if (e != 1) return e;
@@ -663,6 +643,58 @@ static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb,
         if (e) return e;
     }
     return PDDE_OK;
+}
+
+/* The f32 floats pgd_gemm_widened writes: the widened A and B */
+static int64_t pgd_gemm_widened_floats(int64_t M, int64_t N, int64_t K, int64_t sA, int64_t sB, int64_t batch) {
+    return (sA ? sA * (batch - 1) : 0) + M * K + (sB ? sB * (batch - 1) : 0) + K * N;
+}
+
+/* The GEMM where it needs no widened operands: an empty product (K 0: C zeroed), f32 operands, or bf16 / f16 ones
+ * the backend's GEMM reads itself (gemm_lowp); 1 where nothing ran and the operands must be widened. */
+static int pgd_gemm_direct(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K, pgd_ptr pa,
+                           int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch) {
+    if (!batch || !M || !N) return PDDE_OK;
+    if (K == 0) {
+        for (int64_t b0 = 0; b0 < batch; b0++) {
+            int e = g->fill32(g->impl, g->stream, pgd_at(pc, b0 * sC * 4), 0, (size_t)(M * N));
+            if (e) return e;
+        }
+        return PDDE_OK;
+    }
+    if (dt == PDDE_F32) return pgd_gemm_f32(g, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
+    return g->gemm_lowp ? g->gemm_lowp(g->impl, g->stream, dt, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch) : 1;
+}
+
+/* The bf16 / f16 operands widened to f32 in work (pgd_gemm_widened_floats of them; a null work: the stream's scratch), then
+ * the f32 GEMM (after pgd_gemm_direct returned 1) */
+static int pgd_gemm_widened(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K, pgd_ptr pa,
+                            int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch, pgd_ptr work) {
+    int64_t na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
+    int32_t sdt = (int32_t)dt, ddt = (int32_t)PDDE_F32;
+    int e = work.base ? PDDE_OK : g->scratch(g->impl, g->stream, (size_t)(na + nb) * sizeof(float), &work);
+    pgd_ptr wa = work, wb = pgd_at(work, na * (int64_t)sizeof(float));
+    if (!e) e = pgd_launch_1d(g, PGD_K_CAST, na, PGD_ARGS(PGD_P(pa), PGD_P(wa), PGD_A(na), PGD_A(sdt), PGD_A(ddt)));
+    if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
+    return e ? e : pgd_gemm_f32(g, ta, tb, M, N, K, wa, sA, wb, sB, pc, sC, batch);
+}
+
+static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K, pgd_ptr pa,
+                        int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch, pgd_ptr work) {
+    int e = pgd_gemm_direct(g, dt, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
+    return e != 1 ? e : pgd_gemm_widened(g, dt, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch, work);
+}
+
+/* pgd_gemm_run for a caller holding the first held bytes of the stream's scratch (*scr), C there (c_held) or at pc: the
+ * widened operands' room is reserved after them only where they are widened. The scratch may then move (*scr says
+ * where it is), so the caller writes none of it before, and takes its pointers into it after. */
+static int pgd_gemm_run_held(const pgd_ctx *g, pgd_ptr *scr, int64_t held, int c_held, pdde_dtype dt, int32_t ta, int32_t tb, int64_t M,
+                             int64_t N, int64_t K, pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch) {
+    int e = pgd_gemm_direct(g, dt, ta, tb, M, N, K, pa, sA, pb, sB, c_held ? *scr : pc, sC, batch);
+    if (e != 1) return e;
+    int64_t wbytes = pgd_gemm_widened_floats(M, N, K, sA, sB, batch) * (int64_t)sizeof(float);
+    e = g->scratch(g->impl, g->stream, (size_t)(held + wbytes), scr);
+    return e ? e : pgd_gemm_widened(g, dt, ta, tb, M, N, K, pa, sA, pb, sB, c_held ? *scr : pc, sC, batch, pgd_at(*scr, held));
 }
 
 static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node);
@@ -717,16 +749,14 @@ static int pgd_matmul_act(const pgd_ctx *g, pdde_tensor *node) {
         if (e != 1) return e;
     }
     int64_t c_bytes = (n * 4 + 255) & ~(int64_t)255, x_bytes = act == PDDE_MATMUL_DGELU && x3->dtype != PDDE_F32 ? c_bytes : 0;
-    int64_t w_bytes = a->dtype != PDDE_F32 ? (M * K + K * N) * 4 : 0, z_bytes = 256;
+    int64_t z_bytes = 256, held = c_bytes + x_bytes + z_bytes;
     int own = act == PDDE_MATMUL_GELU && node->dtype == PDDE_F32; /* (X f32: the GEMM writes the node itself) */
     pgd_ptr scr = pgd_null;
-    int e = g->scratch(g->impl, g->stream, (size_t)(c_bytes + x_bytes + z_bytes + w_bytes), &scr);
+    int e = g->scratch(g->impl, g->stream, (size_t)held, &scr);
+    if (!e) e = pgd_gemm_run_held(g, &scr, held, !own, a->dtype, 0, tb, M, N, K, pa, 0, pb, 0, pd, M * N, 1);
     if (e) return e;
-    pgd_ptr c32 = own ? pd : scr, x32 = x_bytes ? pgd_at(scr, c_bytes) : px, zero = pgd_at(scr, c_bytes + x_bytes),
-            work = w_bytes ? pgd_at(scr, c_bytes + x_bytes + z_bytes) : pgd_null;
+    pgd_ptr c32 = own ? pd : scr, x32 = x_bytes ? pgd_at(scr, c_bytes) : px, zero = pgd_at(scr, c_bytes + x_bytes);
     int32_t add = PGD_B_ADD, back = act == PDDE_MATMUL_DGELU, xdt = (int32_t)x3->dtype;
-    e = pgd_gemm_run(g, a->dtype, 0, tb, M, N, K, pa, 0, pb, 0, c32, M * N, 1, work);
-    if (e) return e;
     if (!back) {
         int64_t nb = N;
         pgd_ptr pnull = pgd_null;
@@ -779,19 +809,18 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
                             residual ? 1.0f : 0.0f);
         if (e != 1) return e;
     }
-    int64_t n = batch * M * N, na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
-    int64_t cbytes = node->dtype != PDDE_F32 ? (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255 : 0;
-    int64_t wbytes = a->dtype != PDDE_F32 ? (na + nb) * (int64_t)sizeof(float) : 0; /* (pgd_gemm_run's widened operands) */
+    int64_t n = batch * M * N, cbytes = node->dtype != PDDE_F32 ? (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255 : 0;
     pgd_ptr scr = pgd_null;
-    int e = cbytes + wbytes ? g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr) : PDDE_OK;
-    pgd_ptr c32 = cbytes ? scr : pd, work = wbytes ? pgd_at(scr, cbytes) : pgd_null;
+    int e = cbytes ? g->scratch(g->impl, g->stream, (size_t)cbytes, &scr) : PDDE_OK;
+    pgd_ptr c32 = cbytes ? scr : pd;
     int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
     if (!e && cbytes && g->gemm_epi && K > 0) { /* a bf16 / f16 output it declined: the f32 sum from its epilogue GEMM, then the cast */
         int f = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, pbias, pres,
                             residual ? 1.0f : 0.0f);
         if (f != 1) return f ? f : pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
     }
-    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
+    if (!e) e = pgd_gemm_run_held(g, &scr, cbytes, cbytes != 0, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pd, M * N, batch);
+    if (cbytes) c32 = scr;
     if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
     if (!e && residual) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pres), PGD_P(c32), PGD_P(c32), PGD_A(n), PGD_A(n), PGD_A(add)));
     if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
@@ -811,10 +840,10 @@ static int pgd_grad_accum_matmul(const pgd_ctx *g, pdde_tensor *node) {
         int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, pgd_null, 1.0f);
         if (e != 1) return e;
     }
-    int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255, wbytes = a->dtype != PDDE_F32 ? (M * K + K * N) * (int64_t)sizeof(float) : 0;
+    int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255;
     pgd_ptr scr = pgd_null;
-    int e = g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr);
-    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, 0, pb, 0, scr, M * N, 1, wbytes ? pgd_at(scr, cbytes) : pgd_null);
+    int e = g->scratch(g->impl, g->stream, (size_t)cbytes, &scr);
+    if (!e) e = pgd_gemm_run_held(g, &scr, cbytes, 1, a->dtype, ta, tb, M, N, K, pa, 0, pb, 0, pgd_null, M * N, 1);
     int32_t add = PGD_B_ADD;
     if (!e) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pacc), PGD_P(scr), PGD_P(pacc), PGD_A(n), PGD_A(n), PGD_A(add)));
     return e;
