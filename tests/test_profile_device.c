@@ -40,27 +40,6 @@ typedef struct {
     char init_err[2048];                /* what pdde_session_init wrote to stderr */
 } run_result;
 
-/* stderr into a file while fn's part runs: begin returns the saved descriptor */
-static int capture_begin(FILE **f) {
-    fflush(stderr);
-    *f = tmpfile();
-    int saved = dup(2);
-    if (*f) dup2(fileno(*f), 2);
-    return saved;
-}
-
-static void capture_end(int saved, FILE *f, char *out, size_t cap) {
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    out[0] = 0;
-    if (!f) return;
-    rewind(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    fclose(f);
-}
-
 /* STEPS training steps under PDDE_PROFILE=profile (NULL: unset) on device */
 static int train(pdde_context *ctx, int device, const char *profile, int clip, run_result *r) {
     memset(r, 0, sizeof *r);
@@ -82,9 +61,9 @@ static int train(pdde_context *ctx, int device, const char *profile, int clip, r
     pdde_session *s = NULL;
     int ok = pdde_backward(g, loss) == PDDE_OK && pdde_optimizer_adamw(g, &op) == PDDE_OK;
     FILE *f;
-    int saved = capture_begin(&f);
+    int saved = test_stderr_capture_begin(&f);
     ok = ok && pdde_session_init(g, &sp, &s) == PDDE_OK;
-    capture_end(saved, f, r->init_err, sizeof r->init_err);
+    test_stderr_capture_end(saved, f, r->init_err, sizeof r->init_err);
     float *xd = malloc(sizeof(float) * B * K);
     int32_t yd[B];
     for (int step = 0; ok && step < STEPS; step++) {
@@ -102,9 +81,9 @@ static int train(pdde_context *ctx, int device, const char *profile, int clip, r
             r->op_ms[o] = pdde_session_device_op_ms(s, (pdde_op)o), r->runs[o] = pdde_session_op_runs(s, (pdde_op)o);
     }
     free(xd);
-    saved = capture_begin(&f);
+    saved = test_stderr_capture_begin(&f);
     pdde_session_free(s);
-    capture_end(saved, f, r->report, sizeof r->report);
+    test_stderr_capture_end(saved, f, r->report, sizeof r->report);
     pdde_graph_free(g);
     unsetenv("PDDE_PROFILE");
     return ok ? 0 : -1;

@@ -40,26 +40,6 @@ typedef struct {
     pdde_device_profile prof;
 } run_result;
 
-static int capture_begin(FILE **f) {
-    fflush(stderr);
-    *f = tmpfile();
-    int saved = dup(2);
-    if (*f) dup2(fileno(*f), 2);
-    return saved;
-}
-
-static void capture_end(int saved, FILE *f, char *out, size_t cap) {
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    out[0] = 0;
-    if (!f) return;
-    rewind(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = 0;
-    fclose(f);
-}
-
 /* RUNS forward passes on device under PDDE_PROFILE=profile and PDDE_PROFILE_PEAKS=peaks (NULL: unset) */
 static void forward(pdde_context *ctx, int device, const char *profile, const char *peaks, const pdde_cluster *cluster, run_result *r) {
     memset(r, 0, sizeof *r);
@@ -77,9 +57,9 @@ static void forward(pdde_context *ctx, int device, const char *profile, const ch
     sp.device = device, sp.cluster = cluster;
     pdde_session *s = NULL;
     FILE *f;
-    int saved = capture_begin(&f);
+    int saved = test_stderr_capture_begin(&f);
     int ok = z && pdde_session_init(g, &sp, &s) == PDDE_OK;
-    capture_end(saved, f, r->init_err, sizeof r->init_err);
+    test_stderr_capture_end(saved, f, r->init_err, sizeof r->init_err);
     float *data = calloc(K * N, sizeof *data);
     for (int i = 0; data && i < K * N; i++) data[i] = (float)(i % 7) * 0.25f;
     ok = ok && data && pdde_session_write(s, x, data, sizeof(float) * M * K) == PDDE_OK &&
@@ -88,9 +68,9 @@ static void forward(pdde_context *ctx, int device, const char *profile, const ch
     if (!ok) fprintf(stderr, "forward (PDDE_PROFILE=%s, PDDE_PROFILE_PEAKS=%s): %s\n", profile ? profile : "", peaks ? peaks : "", pdde_last_error(ctx));
     if (ok && profile) pdde_session_device_profile(s, &r->prof);
     free(data);
-    saved = capture_begin(&f);
+    saved = test_stderr_capture_begin(&f);
     pdde_session_free(s);
-    capture_end(saved, f, r->report, sizeof r->report);
+    test_stderr_capture_end(saved, f, r->report, sizeof r->report);
     pdde_graph_free(g);
     unsetenv("PDDE_PROFILE");
     unsetenv("PDDE_PROFILE_PEAKS");
@@ -254,9 +234,9 @@ static void test_training_step(pdde_context *ctx) {
     run_result r;
     memset(&r, 0, sizeof r);
     FILE *f;
-    int saved = capture_begin(&f);
+    int saved = test_stderr_capture_begin(&f);
     pdde_session_free(s);
-    capture_end(saved, f, r.report, sizeof r.report);
+    test_stderr_capture_end(saved, f, r.report, sizeof r.report);
     unsetenv("PDDE_PROFILE");
     /* the cost model's simulated program of this session on a cluster device standing for this one; its ops
      * are named "<phase><micro> <op name, 12 characters at most> <tensor>": the sums by those 12 characters */

@@ -218,4 +218,27 @@ static inline int test_finish(void) {
     printf("%d passed, %d failed, %d skipped\n", test_passed, test_failed, test_skipped);
     return test_failed ? 1 : 0;
 }
+
+/* stderr into a temporary file while a part under test runs (what a library call said): begin returns
+ * the saved descriptor, end restores it and copies what was written into out (at most cap - 1 bytes). */
+static inline int test_stderr_capture_begin(FILE **f) {
+    fflush(stderr);
+    *f = tmpfile();
+    int saved = dup(2);
+    if (*f) dup2(fileno(*f), 2);
+    return saved;
+}
+
+static inline void test_stderr_capture_end(int saved, FILE *f, char *out, size_t cap) {
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    out[0] = 0;
+    if (!f) return;
+    rewind(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
 #endif
