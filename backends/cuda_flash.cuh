@@ -67,6 +67,25 @@ __device__ __forceinline__ void fl_s_dp(float (&s)[NT][4], float (&dp)[NT][4], c
     }
 }
 
+/* acc += S B for the warp's 16 rows: S an accumulator tile of NT n-tiles (A operands by fl_pack_a, 16 of its
+ * columns at a time), B the shared tile bt's NT * 8 rows (pitch ld) read transposed by ldmatrix, acc DT n-tiles of
+ * 8 columns (the forward's o += P V, dq's dq += dS K) */
+template <int NT, int DT>
+__device__ __forceinline__ void fl_acc_sb(float (&acc)[DT][4], const float (&s)[NT][4], const uint16_t *bt, int ld, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) {
+        uint32_t a[4];
+        fl_pack_a(a, s, kk);
+#pragma unroll
+        for (int d = 0; d < DT; d += 2) {
+            uint32_t b[4];
+            ldsm4t(b, fl_at(bt, ld, kk * 16, d * 8, lane));
+            mma16816(acc[d], a, b[0], b[1]);
+            mma16816(acc[d + 1], a, b[2], b[3]);
+        }
+    }
+}
+
 /* rows [row0, row0 + n) of a bf16 [T, D] head (row stride ld) into a shared tile (pitch D + 8), zeros past T;
  * 16-byte moves */
 template <int D>
@@ -142,18 +161,7 @@ __device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)
             s[n][e] = exp2f(s[n][e] - m[e >> 1]);
             l[e >> 1] += s[n][e];
         }
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++) {
-        uint32_t a[4];
-        fl_pack_a(a, s, kk);
-#pragma unroll
-        for (int d = 0; d < DT; d += 2) {
-            uint32_t b[4];
-            ldsm4t(b, fl_at(vs, LD, kk * 16, d * 8, lane));
-            mma16816(o[d], a, b[0], b[1]);
-            mma16816(o[d + 1], a, b[2], b[3]);
-        }
-    }
+    fl_acc_sb(o, s, vs, LD, lane);
 }
 
 template <int D>
@@ -250,18 +258,7 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
                 float p = col > row ? 0.0f : exp2f(s[n][e] * sl2 - lse2[e >> 1]);
                 s[n][e] = p * (dp[n][e] - dot[e >> 1]); /* dS / scale */
             }
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t a[4];
-            fl_pack_a(a, s, kk);
-#pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t b[4];
-                ldsm4t(b, fl_at(ks, LD, kk * 16, d * 8, lane));
-                mma16816(dq[d], a, b[0], b[1]);
-                mma16816(dq[d + 1], a, b[2], b[3]);
-            }
-        }
+        fl_acc_sb(dq, s, ks, LD, lane);
         __syncthreads();
     }
 #pragma unroll
