@@ -537,8 +537,13 @@ typedef struct {
     /* Allreduce buckets whose members are on a device of this implementation's backend run it on a
      * device buffer of their own (pdde_extension.h: NCCL's shape); NULL: through host staging. */
     const pdde_device_collectives_iface *device_collectives;
+    /* A cluster pdde-bench measured on this machine (its device ids the context's device indices):
+     * PDDE_PROFILE=device sets each op's time against its device's measured GEMM rate and memory
+     * bandwidth (README "Checking a GPU"); NULL, or a device it did not measure: PDDE_PROFILE_PEAKS.
+     * Read at pdde_session_init only. */
+    const struct pdde_cluster *cluster;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0, NULL}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0, NULL, NULL}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
@@ -609,6 +614,14 @@ typedef struct {
     double host_issue_ms; /* from the run's start to its last node enqueued, less host_wait_ms */
     double ops;           /* device nodes (or multi-tensor groups) timed */
     double host_wait_ms, host_waits; /* the host's waits for a device before that last node (the run's end waits too) */
+    /* what the timed nodes must move and compute, as the cost model counts them (each input read once,
+     * the output written once; the FLOPs of GEMMs and fused attention, 0 for other ops) */
+    double bytes, flops;
+    /* where the devices' peaks come from: 0 none (no bound; also where one device has none), 1 the session's
+     * cluster (measured), 2 PDDE_PROFILE_PEAKS, 3 some devices each */
+    int peaks;
+    double bound_ms;      /* the sum over nodes of max(bytes / peak bandwidth, FLOPs / peak GEMM rate of its dtype) */
+    double over_bound_ms; /* the nodes' device ms less bound_ms */
 } pdde_device_profile;
 /* PDDE_ERR_STATE where the session does not time on the device */
 pdde_status pdde_session_device_profile(const pdde_session *s, pdde_device_profile *out);
@@ -1948,8 +1961,9 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
  * their compute and their collectives); the busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean) and the passes over the experts' buffers (with ep > 1
  * blocks of S rows an expert, S = ep x a rank's tokens dropless); the experts' gradient reduction over their
- * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
- * split them over the data-parallel replicas). */
+ * data-parallel replicas (ZeRO-3: and each layer's parameter gathers, prefetched as lowering runs them
+ * on these devices); the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages split
+ * them over the data-parallel replicas). */
 typedef struct {
     int64_t tokens;          /* per step, all ranks (global batch x context) */
     int width, ffn, experts, topk, layers;   /* layers: the MoE ones */
@@ -1974,11 +1988,14 @@ typedef struct {
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
     double expert_buffer_s;    /* the passes over the experts' rows beside the GEMMs: the activation, and with ep > 1
                                   the buffer by expert's padded rows (zeroed, scanned, activated) */
-    double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
-                                  parameters gathered) */
+    double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and what the
+                                  step waits of each layer's parameter gathers, forward and backward: all of
+                                  them blocking, or prefetched where lowering prefetches them on these
+                                  devices, the first layer's of a pass and what outlasts the layer before) */
     double imbalance;          /* the busiest rank's rows over the mean */
     double gemm_efficiency;    /* the GEMM rate at one expert's rows over the rate at all the rank's rows */
-    double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients, AdamW state */
+    double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients (ZeRO-3: with the
+                                  gathered layer, and the next one prefetched), AdamW state */
     double step_s;             /* alltoall_s + expert_gemm_s + expert_buffer_s + dp_sync_s */
     int fits;                  /* the experts' memory within the budget */
 } pdde_moe_cost;

@@ -1322,7 +1322,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
-    if (st == PDDE_OK && prof && !strcmp(prof, "device")) st = profile_want(s);
+    if (st == PDDE_OK && prof && !strcmp(prof, "device")) st = profile_want(s, p.cluster);
     if (st == PDDE_OK) st = session_place(s);
     if (st == PDDE_OK && s->devprof) st = profile_open(s);
 #ifdef PDDE_HAVE_COMM
@@ -1775,7 +1775,7 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
             for (int k = 0; k < u->nsrc; k++) bind_micro(s, u->src[k], micro);
         }
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
-        int timed = s->devprof ? profile_node_begin(s, t, micro) : -1;
+        int timed = s->devprof ? profile_node_begin(s, t, micro, n_group) : -1;
         st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
         if (timed >= 0) profile_node_end(s, timed);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;

@@ -208,6 +208,11 @@ static bool cost_cuda_f32_tiled(const pdde_device_spec *s, const pdde_cost_op *o
     return v && (!strcmp(v, "flash") || !strcmp(v, "flash2"));
 }
 
+/* A compute op's FLOPs: its own figure, else 2mnk of its GEMM shape (times its GEMMs); 0 without one. */
+PDDE_PRIVATE double cost_op_flops(const pdde_cost_op *op) {
+    return op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k * (op->gemms > 1 ? (double)op->gemms : 1);
+}
+
 /* *uncalibrated += 1 when the time comes from a peak figure instead of a measured curve. */
 static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op,
                            int *uncalibrated) {
@@ -215,7 +220,7 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
     if (!s) return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "cost: no device with id %d in cluster \"%s\"", device_id, c->name), NAN;
     if ((unsigned)op->op_class >= PDDE_OPCLASS_COUNT) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: op \"%s\": bad op class", op->name), NAN;
     if (op->op_class == PDDE_OPCLASS_GEMM) {
-        double flops = op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k * (op->gemms > 1 ? (double)op->gemms : 1);
+        double flops = cost_op_flops(op);
         if (flops <= 0) return 0;
         double rate = 0, grouped = s->n_gemm ? cost_grouped_gemm_cpu(s, op, flops) : 0;
         if (grouped > 0) return grouped;
@@ -1154,6 +1159,18 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
     for (int s = 0; s < x->nsrc; s++) b += (double)pdde_tensor_nbytes(x->src[s]);
     if (x->op == PDDE_OP_CROSS_ENTROPY_BACK && pdde_op_i32(x, PDDE_P_CE_DLOGITS)) return 0; /* (lowering's PDDE_FUSE_CE: its forward writes it, */
     return b;                                                                          /* its dlogits a source there) */
+}
+
+/* What node x of a lowered program moves and computes as the simulation of such programs counts it (a
+ * view moves nothing; a grouped GEMM over the buffer by expert also scans and zeroes its padding), and
+ * the dtype whose GEMM rate its FLOPs run at. PDDE_PROFILE=device sets each node's device time against it. */
+PDDE_PRIVATE void cost_node_work(const pdde_tensor *x, double *bytes, double *flops, pdde_dtype *dtype) {
+    pdde_cost_op op;
+    memset(&op, 0, sizeof op);
+    op.dtype = x->dtype;
+    cost_node_gemm(x, &op);
+    *bytes = x->flags & PDDE_TENSOR_VIEW ? 0 : cost_node_bytes(x) + cost_moe_padded_bytes(x);
+    *flops = cost_op_flops(&op), *dtype = op.dtype;
 }
 
 /* The graph's nodes, or where a fusion of lowering's is on for a device of `backend` (lower_fusion_on; NULL:

@@ -225,8 +225,15 @@ PDDE_PRIVATE int spmd_apply(spmd_ctx *c, const pdde_graph *g);
  * experts' bytes on a rank. groups: the experts over groups of ep of the dp ranks (with tp > 1, each
  * expert's hidden units over tp too), even where ep = tp; else with tp > 1 and ep = tp the tp axis. */
 PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p);
+/* How lowering runs a plan's ZeRO-3 gathers: started a layer ahead (lower_prefetch_gathers on every
+ * rank's device, equal shares), gathered again for backward (lower_regather_on). The search decides it
+ * once (both read the environment), pdde_moe_cost_estimate from the ranks' devices. */
+typedef struct {
+    bool prefetched, regathered;
+} plan_zero3_gathers;
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, bool groups, double *step_s, double *bytes);
+                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, double *step_s,
+                                        double *bytes);
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan);
 
@@ -235,6 +242,9 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op);
 PDDE_PRIVATE double cost_moe_padded_bytes(const pdde_tensor *x);
+PDDE_PRIVATE double cost_op_flops(const pdde_cost_op *op);
+/* cost.c: a lowered node's bytes, FLOPs and GEMM dtype together, as the simulation counts them */
+PDDE_PRIVATE void cost_node_work(const pdde_tensor *x, double *bytes, double *flops, pdde_dtype *dtype);
 PDDE_PRIVATE double cost_core_sharing(const pdde_cluster *c, const int *devices, int n, int op_class);
 PDDE_PRIVATE double cost_rank_oversubscription(const pdde_cluster *c, const int *devices, int n);
 PDDE_PRIVATE double cost_groups_at_once(pdde_context *ctx, const pdde_cluster *c, int pairwise, const int *members, int G, int S, int steps,

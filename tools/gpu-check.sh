@@ -9,7 +9,7 @@
 #   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, in pdde and in PyTorch (SDPA);
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
-#   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
+#   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device), each op against the GPU's peaks; `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers; ZeRO-3's
 #   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured); the
@@ -175,11 +175,33 @@ gpt_run() { # NAME ENV... -- ARGS...: one bench_cuda --gpt run; its tokens/s in 
 }
 gpt_run bf16 build/bench_cuda --gpt --dtype bf16 # (the defaults: what a user gets)
 mfu=$(field "$out/step.out" mfu_pct)
-# (where that step's time goes: each node timed by device events, no wait per node; the per-op table in the log)
-gpt_run bf16_device_profile PDDE_PROFILE=device build/bench_cuda --gpt --dtype bf16
+# (where that step's time goes: each node timed by device events, no wait per node; the per-op table in the log),
+# and how far each op is from the GPU's limits: the peaks of build/cluster.json where pdde-bench measured this GPU
+# there, else the nominal ones by its name (memory bandwidth; dense bf16 and f32 GEMMs), else none (no bound)
+case "$gpu" in
+    *H200*) nominal=4800,989,67 ;;
+    *H100*PCIe* | *H100*NVL*) nominal= ;; # (other memory and clocks than the SXM's)
+    *H100*) nominal=3350,989,67 ;;
+    *) nominal= ;;
+esac
+gpt_run bf16_device_profile PDDE_PROFILE=device ${nominal:+PDDE_PROFILE_PEAKS=$nominal} build/bench_cuda --gpt --dtype bf16 \
+    $([ -s build/cluster.json ] && echo --cluster build/cluster.json)
 line=$(grep '^PROFILE device ' "$out/step.out" | tail -1)
 line=${line:-PROFILE device status=none}
 result "gpu_profile ${line#PROFILE device }"
+# (the ops furthest from their bound, by device ms less bound ms: RESULT gpu_roofline lines)
+roofline_top() { # the six PROFILE op lines with a bound furthest from it, as "over name ms bound_ms gbps tflops calls"
+    grep '^PROFILE op ' "$out/step.out" | awk '{ split("", v); for (i = 3; i <= NF; i++) { j = index($i, "="); v[substr($i, 1, j - 1)] = substr($i, j + 1) }
+        if ("bound_ms" in v) printf "%.3f %s %s %s %s %s %s\n", v["ms"] - v["bound_ms"], v["name"], v["ms"], v["bound_ms"], v["gbps"], v["tflops"], v["calls"] }' |
+        sort -rn | head -6
+}
+peaks_from=$(echo "$line" | sed -n 's/.* peaks=\([^ ]*\).*/\1/p')
+rank=0
+while read -r over name ms bound gbps tflops calls; do
+    rank=$((rank + 1))
+    result "gpu_roofline rank=$rank op=$name ms=$ms bound_ms=$bound over_ms=$over gbps=$gbps tflops=$tflops calls=$calls peaks=$peaks_from"
+done < <(roofline_top)
+[ $rank = 0 ] && result "gpu_roofline status=no_bound (no measured cluster and no nominal peaks for \"$gpu\")"
 # (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
 gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16

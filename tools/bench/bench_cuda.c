@@ -3,6 +3,7 @@
  *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]
  *   bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]
  *              [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps N]
+ *   bench_cuda --gpt [--dtype f32|bf16] --cluster cluster.json   PDDE_PROFILE=device's peaks from a measured cluster
  *   bench_cuda --probe [--device NAME]      the device it would run on, or "no ... device"
  *   bench_cuda --gemm [--device NAME] [--model ...]   the GEMMs of a GPT step, pdde's paths and torch.matmul
  *              (tools/bench/bench_cuda_gemm.h: per shape ms and TFLOP/s, RESULT gpu_gemm)
@@ -16,8 +17,10 @@
  * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh (casts_per_step: the casts run
  * a step after the first, pdde_session_op_runs; PDDE_FOLD_CASTS sets whether weights' bf16 copies are kept
  * and casts folded into their producers). PDDE_PROFILE=device adds a "PROFILE device busy_ms=.. wall_ms=..
- * idle_pct=.. host_issue_ms=.. ops=.. host_wait_ms=.." line (pdde_session_device_profile: per step, the first left out;
- * the per-op table goes to stderr when the session is freed).
+ * idle_pct=.. host_issue_ms=.. ops=.. host_wait_ms=.. bytes=.. flops=.. [bound_ms=.. over_bound_ms=.. peaks=..]" line
+ * (pdde_session_device_profile: per step, the first left out; the per-op table and its "PROFILE op" lines go to
+ * stderr when the session is freed); --cluster FILE gives the session a cluster pdde-bench measured, whose
+ * peaks the profile's bound takes where it measured the device (else PDDE_PROFILE_PEAKS).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
  * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line. --packed:
  * one f32 leaf qkv [B, T, H*3*D] and pdde_attention_qkv (the GPT block's layout) instead.
@@ -285,6 +288,7 @@ static int predict_step(pdde_context *ctx, const pdde_graph *g, const pdde_sessi
 
 typedef struct {
     const char *predict, *backend; /* --predict FILE, the device's backend */
+    const char *cluster;           /* --cluster FILE: the session's (PDDE_PROFILE=device's peaks) */
     int predict_only, steps;
     gpt_config model;
 } gpt_options;
@@ -310,8 +314,14 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         pdde_graph_free(g);
         return;
     }
+    pdde_cluster *cl = NULL;
+    if (o && o->cluster && pdde_cluster_load(ctx, o->cluster, &cl) != PDDE_OK)
+        fprintf(stderr, "--cluster %s: %s (the profile goes on without it)\n", o->cluster, pdde_last_error(ctx));
+    sp.cluster = cl;
     pdde_session *s;
-    if (pdde_session_init(g, &sp, &s) != PDDE_OK) {
+    pdde_status st_init = pdde_session_init(g, &sp, &s);
+    pdde_cluster_free(cl); /* (read at the session's start only) */
+    if (st_init != PDDE_OK) {
         fprintf(stderr, "gpt session: %s\n", pdde_last_error(ctx));
         pdde_graph_free(g);
         return;
@@ -347,9 +357,14 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
                unfused_graph ? "graph" : path && *path ? path : "default", ms, tok_s, 100.0 * tok_s * flops_tok / 989e12,
                loss0, loss, casts);
         pdde_device_profile pr; /* PDDE_PROFILE=device: where the step's time goes on the device */
-        if (pdde_session_device_profile(s, &pr) == PDDE_OK)
-            printf("PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f\n", pr.busy_ms,
-                   pr.wall_ms, pr.idle_pct, pr.host_issue_ms, pr.ops, pr.host_wait_ms);
+        if (pdde_session_device_profile(s, &pr) == PDDE_OK) {
+            printf("PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f bytes=%.0f flops=%.0f",
+                   pr.busy_ms, pr.wall_ms, pr.idle_pct, pr.host_issue_ms, pr.ops, pr.host_wait_ms, pr.bytes, pr.flops);
+            if (pr.peaks)
+                printf(" bound_ms=%.3f over_bound_ms=%.3f peaks=%s", pr.bound_ms, pr.over_bound_ms,
+                       pr.peaks == 1 ? "cluster" : pr.peaks == 2 ? "env" : "cluster+env");
+            printf("\n");
+        }
     }
     free(x);
     free(y);
@@ -419,6 +434,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dt = !strcmp(argv[++i], "bf16") ? PDDE_BF16 : PDDE_F32;
         else if (!strcmp(argv[i], "--predict") && i + 1 < argc) o.predict = argv[++i];
         else if (!strcmp(argv[i], "--predict-only")) o.predict_only = 1;
+        else if (!strcmp(argv[i], "--cluster") && i + 1 < argc) o.cluster = argv[++i];
         else if (!strcmp(argv[i], "--probe")) probe = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) o.backend = argv[++i];
@@ -428,6 +444,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]\n"
                             "       bench_cuda --gemm [--device cuda|opencl] [--model ...]\n"
                             "       bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]\n"
+                            "       bench_cuda --gpt ... --cluster cluster.json   (PDDE_PROFILE=device: the bound at its measured peaks)\n"
                             "                  [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps 1..64]\n");
             return 2;
         }
