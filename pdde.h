@@ -2126,8 +2126,14 @@ typedef struct pdde_elastic pdde_elastic;
  * notice). Retries the first request for up to timeout_s. Unauthenticated: keep etcd on 127.0.0.1 or
  * a network only the job's hosts reach. PDDE_ERR_UNAVAILABLE when pdde was built without libcurl.
  * Elastic jobs use it for their membership with PDDE_RDZV=etcd://host:port (pdde-run --rdzv
- * etcd://host:port/JOB); their worlds still meet through the built-in store. */
+ * etcd://host:port/JOB); their worlds still meet through the built-in store, whose address pdde-run
+ * keeps in etcd (pdde_store_etcd_set_leased) for joiners. */
 pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, double timeout_s, pdde_store **out);
+/* Puts key = val on the lease this etcd client holds (pdde_store_set_liveness first): etcd deletes the
+ * key when the lease ends (the process died, froze past the lease, or closed). pdde-run keeps an etcd
+ * job's store address so, for pdde-run --join. PDDE_ERR_STATE without a lease, PDDE_ERR_INVALID_ARG on
+ * a store that is not etcd. */
+pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len);
 typedef struct {
     const char *job;          /* the job's name in the store; NULL = PDDE_ELASTIC_JOB (pdde-run sets it) */
     int min_ranks;            /* fewer survivors stop the job; 0 = PDDE_ELASTIC_MIN or 1 */

@@ -10,7 +10,9 @@
  * __pdde/alive/<lease> on the lease. When the lease ends (the process died, froze, or lost etcd for
  * longer than the lease), etcd deletes the alive key; a get that finds no key then looks for
  * registrations of it whose alive key is gone, and sets the notice (create-only transaction) for
- * everyone. A clean close deletes the registration and revokes the lease.
+ * everyone. A clean close deletes the registration and revokes the lease. pdde_store_etcd_set_leased
+ * puts a key on the lease itself, so etcd deletes it when the lease ends (pdde-run keeps an elastic
+ * job's store address so).
  *
  * etcd is reached in the clear without authentication: run it on 127.0.0.1 or a network only the
  * job's hosts reach. Without libcurl (PDDE_HAVE_CURL unset) the connect call says so. */
@@ -357,7 +359,10 @@ static pdde_status store_etcd_liveness(void *impl, pdde_context *ctx, const char
     char body[64];
     long ttl = (long)ceil(lease_s > 2 ? lease_s : 2); /* (etcd's least) */
     snprintf(body, sizeof body, "{\"TTL\":\"%ld\"}", ttl);
-    pdde_status st = etcd_post(t, ctx, "/v3/lease/grant", body, t->timeout_s, 0);
+    /* the grant waits for its reply at most twice the lease asked for, as every request does once the
+     * lease is held (etcd_post): a caller that registers a lease judges etcd lost at that scale */
+    double wait = lease_s > 0 && 2 * lease_s < t->timeout_s ? 2 * lease_s : t->timeout_s;
+    pdde_status st = etcd_post(t, ctx, "/v3/lease/grant", body, wait, 0);
     size_t n;
     const char *id = st ? NULL : etcd_field(t->buf, "ID", &n);
     if (!st && !id) return pdde_error(ctx, PDDE_ERR_COMM, "etcd %s: lease grant without an ID: %.200s", t->endpoint, t->buf);
@@ -381,6 +386,14 @@ static pdde_status store_etcd_ping(void *impl, pdde_context *ctx) {
     if (!st && !strstr(t->buf, "\"TTL\""))
         return pdde_error(ctx, PDDE_ERR_PEER_LOST, "etcd %s: the lease of this client ended (it was silent too long)", t->endpoint);
     return st;
+}
+
+/* Puts key on this client's lease: etcd deletes it when the lease ends. */
+static pdde_status store_etcd_set_leased(store_etcd *t, pdde_context *ctx, const char *key, const void *val, size_t len) {
+    if (!t->lease)
+        return pdde_error(ctx, PDDE_ERR_STATE, "etcd %s: '%s' is to be bound to this client's lease, and it holds none "
+                          "(pdde_store_set_liveness first)", t->endpoint, key);
+    return etcd_put(t, ctx, key, val, len, t->lease);
 }
 
 static void store_etcd_close(void *impl) {
@@ -430,12 +443,24 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
     return st;
 }
 
+pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len) {
+    STORE_CHECK(s, key);
+    if (s->iface != &store_etcd_iface)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "pdde_store_etcd_set_leased: store %s is not etcd", s->iface->name);
+    return store_etcd_set_leased(s->impl, s->ctx, key, val, len);
+}
+
 #else /* no libcurl */
 
 pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, double timeout_s, pdde_store **out) {
     (void)endpoint, (void)timeout_s;
     if (out) *out = NULL;
     return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without libcurl (PDDE_HAVE_CURL; Debian: libcurl4-openssl-dev)");
+}
+
+pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len) {
+    (void)key, (void)val, (void)len;
+    return pdde_error(s ? s->ctx : NULL, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without libcurl (PDDE_HAVE_CURL)");
 }
 
 #endif

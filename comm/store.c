@@ -938,9 +938,15 @@ static pdde_status store_tcp_remove(void *impl, pdde_context *ctx, const char *k
 }
 static pdde_status store_tcp_liveness(void *impl, pdde_context *ctx, const char *key, const void *val, size_t len,
                                       double lease_s) {
+    store_tcp *t = impl;
     unsigned char l[8]; put_u64(l, (uint64_t)(lease_s > 0 ? lease_s * 1e6 : 0));
-    pdde_status st = store_rpc(impl, ctx, STORE_OP_LIVENESS, key, val, len, l, 8, NULL, NULL);
-    if (!st) ((store_tcp *)impl)->lease_s = lease_s > 0 ? lease_s : 0;
+    /* The registration waits for its reply at most twice the lease it asks for, as every call does once
+     * the lease is held (store_rpc): whoever registers a lease judges the store lost at that scale (an
+     * elastic joiner whose store goes silent right then stops after two leases, not its timeout). */
+    double held = t->lease_s;
+    if (lease_s > 0 && (held <= 0 || lease_s < held)) t->lease_s = lease_s;
+    pdde_status st = store_rpc(t, ctx, STORE_OP_LIVENESS, key, val, len, l, 8, NULL, NULL);
+    t->lease_s = st ? held : lease_s > 0 ? lease_s : 0;
     return st;
 }
 static pdde_status store_tcp_ping(void *impl, pdde_context *ctx) {

@@ -386,8 +386,14 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
 
     double margin = e->peer_timeout_s / 4 < 0.25 ? e->peer_timeout_s / 4 : 0.25;
     e->lease_s = e->peer_timeout_s - margin;
-    if ((st = pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s))) goto fail;
-    atomic_store(&e->heard_at, elastic_now()); /* (before the heartbeat thread starts) */
+    /* (before the heartbeat thread starts) The registration waits for its reply at most twice the lease
+     * (the store's clients bound it so): a joiner whose store falls silent right then is cut off. */
+    atomic_store(&e->heard_at, elastic_now());
+    st = el_heard(e, pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s));
+    double silent_s = 0;
+    if (st && joiner && (st == PDDE_ERR_TIMEOUT || elastic_joiner_cut_off(e, &silent_s)))
+        st = elastic_joiner_cut_off_error(e, elastic_now() - atomic_load(&e->heard_at));
+    if (st) goto fail;
     if (pthread_create(&e->heartbeat, NULL, elastic_heartbeat, e)) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: no heartbeat thread"); goto fail; }
     e->heartbeat_started = 1;
     char maxv[32];
@@ -396,7 +402,6 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     if (!joiner && e->id == 0 && (st = el_set(e, key, maxv))) goto fail; /* (every member must agree on it) */
     if (joiner) {
         char *v = NULL;
-        double silent_s = 0;
         for (double until = elastic_now() + e->timeout_s; el_get(e, key, &v) != PDDE_OK && elastic_now() < until;) {
             if (elastic_joiner_cut_off(e, &silent_s)) { st = elastic_joiner_cut_off_error(e, silent_s); goto fail; }
             elastic_sleep(0.01);
@@ -1357,6 +1362,10 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
     (void)endpoint, (void)timeout_s;
     if (out) *out = NULL;
     return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without communication (comm/ needs UCX)");
+}
+pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len) {
+    (void)s, (void)key, (void)val, (void)len;
+    return pdde_error(NULL, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without communication (comm/ needs UCX)");
 }
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     (void)e, (void)s, (void)user, (void)change;

@@ -19,7 +19,8 @@
  *    the world with it in one recovery (test_brief_stop);
  *  - a joiner whose store stops answering (SIGSTOP) while it waits to be taken in, or at init for the
  *    job's maximum, stops within a few leases saying it is cut off, not at its timeout
- *    (test_joiner_cut_off).
+ *    (test_joiner_cut_off); and one whose store falls silent just as it registers its lease (a relay
+ *    in front of the store holds that request: test_joiner_cut_off_registering).
  * The seed of the random step is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -40,6 +41,7 @@ int main(void) {
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <poll.h>
 
 #define STEPS 4000
 #define COMPARED 600 /* the steps compared: the kill comes by step 100, the restart within seconds */
@@ -308,6 +310,141 @@ static void test_joiner_cut_off(int max_known) {
     free(j.out);
 }
 
+/* A store that falls silent just as a client registers its lease: a relay on 127.0.0.1 (*port, a free
+ * port) in a process of its own, in front of the store at upstream_port. It passes bytes both ways
+ * until a client sends a liveness registration (a request frame is a u32 body length, then the op:
+ * comm/store.c's STORE_OP_LIVENESS is 6); from then on it passes nothing on that connection and
+ * answers nothing, the connection left open: to the client the store went silent right then. It then
+ * writes a byte to the pipe *held_fd reads. The caller kills it (SIGKILL) and reaps it. */
+#define RELAY_OP_LIVENESS 6
+static void relay_write_all(int fd, const unsigned char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0) return;
+        p += w, n -= (size_t)w;
+    }
+}
+
+static pid_t silent_at_registration(int upstream_port, int *port, int *held_fd) {
+    int hp[2];
+    *port = 0, *held_fd = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) || listen(lfd, 16) || getsockname(lfd, (struct sockaddr *)&sa, &sl) ||
+        pipe(hp)) {
+        if (lfd >= 0) close(lfd);
+        return -1;
+    }
+    *port = ntohs(sa.sin_port);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(hp[0]);
+        enum { MAXC = 8, CAP = 1 << 16 };
+        static struct { int c, s, held; size_t n; unsigned char buf[CAP]; } conn[MAXC];
+        int nc = 0;
+        for (;;) {
+            struct pollfd pf[1 + 2 * MAXC];
+            int np = 0, who[1 + 2 * MAXC];
+            pf[np] = (struct pollfd){lfd, POLLIN, 0}, who[np++] = -1;
+            for (int k = 0; k < nc; k++)
+                if (conn[k].c >= 0 && !conn[k].held) {
+                    pf[np] = (struct pollfd){conn[k].c, POLLIN, 0}, who[np++] = 2 * k;
+                    pf[np] = (struct pollfd){conn[k].s, POLLIN, 0}, who[np++] = 2 * k + 1;
+                }
+            if (poll(pf, (nfds_t)np, 1000) <= 0) continue;
+            for (int i = 0; i < np; i++) {
+                if (!pf[i].revents) continue;
+                if (who[i] < 0) {
+                    int c = accept(lfd, NULL, NULL), s = socket(AF_INET, SOCK_STREAM, 0);
+                    struct sockaddr_in up = {.sin_family = AF_INET, .sin_port = htons((uint16_t)upstream_port),
+                                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                    if (c < 0 || s < 0 || nc == MAXC || connect(s, (struct sockaddr *)&up, sizeof up)) {
+                        if (c >= 0) close(c);
+                        if (s >= 0) close(s);
+                        continue;
+                    }
+                    conn[nc].c = c, conn[nc].s = s, conn[nc].held = 0, conn[nc].n = 0, nc++;
+                    continue;
+                }
+                int k = who[i] / 2;
+                if (conn[k].c < 0 || conn[k].held) continue;
+                if (who[i] % 2) { /* the store's replies, as they come */
+                    unsigned char b[4096];
+                    ssize_t r = read(conn[k].s, b, sizeof b);
+                    if (r <= 0) { close(conn[k].c), close(conn[k].s), conn[k].c = -1; continue; }
+                    relay_write_all(conn[k].c, b, (size_t)r);
+                    continue;
+                }
+                ssize_t r = read(conn[k].c, conn[k].buf + conn[k].n, CAP - conn[k].n);
+                if (r <= 0) { close(conn[k].c), close(conn[k].s), conn[k].c = -1; continue; }
+                conn[k].n += (size_t)r;
+                while (conn[k].n >= 5) { /* whole requests on, up to a registration */
+                    uint32_t len = (uint32_t)conn[k].buf[0] | (uint32_t)conn[k].buf[1] << 8 | (uint32_t)conn[k].buf[2] << 16 |
+                                   (uint32_t)conn[k].buf[3] << 24;
+                    if (conn[k].buf[4] == RELAY_OP_LIVENESS) {
+                        conn[k].held = 1;
+                        if (write(hp[1], "h", 1) != 1) _exit(3);
+                        break;
+                    }
+                    if (conn[k].n < 4 + (size_t)len) break;
+                    relay_write_all(conn[k].s, conn[k].buf, 4 + (size_t)len);
+                    memmove(conn[k].buf, conn[k].buf + 4 + len, conn[k].n - 4 - len);
+                    conn[k].n -= 4 + (size_t)len;
+                }
+            }
+        }
+    }
+    close(lfd), close(hp[1]);
+    if (pid < 0) { close(hp[0]); return -1; }
+    *held_fd = hp[0];
+    return pid;
+}
+
+/* A joiner whose store falls silent just as it registers its lease (the relay above: the store itself
+ * runs on, so nothing but that request goes unanswered) stops within a few leases, saying it is cut
+ * off, not at its timeout (100 s): the registration waits for its reply at most twice the lease. */
+static void test_joiner_cut_off_registering(void) {
+    const char *what = "joiner cut off while it registers its lease";
+    int store_port = 0, port = 0, held_fd = -1;
+    pid_t host = test_store_process(&store_port);
+    pid_t relay = host > 0 && store_port > 0 ? silent_at_registration(store_port, &port, &held_fd) : -1;
+    CHECK(relay > 0 && port > 0, "%s: the store and the relay in front of it started", what);
+    if (relay <= 0 || port <= 0) {
+        if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0);
+        return;
+    }
+    char rdzv[96], peer[32], m_join[300];
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/cut-registering", port);
+    snprintf(m_join, sizeof m_join, "%s/cut_registering_joiner.jsonl", g_tmp);
+    double peer_s = job_peer_timeout(1.0), lease_s = peer_s - (peer_s / 4 < 0.25 ? peer_s / 4 : 0.25);
+    snprintf(peer, sizeof peer, "%.2f", peer_s);
+    const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", peer, "--rdzv", rdzv, NULL};
+    const char *env[] = {"PDDE_ELASTIC_TIMEOUT=100", "PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
+    static const char *const none[] = {NULL};
+    job j = ft_start(join_run, m_join, env, none);
+    int held = 0;
+    for (double until = job_now() + JOB_STEP_LIMIT_S; !held && !job_poll(&j, 20) && job_now() < until;) {
+        struct pollfd q = {held_fd, POLLIN, 0};
+        held = poll(&q, 1, 0) > 0;
+    }
+    double t_held = job_now(), bound = (3 * lease_s + 1) * test_load_factor();
+    CHECK(held, "%s: the joiner sent its registration (held by the relay):\n%s", what, job_text(&j));
+    int rc = held ? job_finish(&j, t_held - j.t0 + bound + 5) : (job_kill(&j), -1);
+    double took = job_now() - t_held;
+    if (held)
+        CHECK(rc > 0 && took < bound && strstr(job_text(&j), "has had no reply from the store") &&
+              strstr(job_text(&j), "cut off or the store is down"),
+              "%s: the joiner stops within %.2f s of its registration going unanswered (3 leases of %.2f s and 1 s, times the "
+              "load), saying it is cut off: rc %d after %.2f s:\n%s", what, bound, lease_s, rc, took, job_text(&j));
+    printf("%s: stopped %.2f s after its registration went unanswered (lease %.2f s, bound %.2f s)\n", what, took, lease_s, bound);
+    kill(relay, SIGKILL), waitpid(relay, NULL, 0);
+    kill(host, SIGKILL), waitpid(host, NULL, 0);
+    close(held_fd);
+    free(j.out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     unsigned seed = 0;
@@ -317,6 +454,7 @@ int main(int argc, char **argv) {
     static const char *const ft[] = {"--ft-replicas", NULL}, *const zero1[] = {"--zero", "1", NULL};
     test_joiner_cut_off(1);
     test_joiner_cut_off(0);
+    test_joiner_cut_off_registering();
     test_rejoin("ft replicas", 0, seed, ft, 0);
     test_rejoin("ZeRO-1", 1, seed, zero1, 1);
     test_brief_stop(seed);

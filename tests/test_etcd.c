@@ -11,6 +11,10 @@
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
  *    the world, report it within 5 s (not at the 60 s timeout), naming it;
  *  - pdde-run --restart 1 with etcd: a rank killed, started again, taken in; the job ends on 3 ranks;
+ *  - growing with etcd: a job of 2 ranks grows to 3 by a pdde-run --join that finds the job's store
+ *    through etcd (the address its pdde-run keeps there on a lease, gone once the job ends); the
+ *    losses go on as a run of 2 ranks without changes; a join to a job etcd does not know fails at
+ *    once, naming etcd and the job;
  *  - a joiner waiting to be taken in while etcd stops answering (SIGSTOP): it stops within a few of
  *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT). */
 #define _GNU_SOURCE
@@ -338,6 +342,100 @@ static void test_restart(void) {
     free(j.out);
 }
 
+/* The losses of steps 1..to in two gpt metrics files agree within tol (relative; NaN or a missing step fails). */
+static void compare_losses(const char *what, const char *got_path, const char *want_path, int to, double tol) {
+    double *got = malloc((size_t)(to + 1) * sizeof *got), *want = malloc((size_t)(to + 1) * sizeof *want);
+    if (!got || !want) { CHECK(0, "%s: out of memory", what); free(got), free(want); return; }
+    metrics_losses(got_path, got, to), metrics_losses(want_path, want, to);
+    double worst = 0;
+    int bad = -1;
+    for (int s = 1; s <= to; s++) {
+        double d = isfinite(got[s]) && isfinite(want[s]) ? fabs(got[s] - want[s]) / fabs(want[s]) : INFINITY;
+        if (d > worst) worst = d;
+        if (!(d <= tol) && bad < 0) bad = s;
+    }
+    CHECK(bad < 0, "%s: step %d's loss %.9g differs from %s's %.9g (tolerance %.3g relative; NaN: no loss)", what, bad,
+          bad > 0 ? got[bad] : 0, want_path, bad > 0 ? want[bad] : 0, tol);
+    printf("%s: the losses of steps 1..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, to, want_path, worst, tol);
+    free(got), free(want);
+}
+
+/* Grow through etcd: a job of 2 ranks (--max 3, membership in etcd), then pdde-run --join -n 1 with the
+ * same --rdzv etcd://: it reads the job's store address from etcd, and the members take it in at a step
+ * boundary and hand it the state, as with tcp://. Checked as the tcp grow test does: both finish, the
+ * job's transition says so (dp=3), nothing is lost, and the losses up to 10 steps after the join equal
+ * those of 2 ranks without changes (1e-4: the ranks there are change only the rounding; that run is
+ * stopped once past them). The address is gone from etcd once the job ends (its pdde-run's lease). A join to a
+ * job etcd has not heard of stops at once, naming etcd and the job. */
+static void test_grow(void) {
+    char rdzv[160], m[300], m_base[300], m_join[300], run[600], gpt[600], peer[16];
+    snprintf(m, sizeof m, "%s/grow.jsonl", g_tmp);
+    snprintf(m_base, sizeof m_base, "%s/grow_base.jsonl", g_tmp);
+    snprintf(m_join, sizeof m_join, "%s/grow_joiner.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/grow", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    /* (planned changes measure no detection: a peer timeout a loaded machine keeps, as test_elastic's grow) */
+    snprintf(peer, sizeof peer, "%.1f", job_peer_timeout(10));
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", "PDDE_JOB_SECRET=test-etcd-grow-secret-0123456789abcdef", NULL};
+    /* (1500 steps: the joiner's process must start and be taken in before the job ends, and a loaded
+     * machine slows both; the limits grow with the load) */
+    double limit = 60 * test_load_factor();
+#define GROW_GPT(steps) gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps, \
+                        "--val-every", "0", "--sample-len", "0", "--threads", "1", "--metrics"
+    char *job_argv[] = {run, "-n", "2", "--elastic", "--min", "1", "--max", "3", "--peer-timeout", peer, "--grace", "1", "--rdzv", rdzv,
+                        GROW_GPT("1500"), m, NULL};
+    char *join_argv[] = {run, "-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", peer, "--grace", "1", "--rdzv", rdzv,
+                         GROW_GPT("1500"), m_join, NULL};
+    char *base_argv[] = {run, "-n", "2", "--elastic", "--peer-timeout", peer, "--grace", "1", GROW_GPT("1500"), m_base, NULL};
+#undef GROW_GPT
+    job a = job_spawn(job_argv, env);
+    int ok = !job_wait_step(&a, m, 20, limit);
+    job b = job_spawn(join_argv, env);
+    int rc_b = job_end(&b, 2 * limit), rc_a = job_end(&a, limit);
+    const char *t = job_text(&a), *line = strstr(t, "1 rank joined at step ");
+    int at = line ? atoi(line + strlen("1 rank joined at step ")) : -1;
+    CHECK(ok && rc_a == 0 && rc_b == 0 && line && strstr(line, "re-plan 2 -> 3 ranks: dp=3") && !strstr(t, "lost"),
+          "grow 2 -> 3 through etcd: rc %d and %d (joiner)\n%s\n--- joiner:\n%s", rc_a, rc_b, t, job_text(&b));
+    if (line) printf("grow (etcd): ...%.*s\n", (int)strcspn(line, "\n"), line);
+    if (at > 0) { /* (the same --steps: the learning rate's schedule follows them) */
+        job base = job_spawn(base_argv, env);
+        int ok_base = !job_wait_step(&base, m_base, at + 11, limit);
+        job_kill(&base);
+        CHECK(ok_base, "grow (etcd): the run of 2 ranks without changes reaches step %d:\n%s", at + 11, job_text(&base));
+        free(base.out);
+        compare_losses("grow (etcd)", m, m_base, at + 10, 1e-4);
+    }
+    free(a.out), free(b.out);
+    if (rc_a == 0) { /* (a job killed leaves its lease to run out) */
+        pdde_context *ctx;
+        pdde_context_init(NULL, &ctx);
+        pdde_store *s = NULL;
+        void *v = NULL;
+        size_t n = 0;
+        pdde_status st = pdde_store_etcd_connect(ctx, g_url, 10, &s);
+        if (!st) st = pdde_store_get(s, "elastic/grow/store", &v, &n);
+        CHECK(st == PDDE_ERR_NOT_FOUND, "grow (etcd): the job's store address left etcd with the job: %s", pdde_status_str(st));
+        free(v);
+        pdde_store_close(s);
+        pdde_context_free(ctx);
+    }
+
+    /* a job etcd does not know */
+    char nowhere[160];
+    snprintf(nowhere, sizeof nowhere, "etcd://127.0.0.1:%d/no-such-job", g_client_port);
+    char *lost_argv[] = {run, "-n", "1", "--elastic", "--join", "--rdzv", nowhere, gpt, "--steps", "10", NULL};
+    job c = job_spawn(lost_argv, env);
+    int rc_c = job_end(&c, 30);
+    double took = job_now() - c.t0;
+    char where[64];
+    snprintf(where, sizeof where, "127.0.0.1:%d", g_client_port);
+    CHECK(rc_c == 2 && took < 5 && strstr(job_text(&c), "no elastic job 'no-such-job'") && strstr(job_text(&c), where),
+          "--join to a job etcd does not know: a clear error at once: rc %d after %.2f s:\n%s", rc_c, took, job_text(&c));
+    printf("--join, no such job in etcd: rc %d after %.2f s: %.*s\n", rc_c, took, (int)strcspn(job_text(&c), "\n"), job_text(&c));
+    free(c.out);
+}
+
 /* A joiner (PDDE_ELASTIC_JOIN=1) waiting to be taken in, whose etcd stops answering (SIGSTOP: no reply, no
  * error, as a host cut off from it sees it), stops within a few leases saying it is cut off, not at its
  * timeout (100 s) nor at its requests' (10 s each): holding a lease, it waits for a reply at most twice
@@ -350,8 +448,8 @@ static void test_joiner_cut_off(pdde_context *ctx) {
     pdde_store *s = NULL;
     int ok = pdde_store_etcd_connect(ctx, g_url, 10, &s) == PDDE_OK && pdde_store_set(s, "elastic/cut/max", "4", 1) == PDDE_OK;
     CHECK(ok, "etcd joiner cut off: the job's maximum set in etcd");
-    /* (pdde-run --join takes tcp:// only, so the joiner is gpt with the environment pdde-run --restart
-     * gives a rank it starts again: its membership in etcd, its world at a store it never reaches here) */
+    /* (the joiner is gpt with the environment pdde-run --restart gives a rank it starts again: its
+     * membership in etcd, its world at a store it never reaches here; no job's pdde-run is running) */
     char rdzv_env[160], job_env[64];
     snprintf(rdzv_env, sizeof rdzv_env, "PDDE_RDZV=etcd://127.0.0.1:%d", g_client_port);
     snprintf(job_env, sizeof job_env, "PDDE_ELASTIC_JOB=cut");
@@ -412,7 +510,7 @@ int main(int argc, char **argv) {
         char run[600];
         snprintf(run, sizeof run, "%s/pdde-run", g_dir);
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
-        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_joiner_cut_off(ctx);
+        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);

@@ -103,8 +103,10 @@ static void usage(FILE *f) {
             "                 for less (a debugger, SIGSTOP then SIGCONT) stays a member\n"
             "  --restart K    a rank killed by a signal is started again (K times at most in all), as a joiner: the\n"
             "                 members take it in at their next step boundary and hand it their state\n"
-            "  --join         these ranks join a running elastic job (--rdzv tcp://HOST:PORT/JOB of it, the same\n"
-            "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max)\n"
+            "  --join         these ranks join a running elastic job (its --rdzv, tcp:// or etcd://, and the same\n"
+            "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max).\n"
+            "                 With etcd:// the job's store address is read from etcd, where the job's pdde-run keeps it\n"
+            "                 while it runs; a job not found there is an error at once\n"
             "  -h, --help     this text\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
@@ -269,6 +271,44 @@ static int rank_written_off(pdde_store *notes, const char *job, const child *c, 
     return st == PDDE_OK;
 }
 
+/* An elastic job with its membership in etcd: its ranks' worlds meet at this pdde-run's store, whose
+ * address a joiner (pdde-run --join) reads from etcd. It is put on the lease of the notes connection,
+ * so etcd deletes it when this pdde-run, and with it the store it hosts, is gone. */
+static pdde_status publish_world_store(pdde_store *notes, const char *job, const char *addr) {
+    char key[300];
+    snprintf(key, sizeof key, "elastic/%s/store", job);
+    return pdde_store_etcd_set_leased(notes, key, addr, strlen(addr));
+}
+
+/* pdde-run --join with etcd (etcd_url "etcd://HOST:PORT"): the address of the store where the job's worlds
+ * meet, as the job's pdde-run published it (publish_world_store), into addr; 2 (after saying why) when
+ * etcd has no such job. It looks once: a job that runs has published it before its ranks started. */
+static int find_world_store(const char *etcd_url, const char *job, char *addr, size_t cap) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store *s = NULL;
+    char key[300];
+    snprintf(key, sizeof key, "elastic/%s/store", job);
+    void *v = NULL;
+    size_t n = 0;
+    pdde_status st = pdde_store_etcd_connect(ctx, etcd_url, 30, &s);
+    if (!st) st = pdde_store_get(s, key, &v, &n);
+    int rc = 0;
+    if (st == PDDE_ERR_NOT_FOUND)
+        fprintf(stderr, "pdde-run: --join: the etcd at %s has no elastic job '%s' (no key %s: the job is not running, or its "
+                "pdde-run is gone)\n", etcd_url + 7, job, key), rc = 2;
+    else if (st)
+        fprintf(stderr, "pdde-run: --join: cannot look up job '%s' in the etcd at %s: %s\n", job, etcd_url + 7, pdde_last_error(ctx)), rc = 2;
+    else if (n == 0 || n >= cap || memchr(v, 0, n) || !memchr(v, ':', n))
+        fprintf(stderr, "pdde-run: --join: the etcd at %s: %s is not a store address (host:port)\n", etcd_url + 7, key), rc = 2;
+    else
+        memcpy(addr, v, n), addr[n] = 0;
+    free(v);
+    pdde_store_close(s);
+    pdde_context_free(ctx);
+    return rc;
+}
+
 /* The rest of a dead rank's output (its group is killed first, so nothing holds the pipes for long). */
 static void drain_rank(child *c) {
     kill(-c->pid, SIGKILL);
@@ -371,12 +411,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (join) {
-        if (!elastic || !rdzv) { fprintf(stderr, "pdde-run: --join needs --elastic and the job's --rdzv tcp://HOST:PORT/JOB\n"); return 2; }
+        if (!elastic || !rdzv) { fprintf(stderr, "pdde-run: --join needs --elastic and the job's --rdzv (tcp://HOST:PORT/JOB or etcd://HOST:PORT/JOB)\n"); return 2; }
         if (!getenv("PDDE_JOB_SECRET") && !getenv("PDDE_JOB_SECRET_FILE")) {
             fprintf(stderr, "pdde-run: --join: set the job's secret (PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE)\n");
             return 2;
         }
-        if (etcd) { fprintf(stderr, "pdde-run: --join takes the job's tcp:// --rdzv (joining through etcd is not supported)\n"); return 2; }
+        static char job_store[300];
+        if (etcd) { /* (the membership in etcd; the worlds at the job's pdde-run's store) */
+            if (find_world_store(rdzv_store, job, job_store, sizeof job_store)) return 2;
+            store_addr = job_store;
+        }
         setenv("PDDE_ELASTIC_JOIN", "1", 1);
         node_rank = 1, nnodes = 2; /* (connects to the job's store, hosts none) */
     }
@@ -455,11 +499,15 @@ int main(int argc, char **argv) {
     const char *peer_env = getenv("PDDE_PEER_TIMEOUT"); /* (the ranks' peer timeout: --peer-timeout sets it) */
     double peer_timeout_s = peer_env && atof(peer_env) > 0 ? atof(peer_env) : 5;
     double notes_lease = peer_timeout_s, notes_ping = 0;
-    if (notes && !etcd) {
+    if (notes) {
         char key[300];
         snprintf(key, sizeof key, "elastic/%s/agent/%d", job, node_rank);
         if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
     }
+    int publish = etcd && notes && node_rank == 0; /* (then the lease also keeps the store's address in etcd) */
+    if (publish && (!notes_lease || publish_world_store(notes, job, addr)))
+        fprintf(stderr, "pdde-run: --rdzv etcd: cannot keep this job's store address in etcd (pdde-run --join will not find "
+                "the job): %s\n", pdde_last_error(ctx));
     char v[64];
     setenv("PDDE_STORE_ADDR", addr, 1);
     snprintf(v, sizeof v, "%d", n * nnodes); setenv("PDDE_WORLD_SIZE", v, 1);
@@ -551,7 +599,16 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        if (notes && !etcd && notes_lease > 0 && now_s() > notes_ping) pdde_store_ping(notes), notes_ping = now_s() + notes_lease / 4;
+        if (notes && notes_lease > 0 && now_s() > notes_ping) {
+            /* (etcd ended the lease, this pdde-run having been starved or etcd down past it: a new one,
+             * and the store's address on it again) */
+            if (pdde_store_ping(notes) == PDDE_ERR_PEER_LOST && publish) {
+                char key[300];
+                snprintf(key, sizeof key, "elastic/%s/agent/%d", job, node_rank);
+                if (!pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) publish_world_store(notes, job, addr);
+            }
+            notes_ping = now_s() + notes_lease / 4;
+        }
         if (elastic && running && now_s() > next_stop_check) {
             /* A rank written off (rank_written_off) is noted once, "SIGSTOP": a world forming counts it
              * as ended, and the others' log line names the cause. If it continues it stays written off
