@@ -1951,8 +1951,9 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
  * their compute and their collectives); the busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean) and the passes over the experts' buffers (with ep > 1
  * blocks of S rows an expert, S = ep x a rank's tokens dropless); the experts' gradient reduction over their
- * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
- * split them over the data-parallel replicas). */
+ * data-parallel replicas (ZeRO-3: and each layer's parameter gathers, prefetched as lowering runs them
+ * on these devices); the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages split
+ * them over the data-parallel replicas). */
 typedef struct {
     int64_t tokens;          /* per step, all ranks (global batch x context) */
     int width, ffn, experts, topk, layers;   /* layers: the MoE ones */
@@ -1977,11 +1978,14 @@ typedef struct {
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
     double expert_buffer_s;    /* the passes over the experts' rows beside the GEMMs: the activation, and with ep > 1
                                   the buffer by expert's padded rows (zeroed, scanned, activated) */
-    double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
-                                  parameters gathered) */
+    double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and what the
+                                  step waits of each layer's parameter gathers, forward and backward: all of
+                                  them blocking, or prefetched where lowering prefetches them on these
+                                  devices, the first layer's of a pass and what outlasts the layer before) */
     double imbalance;          /* the busiest rank's rows over the mean */
     double gemm_efficiency;    /* the GEMM rate at one expert's rows over the rate at all the rank's rows */
-    double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients, AdamW state */
+    double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients (ZeRO-3: with the
+                                  gathered layer, and the next one prefetched), AdamW state */
     double step_s;             /* alltoall_s + expert_gemm_s + expert_buffer_s + dp_sync_s */
     int fits;                  /* the experts' memory within the budget */
 } pdde_moe_cost;

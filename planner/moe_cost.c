@@ -8,8 +8,9 @@
  * routing skew; CPU ranks share their machine's cores), and the experts' parameters, gradients and
  * AdamW state (split over ep; the optimizer state over dp too with ZeRO-1, the gradients with ZeRO-2,
  * all with ZeRO-3) and their gradients' reduction over the dp replicas (less with more ep: fewer
- * experts a rank). The dense part of the model is the same for every ep and is left out. Included by
- * pdde.c after cost.c. */
+ * experts a rank), with ZeRO-3 each layer's parameter gathers as lowering runs them (prefetched or
+ * not). The dense part of the model is the same for every ep and is left out. Included by pdde.c
+ * after cost.c. */
 #include "planner_impl.h"
 
 #include <math.h>
@@ -142,8 +143,24 @@ static double moe_alltoall_time(pdde_context *ctx, const pdde_cluster *c, const 
     return t;
 }
 
-pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
-                                   const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
+/* How lowering runs ZeRO-3's gathers on these ranks' devices, as the search decides it: prefetched where
+ * lower_prefetch_gathers says so for every device's backend (a spec with no backend, or "cpu": host
+ * memory), regathered for backward unless PDDE_ZERO3_REGATHER=0. Reads the environment: once a run of
+ * devices of one spec. */
+static plan_zero3_gathers moe_zero3_gathers(const pdde_cluster *c, const int *devices, int n_ranks) {
+    plan_zero3_gathers z = {.prefetched = true, .regathered = lower_regather_on()};
+    for (int r = 0, last = -1; r < n_ranks && z.prefetched; r++) {
+        const pdde_cluster_device *d = pdde_cluster_find_device(c, devices[r], NULL);
+        if (!d || d->spec == last || d->spec < 0 || d->spec >= c->n_specs) continue;
+        const char *backend = c->specs[last = d->spec].backend;
+        z.prefetched = lower_prefetch_gathers(!backend[0] || !strcmp(backend, "cpu"), backend);
+    }
+    return z;
+}
+
+/* pdde_moe_cost_estimate with ZeRO-3's gathers run as `gathers` says. */
+static pdde_status moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
+                                     int ep, plan_zero3_gathers gathers, pdde_moe_cost *out) {
     memset(out, 0, sizeof *out);
     if (!c || !devices || !p || n_ranks < 1)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe cost: a cluster, %d devices and the layer's parameters are needed", n_ranks);
@@ -245,13 +262,18 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     double params = (double)p->layers * per * 2.0 * C * F;
     double shard_opt = p->zero >= 1 ? dp : 1, shard_grad = p->zero >= 2 ? dp : 1, shard_param = p->zero >= 3 ? dp : 1;
     out->expert_param_bytes = 4.0 * params / shard_param + 4.0 * params / shard_grad;
+    /* ZeRO-3: the experts gathered whole where they are used: a layer's at a time (regathered for
+     * backward), the next layer's too while its prefetch is in flight; else every layer's from its
+     * forward to its backward */
+    if (p->zero >= 3 && dp > 1)
+        out->expert_param_bytes += 4.0 * (gathers.regathered ? fmin(gathers.prefetched ? 2 : 1, p->layers) * params / p->layers : params);
     out->expert_optimizer_bytes = 8.0 * params / shard_opt;
     const pdde_cluster_device *d = pdde_cluster_find_device(c, devices[0], NULL);
     double budget = p->memory_budget > 0 ? p->memory_budget : d ? (double)d->memory : 0;
     out->fits = budget <= 0 || out->expert_param_bytes + out->expert_optimizer_bytes <= budget;
     /* the experts' gradients over their dp replicas (ranks r, r + ep, ...; the ep such groups at
-     * once): an allreduce (ZeRO 0, 1), a reduce-scatter (2), and with ZeRO-3 the parameters gathered
-     * for the forward and the backward */
+     * once): an allreduce (ZeRO 0, 1), a reduce-scatter (2), and with ZeRO-3 each layer's parameters
+     * gathered for its forward and again for its backward */
     if (dp > 1) {
         int *group = malloc((size_t)n_ranks * sizeof *group);
         if (!group) return pdde_error(ctx, PDDE_ERR_OOM, "moe cost: out of memory");
@@ -260,10 +282,21 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         int64_t count = (int64_t)params;
         double t = moe_groups_time(ctx, c, p->zero >= 2 ? PDDE_COLL_REDUCE_SCATTER : PDDE_COLL_ALLREDUCE, group, ep, dp, count,
                                    PDDE_F32); /* (a reduce-scatter's count: its input) */
-        if (p->zero >= 3) t += 2 * moe_groups_time(ctx, c, PDDE_COLL_ALLGATHER, group, ep, dp, count, PDDE_F32);
+        double g = p->zero >= 3 ? moe_groups_time(ctx, c, PDDE_COLL_ALLGATHER, group, ep, dp, count / p->layers, PDDE_F32) * over : 0;
         free(group);
-        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over %d replicas: %s", dp, pdde_last_error(ctx));
-        out->dp_sync_s = t * over;
+        if (!isfinite(t) || !isfinite(g))
+            return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over %d replicas: %s", dp, pdde_last_error(ctx));
+        /* the gathers, 2 a layer, blocking; prefetched (lowering's lower_zero3_prefetch) a layer's travel
+         * while the layer before it in the pass computes: the first layer's of each pass wait whole, the
+         * others where they outlast that compute. The compute: the layer's experts (GEMMs and buffer
+         * passes; forward 2 of its 6 GEMMs, backward 4), not its exchanges (they wait for the
+         * communication stream the gather holds); the dense part, left out here, would hide more */
+        double gathers_s = 2.0 * p->layers * g;
+        if (gathers.prefetched && g > 0) {
+            double layer = (out->expert_gemm_s + out->expert_buffer_s) / p->layers, fwd = layer / 3, bwd = layer - fwd;
+            gathers_s = 2 * g + (p->layers - 1) * (fmax(0, g - fwd) + fmax(0, g - bwd));
+        }
+        out->dp_sync_s = t * over + gathers_s;
     }
     if (ep > 1 && p->grads_over_ep) {
         double t = moe_groups_time(ctx, c, PDDE_COLL_REDUCE_SCATTER, devices, dp, ep, (int64_t)(params * ep), PDDE_F32);
@@ -272,6 +305,13 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     }
     out->step_s = out->alltoall_s + out->expert_gemm_s + out->expert_buffer_s + out->dp_sync_s;
     return PDDE_OK;
+}
+
+pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
+                                   const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
+    plan_zero3_gathers gathers = {false, true};
+    if (c && devices && p && p->zero >= 3 && n_ranks > 1) gathers = moe_zero3_gathers(c, devices, n_ranks);
+    return moe_cost_estimate(ctx, c, devices, n_ranks, p, ep, gathers, out);
 }
 
 pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
@@ -318,7 +358,8 @@ PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p) {
 }
 
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, bool groups, double *step_s, double *bytes) {
+                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, double *step_s,
+                                        double *bytes) {
     int n = dp * tp, nd = pdde_cluster_device_count(c);
     int *ids = malloc((size_t)n * sizeof *ids);
     if (!ids) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
@@ -342,8 +383,8 @@ PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c
         n = dp, q.grads_over_ep = qe.grads_over_ep = 1, qe.ffn = p->ffn / tp > 0 ? p->ffn / tp : 1;
     }
     pdde_moe_cost one, with;
-    pdde_status st = pdde_moe_cost_estimate(ctx, c, ids, n, &q, 1, &one);
-    if (!st) st = pdde_moe_cost_estimate(ctx, c, ids, n, &qe, ep, &with);
+    pdde_status st = moe_cost_estimate(ctx, c, ids, n, &q, 1, gathers, &one);
+    if (!st) st = moe_cost_estimate(ctx, c, ids, n, &qe, ep, gathers, &with);
     free(ids);
     if (st) return st;
     *step_s = with.step_s - one.step_s;

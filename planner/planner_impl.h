@@ -225,8 +225,15 @@ PDDE_PRIVATE int spmd_apply(spmd_ctx *c, const pdde_graph *g);
  * experts' bytes on a rank. groups: the experts over groups of ep of the dp ranks (with tp > 1, each
  * expert's hidden units over tp too), even where ep = tp; else with tp > 1 and ep = tp the tp axis. */
 PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p);
+/* How lowering runs a plan's ZeRO-3 gathers: started a layer ahead (lower_prefetch_gathers on every
+ * rank's device, equal shares), gathered again for backward (lower_regather_on). The search decides it
+ * once (both read the environment), pdde_moe_cost_estimate from the ranks' devices. */
+typedef struct {
+    bool prefetched, regathered;
+} plan_zero3_gathers;
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, bool groups, double *step_s, double *bytes);
+                                        const pdde_moe_cost_params *p, int ep, bool groups, plan_zero3_gathers gathers, double *step_s,
+                                        double *bytes);
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan);
 

@@ -893,6 +893,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     plan_order_devices(d, order);
     pdde_moe_cost_params moe = PDDE_MOE_COST_PARAMS_INIT;
     bool has_moe = pp.cluster && plan_moe_params(g, &moe); /* (expert parallelism: by the MoE cost model, on the cluster) */
+    bool regather = has_moe && lower_regather_on();
 
     /* Plans on every device, and on fewer that leave the slowest out: on small clusters any number,
      * on big ones only without the devices under half the fastest's speed. */
@@ -963,7 +964,8 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                                 double dt = 0, dm = 0;
                                                 pdde_moe_cost_params q = moe;
                                                 q.zero = zero;
-                                                if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, groups, &dt, &dm))) goto done;
+                                                plan_zero3_gathers gathers = {zero3_prefetched(&e, &e.st[0]), regather};
+                                                if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, groups, gathers, &dt, &dm))) goto done;
                                                 pdde_plan with = cand;
                                                 with.ep = ep, with.ep_dp = tp > 1 && groups && ep == tp;
                                                 with.step_s += dt, with.peak_bytes += dm; /* (a plan that did not fit: its time had it fitted) */

@@ -62,6 +62,18 @@ static inline pid_t test_store_process(int *port) {
     return host;
 }
 
+/* The ranks of one run around the store this process serves (server, at addr): their keys under a
+ * prefix of their own (tag and a count of this process's runs; the next call reuses its buffer), one
+ * thread a rank, timeout_s a call, a peer lost after 2 s of silence. */
+static inline test_ranks_params test_ranks_served(const pdde_store_server *server, const char *addr, const char *tag, double timeout_s) {
+    static char prefix[32];
+    static int runs;
+    snprintf(prefix, sizeof prefix, "%s%d", tag, runs++);
+    test_ranks_params tp = {0};
+    tp.addr = addr, tp.prefix = prefix, tp.timeout_s = timeout_s, tp.peer_timeout_s = 2, tp.server = server, tp.n_threads = 1;
+    return tp;
+}
+
 /* A rank's tensors as its session holds them (its parts), hashed (FNV-1a) into *hash, to compare ranks'
  * parameters bit for bit through a small result. PDDE_OK, or the read's error. */
 static inline pdde_status test_session_hash(pdde_session *s, pdde_tensor *const *tensors, int n, uint64_t *hash) {
@@ -168,5 +180,13 @@ static inline int test_run_ranks(int n, const test_ranks_params *tp, test_rank_f
         }
     }
     return bad;
+}
+
+/* test_run_ranks with rank r's result of result_size bytes at results + r x result_size (zeroed first). */
+static inline int test_run_ranks_into(int n, test_ranks_params tp, void *results, size_t result_size, test_rank_fn fn, void *arg,
+                                      double limit_s) {
+    memset(results, 0, (size_t)n * result_size);
+    tp.results = results, tp.result_size = result_size;
+    return test_run_ranks(n, &tp, fn, arg, limit_s);
 }
 #endif

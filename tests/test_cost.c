@@ -1411,6 +1411,75 @@ static void test_moe_cost(void) {
 }
 
 
+/* The MoE model's ZeRO-3 gathers of the experts (over their dp replicas, each layer's for its forward
+ * and again for its backward) as lowering runs them: prefetched a layer ahead on "cpu" (or no backend)
+ * and "opencl" devices, so only the first layer's of each pass waits where the layer before computes
+ * longer than a gather, and what outlasts that compute where it does not; blocking (every gather
+ * whole) on "cuda" devices and with PDDE_ZERO3_PREFETCH=0, and where there is no compute to hide
+ * behind. One machine of 8 (NVLink 1e9 B/s), ep 4, 2 replicas: a layer's experts are 4 MiB of f32, a
+ * gather 2 MiB of them from the peer (about 2 ms); a layer's forward 2 GEMMs of 1 GFLOP (about 2 ms
+ * at 1e12 FLOP/s). The prefetched layer's experts are held ahead: one layer's more memory. */
+static void test_moe_cost_zero3_prefetch(void) {
+    pdde_cluster *c = make_cluster(1, 8);
+    int dev[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.tokens = 8192, p.width = 256, p.ffn = 1024, p.experts = 8, p.topk = 2, p.layers = 4, p.grads_over_ep = 1, p.zero = 2;
+    const double L = p.layers, layer_bytes = 4.0 * 2 * 2 * 256 * 1024; /* a rank's 2 experts of a layer, 2 matrices, f32 */
+    pdde_moe_cost z2, hidden, blocking, slow_hidden, slow_blocking, none_hidden, none_blocking;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &z2) == PDDE_OK, "%s", pdde_last_error(ctx));
+    p.zero = 3;
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &hidden);
+    setenv("PDDE_ZERO3_PREFETCH", "0", 1);
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &blocking);
+    unsetenv("PDDE_ZERO3_PREFETCH");
+    /* blocking: 2 gathers a layer on top of ZeRO-2's reduce-scatter; one gather's time from them */
+    double g = (blocking.dp_sync_s - z2.dp_sync_s) / (2 * L), fwd = (hidden.expert_gemm_s + hidden.expert_buffer_s) / L / 3;
+    CHECK(g > 1e-3 && g < fwd, "a layer's gather %g s, its forward's expert compute %g s (want a gather shorter, the test's premise)", g, fwd);
+    CHECK(hidden.step_s < blocking.step_s && test_close(hidden.dp_sync_s, z2.dp_sync_s + 2 * g, 1e-9, 0),
+          "ZeRO-3 prefetched, compute longer than a gather: step %g s (blocking %g s), gradients and gathers %g s (want ZeRO-2's %g s + the "
+          "first layer's 2 gathers %g s)",
+          hidden.step_s, blocking.step_s, hidden.dp_sync_s, z2.dp_sync_s, 2 * g);
+    CHECK(test_close(hidden.expert_param_bytes, blocking.expert_param_bytes + layer_bytes, 1e-12, 0) &&
+              test_close(blocking.expert_param_bytes, z2.expert_param_bytes - L * layer_bytes / 2 + layer_bytes, 1e-12, 0),
+          "ZeRO-3's gathered experts: %g B prefetched, %g B blocking, ZeRO-2 %g B (want a layer's %g B held, one more ahead; ZeRO-3 halves the rest)",
+          hidden.expert_param_bytes, blocking.expert_param_bytes, z2.expert_param_bytes, layer_bytes);
+    /* "cuda" devices keep the gathers blocking unless PDDE_ZERO3_PREFETCH=1 */
+    pdde_moe_cost cuda, cuda_forced;
+    snprintf(c->specs[0].backend, sizeof c->specs[0].backend, "cuda");
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &cuda);
+    setenv("PDDE_ZERO3_PREFETCH", "1", 1);
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &cuda_forced);
+    unsetenv("PDDE_ZERO3_PREFETCH");
+    c->specs[0].backend[0] = 0;
+    CHECK(cuda.step_s == blocking.step_s && cuda_forced.step_s == hidden.step_s && cuda.expert_param_bytes == blocking.expert_param_bytes,
+          "on cuda: %g s (want blocking %g s); with PDDE_ZERO3_PREFETCH=1 %g s (want %g s)", cuda.step_s, blocking.step_s, cuda_forced.step_s,
+          hidden.step_s);
+    /* a 20x slower link: each gather outlasts the layer before it; what shows is that excess */
+    c->machines[0].intra.bandwidth = 5e7;
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &slow_hidden);
+    setenv("PDDE_ZERO3_PREFETCH", "0", 1);
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &slow_blocking);
+    unsetenv("PDDE_ZERO3_PREFETCH");
+    double layer = (slow_hidden.expert_gemm_s + slow_hidden.expert_buffer_s) / L, gs = (slow_blocking.dp_sync_s - slow_hidden.dp_sync_s) / (L - 1);
+    CHECK(slow_hidden.step_s < slow_blocking.step_s && test_close(gs, layer, 1e-9, 0),
+          "gathers longer than the compute: %g s prefetched, %g s blocking (want a layer's expert compute %g s hidden a layer but the first)",
+          slow_hidden.step_s, slow_blocking.step_s, layer);
+    /* no compute to hide behind (GEMMs and buffer passes at no time): the same as blocking */
+    c->specs[0].gemm[0].flops = c->specs[0].gemm[1].flops = c->specs[0].mem_bandwidth = 1e30;
+    c->specs[0].curve[PDDE_OPCLASS_ELEMENTWISE][0].seconds = c->specs[0].curve[PDDE_OPCLASS_ELEMENTWISE][1].seconds = 1e-30;
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &none_hidden);
+    setenv("PDDE_ZERO3_PREFETCH", "0", 1);
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &none_blocking);
+    unsetenv("PDDE_ZERO3_PREFETCH");
+    CHECK(none_hidden.expert_gemm_s + none_hidden.expert_buffer_s < 1e-9 * none_hidden.dp_sync_s &&
+              test_close(none_hidden.dp_sync_s, none_blocking.dp_sync_s, 1e-9, 0),
+          "no compute (%g s): gathers %g s prefetched, %g s blocking (want the same)", none_hidden.expert_gemm_s + none_hidden.expert_buffer_s,
+          none_hidden.dp_sync_s, none_blocking.dp_sync_s);
+    printf("moe ZeRO-3 gathers, ep 4 of 8: %.3f ms a step prefetched, %.3f ms blocking; over a 20x slower link %.3f ms, %.3f ms\n",
+           hidden.step_s * 1e3, blocking.step_s * 1e3, slow_hidden.step_s * 1e3, slow_blocking.step_s * 1e3);
+    pdde_cluster_free(c);
+}
+
 /* The choice of ep among all that divide the ranks and the experts, on two machines of 4 devices whose
  * NICs are 10x slower than their NVLink: experts of 33.6 MB a rank at ep 4 (parameters, gradients,
  * AdamW state), a budget of 1.5 x that: ep 1 and 2 do not fit, ep 8 fits but exchanges half its bytes
@@ -1712,6 +1781,7 @@ int main(void) {
     test_plan_devices_calibrated();
     test_zero3_prefetch_by_backend();
     test_moe_cost();
+    test_moe_cost_zero3_prefetch();
     test_moe_cost_hier();
     test_moe_choose_ep_placement();
     test_moe_grouped_gemm_cpu();

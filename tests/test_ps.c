@@ -23,15 +23,8 @@ double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c);
 
 static const pdde_store_server *g_server;
 static char g_addr[64], g_dir[256];
-static int g_run;
 
-static test_ranks_params ranks_params(char *prefix, size_t n) {
-    snprintf(prefix, n, "ps%d", g_run++);
-    test_ranks_params tp = {0};
-    tp.addr = g_addr, tp.prefix = prefix, tp.timeout_s = 60, tp.peer_timeout_s = 2, tp.server = g_server;
-    tp.n_threads = 1;
-    return tp;
-}
+static test_ranks_params ranks_params(void) { return test_ranks_served(g_server, g_addr, "ps", 60); }
 
 static pdde_ps_table_params table_params(int dim, pdde_ps_optimizer opt) {
     pdde_ps_table_params p = PDDE_PS_TABLE_PARAMS_INIT;
@@ -383,16 +376,13 @@ static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 static void test_sync_equals_one_process(pdde_context *ctx, int dense_on_servers) {
     const char *what = dense_on_servers ? "dense on the servers" : "dense data-parallel";
     static sync_result one, ranks[SYNC_SERVERS + SYNC_WORKERS];
-    memset(&one, 0, sizeof one), memset(ranks, 0, sizeof ranks);
+    memset(&one, 0, sizeof one);
     pdde_ps_params p = sync_params(dense_on_servers);
     pdde_ps_client *local;
     pdde_ps_client_init(ctx, NULL, &p, &local);
     sync_train(ctx, NULL, NULL, local, 0, SYNC_WORKERS, dense_on_servers, &one);
     pdde_ps_client_free(local);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = ranks, tp.result_size = sizeof(sync_result);
-    test_run_ranks(SYNC_SERVERS + SYNC_WORKERS, &tp, sync_rank, &dense_on_servers, 120);
+    test_run_ranks_into(SYNC_SERVERS + SYNC_WORKERS, ranks_params(), ranks, sizeof *ranks, sync_rank, &dense_on_servers, 120);
     sync_result *w0 = &ranks[SYNC_SERVERS];
     int ok = one.ok && w0->ok;
     double worst = 0;
@@ -469,11 +459,7 @@ static void async_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_async_staleness(void) {
     async_result res[3];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
-    test_run_ranks(3, &tp, async_rank, NULL, 60);
+    test_run_ranks_into(3, ranks_params(), res, sizeof *res, async_rank, NULL, 60);
     CHECK(res[0].ok && res[0].pushes == 2 * ASYNC_STEPS, "async: every push applied (%lld)", (long long)res[0].pushes);
     CHECK(res[0].ok && res[0].max_staleness <= ASYNC_K, "async: staleness %lld <= bound %d", (long long)res[0].max_staleness, ASYNC_K);
     CHECK(res[0].deferred > 0, "async: the bound held the fast worker back (%lld pulls deferred)", (long long)res[0].deferred);
@@ -525,11 +511,7 @@ static void geo_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_geo(pdde_context *ctx) {
     geo_result res[3];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
-    test_run_ranks(3, &tp, geo_rank, NULL, 60);
+    test_run_ranks_into(3, ranks_params(), res, sizeof *res, geo_rank, NULL, 60);
     for (int w = 1; w <= 2; w++)
         CHECK(res[w].ok && test_close(res[w].delta_sum, res[w].expected, 1e-4, 1e-5),
               "geo worker %d: deltas pushed sum to %g, its local updates to %g", w, res[w].delta_sum, res[w].expected);
@@ -641,14 +623,13 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
  * for (auto 0), or the last one it wrote by itself (auto 1: of step 8, not the 10 it had done). */
 static void test_server_restart(pdde_context *ctx, int automatic) {
     kill_result res[2];
-    memset(res, 0, sizeof res);
-    char prefix[32], dir[300], path[400], tmp[410];
+    char dir[300], path[400], tmp[410];
     snprintf(dir, sizeof dir, "%s/auto", g_dir);
     if (automatic) mkdir(dir, 0700);
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 1;
+    test_ranks_params tp = ranks_params();
+    tp.killed_ok = 1;
     g_restart = 0, g_auto = automatic;
-    test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
+    test_run_ranks_into(2, tp, res, sizeof *res, kill_server_rank, NULL, 60);
     CHECK(res[1].ok && res[1].failed_fast && res[1].detect_s < 10, "the killed server is an error at the worker (after %.2f s)", res[1].detect_s);
     float saved[KILL_IDS * 2];
     memcpy(saved, res[1].rows, sizeof saved);
@@ -661,11 +642,8 @@ static void test_server_restart(pdde_context *ctx, int automatic) {
         CHECK(stat(path, &sb) == 0 && stat(tmp, &sb) != 0, "the server wrote %s by itself (and no .tmp is left)", path);
         CHECK(memcmp(res[1].at_end, saved, sizeof saved) != 0, "steps 9 and 10 changed the rows");
     }
-    memset(res, 0, sizeof res);
-    tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
     g_restart = 1;
-    test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
+    test_run_ranks_into(2, ranks_params(), res, sizeof *res, kill_server_rank, NULL, 60);
     CHECK(res[1].ok && memcmp(res[1].rows, saved, sizeof saved) == 0, "the restarted server serves the rows of its %s checkpoint (%g, want %g)",
           automatic ? "last automatic" : "", res[1].rows[0], saved[0]);
     if (!automatic) { /* the admission counts came back with the rows: the ids counted twice before the kill are in at their third pull */
@@ -734,11 +712,9 @@ static void midpush_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_worker_killed_mid_push(void) {
     midpush_result res[2];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 2;
-    test_run_ranks(2, &tp, midpush_rank, NULL, 60);
+    test_ranks_params tp = ranks_params();
+    tp.killed_ok = 2;
+    test_run_ranks_into(2, tp, res, sizeof *res, midpush_rank, NULL, 60);
     CHECK(res[0].ok && res[0].failed, "the server reports the worker lost");
     CHECK(res[0].same_as_before && res[0].differs_from_after, "no half-applied push: the rows are those after %d pushes", PUSHES_BEFORE);
 }

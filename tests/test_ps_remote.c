@@ -23,15 +23,11 @@
 
 static const pdde_store_server *g_server;
 static char g_addr[64], g_dir[256];
-static int g_run;
 
-static test_ranks_params ranks_params(char *prefix, size_t n) {
-    snprintf(prefix, n, "psr%d", g_run++);
-    test_ranks_params tp = {0};
+static test_ranks_params ranks_params(void) {
     /* (a short timeout: a reply that goes to the wrong thread leaves its own waiting, and fails here) */
-    tp.addr = g_addr, tp.prefix = prefix, tp.timeout_s = 20, tp.peer_timeout_s = 2, tp.server = g_server;
+    test_ranks_params tp = test_ranks_served(g_server, g_addr, "psr", 20);
     if (getenv("PDDE_TEST_SLOW")) tp.timeout_s = 120, tp.peer_timeout_s = 10; /* (under a sanitizer: 5-15x slower) */
-    tp.n_threads = 1;
     return tp;
 }
 
@@ -173,12 +169,8 @@ static void job_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 static void test_job(pdde_ps_mode mode, int server_threads) {
     job_kind kind = {mode, server_threads};
     job_result res[1 + WORKERS];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
     double t0 = test_now();
-    test_run_ranks(1 + WORKERS, &tp, job_rank, &kind, 90);
+    test_run_ranks_into(1 + WORKERS, ranks_params(), res, sizeof *res, job_rank, &kind, 90);
     const char *name = mode_name(mode);
     /* (geo: the server counts a worker's exchanges, one every GEO_STEPS pushes and the last at its goodbye) */
     int64_t want = mode == PDDE_PS_GEO ? (int64_t)WORKERS * (THREADS * STEPS / GEO_STEPS + 1) : (int64_t)WORKERS * THREADS * STEPS;
@@ -288,12 +280,8 @@ static void bound_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_bound_under_load(void) {
     bound_result res[3];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
     double t0 = test_now();
-    test_run_ranks(3, &tp, bound_rank, NULL, 90);
+    test_run_ranks_into(3, ranks_params(), res, sizeof *res, bound_rank, NULL, 90);
     bound_result *r = &res[0];
     CHECK(r->ok && r->max_staleness <= BOUND_K, "bound: 8 server threads served no pull more than %d ahead (%lld)", BOUND_K,
           (long long)r->max_staleness);
@@ -400,11 +388,7 @@ static void round_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_whole_rounds(void) {
     round_result res[3];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
-    test_run_ranks(3, &tp, round_rank, NULL, 90);
+    test_run_ranks_into(3, ranks_params(), res, sizeof *res, round_rank, NULL, 90);
     CHECK(res[0].ok && res[0].rounds == ROUND_STEPS, "whole rounds: every row holds the %d rounds (%lld)", ROUND_STEPS,
           (long long)res[0].rounds);
 }
@@ -481,11 +465,7 @@ static void stop_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_stopped_worker(void) {
     union { stop_server_result srv; stop_result w; } res[3];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
-    test_run_ranks(3, &tp, stop_rank, NULL, 60);
+    test_run_ranks_into(3, ranks_params(), res, sizeof *res, stop_rank, NULL, 60);
     stop_result *w = &res[2].w;
     CHECK(w->ok && w->stopped_seen, "stopped worker: worker 1 stopped itself inside its push");
     CHECK(w->ok && w->done == STOP_STEPS && w->still_stopped, "stopped worker: worker 2's %d pulls and pushes all went through while "
@@ -558,11 +538,7 @@ static void overlap_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_overlap(void) {
     overlap_result res[3];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
-    test_run_ranks(3, &tp, overlap_rank, NULL, 60);
+    test_run_ranks_into(3, ranks_params(), res, sizeof *res, overlap_rank, NULL, 60);
     CHECK(res[1].ok && res[1].pull_s > HOLD_S - 0.5, "overlap: the pull was held back by the staleness bound (%.3f s)", res[1].pull_s);
     CHECK(res[1].ok && res[1].push_s < 0.5 * (HOLD_S - 0.2), "overlap: another thread's push went through meanwhile (%.3f s, "
           "the pull held %.3f s)", res[1].push_s, res[1].pull_s);
@@ -627,8 +603,7 @@ static void mix_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 }
 
 static void test_mixed_sizes(void) {
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    test_ranks_params tp = ranks_params();
     double t0 = test_now();
     test_run_ranks(4, &tp, mix_rank, NULL, 90);
     printf("mixed sizes: 2 servers, 2 workers x %d threads x %d pulls (6000 and 800 ids) in %.2f s\n", MIX_THREADS, MIX_STEPS, test_now() - t0);
@@ -697,12 +672,9 @@ static void kill_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
 
 static void test_server_killed(pdde_context *ctx) {
     kill_result res[2];
-    memset(res, 0, sizeof res);
-    char prefix[32];
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
+    test_ranks_params tp = ranks_params();
     tp.killed_ok = 1;
-    test_run_ranks(2, &tp, kill_rank, NULL, 60);
+    test_run_ranks_into(2, tp, res, sizeof *res, kill_rank, NULL, 60);
     kill_result *r = &res[1];
     CHECK(r->ok, "kill: the worker finished");
     if (!r->ok) return;
