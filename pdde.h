@@ -766,10 +766,7 @@ pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why
  * Failure semantics: a timeout, a lost peer or an abort poisons the world communicator and every
  * communicator split from it: pending and future operations on them return PDDE_ERR_PEER_LOST,
  * PDDE_ERR_TIMEOUT or PDDE_ERR_ABORTED (on every rank, within params.peer_timeout_s of the failure);
- * recovery is pdde_comm_free and a new pdde_comm_init. A store that does not answer a rank (stopped,
- * starved, or the host cut off from it) fails its world with PDDE_ERR_PEER_LOST once it has been silent
- * for 4 leases (the lease: peer_timeout_s less min(peer_timeout_s / 4, 0.25 s)); one silent for less
- * is waited out, the operations going on meanwhile.
+ * recovery is pdde_comm_free and a new pdde_comm_init.
  * This section is compiled when pdde is built with UCX (PDDE_HAVE_UCX) and without PDDE_NO_COMM. */
 
 /* The bootstrap store: string keys, byte-string values; built in (TCP) or any backend that fills

@@ -424,13 +424,8 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
          * poll, this thread's 0.05 s one): a frozen peer is reported within peer_timeout_s as documented
          * (with the whole of it as lease, test_comm_fail measured 1.50-1.65 s for 1.5). Pings every
          * peer_timeout_s/4 still renew it at least three times. */
-        double margin = w->peer_timeout_s / 4 < 0.25 ? w->peer_timeout_s / 4 : 0.25, lease = w->peer_timeout_s - margin;
-        /* A store that does not answer for a while fails no world: its client gives up on one reply
-         * after twice the lease, and a store stopped or starved for about that long (for everyone)
-         * must not fail every healthy world at once. Silent for twice that, 4 leases, it is taken
-         * for lost: a rank really cut off from it learns so within that bound (progress.c). */
-        w->store_silence_s = 4 * lease;
-        st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), lease);
+        double margin = w->peer_timeout_s / 4 < 0.25 ? w->peer_timeout_s / 4 : 0.25;
+        st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), w->peer_timeout_s - margin);
         if (st && st != PDDE_ERR_UNSUPPORTED) goto fail;
     }
     if ((st = world_connect(w, host_id, deadline))) goto fail;

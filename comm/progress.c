@@ -143,7 +143,6 @@ static void *comm_service(void *arg) {
     const pdde_store_iface *si = w->store->iface;
     double ping_every = w->peer_timeout_s / 4, last_ping = comm_now(), last_check = 0, pause = 20e-6;
     double last_busy = -1e30;
-    double heard_at = comm_now(); /* when the store last answered this thread (the world just formed through it) */
     unsigned long seen = 0;
     char key[256];
     world_failed_key(w, key, sizeof key);
@@ -167,43 +166,29 @@ static void *comm_service(void *arg) {
         pthread_mutex_unlock(&w->lock);
 
         double now = comm_now();
-        pdde_status st = PDDE_OK, pub = PDDE_OK;
-        int asked = publish;
+        pdde_status st = PDDE_OK;
         void *val = NULL; size_t len = 0;
         pthread_mutex_lock(&w->store_lock);
-        if (publish) pub = si->compare_set(w->store->impl, NULL, key, "", 0, msg, strlen(msg), NULL); /* the first cause stays */
+        if (publish) si->compare_set(w->store->impl, NULL, key, "", 0, msg, strlen(msg), NULL); /* the first cause stays */
         if (now - last_ping > ping_every) {
             last_ping = now;
-            if (si->ping) st = si->ping(w->store->impl, NULL), asked = 1;
+            if (si->ping) st = si->ping(w->store->impl, NULL);
         }
         if (!st && watch && !w->failed && now - last_check > 0.05) {
             last_check = now;
-            st = si->get(w->store->impl, NULL, key, &val, &len), asked = 1;
+            st = si->get(w->store->impl, NULL, key, &val, &len);
         }
         pthread_mutex_unlock(&w->store_lock);
-        if (!st) st = pub;
-        double silent_s = comm_now() - heard_at;
 
         pthread_mutex_lock(&w->lock);
-        /* A publication that timed out is made again: on an empty key only the first write takes, so
-         * the cause arrives once whether or not the late one was applied. */
-        if (pub == PDDE_ERR_TIMEOUT) w->published = 0;
         if (st == PDDE_OK && val) {
             char *bar = strchr(val, '|');
             int code = atoi(val);
             w->published = 1; /* it came from the store: no need to write it back */
             comm_fail(w, code < 0 ? code : PDDE_ERR_PEER_LOST, "%s", bar ? bar + 1 : (char *)val);
-        } else if (st == PDDE_ERR_TIMEOUT) {
-            /* not heard: a store stopped or starved for everyone is waited out, up to store_silence_s */
-            if (silent_s > w->store_silence_s)
-                comm_fail(w, PDDE_ERR_PEER_LOST, "rank %d has had no reply from the store for %.3g s (the limit is %.3g s, 4 "
-                          "leases): the store is stopped or starved, or this host is cut off from it", w->rank, silent_s,
-                          w->store_silence_s);
         } else if (st && st != PDDE_ERR_NOT_FOUND) {
             w->published = 1;
             comm_fail(w, PDDE_ERR_PEER_LOST, "rank %d lost the connection to the store", w->rank);
-        } else if (asked) {
-            heard_at = comm_now();
         }
         free(val);
         if (w->failed && w->active && !w->waiters) world_progress(w);

@@ -36,7 +36,6 @@ typedef struct comm_world {
     pthread_mutex_t store_lock;   /* the store is shared by the caller's thread and the service thread */
     char prefix[200];             /* this world's keys: <params.prefix>/<generation> */
     double timeout_s, peer_timeout_s;
-    double store_silence_s;       /* the store silent to this rank for longer fails the world (progress.c) */
     int no_progress_thread;
     pdde_mem_kind mem_kind;
     double spin_s;                /* busy-poll this long before yielding: 0 when ranks outnumber cores */

@@ -206,8 +206,7 @@ static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids,
  * store is down: the store drops a client it has not heard from for a lease, so by then it surely
  * dropped this one, and no generation will take it in. (Its client gives up on a reply after twice the
  * lease and then fails at once until one comes, so only the time since the last reply tells.) Members
- * in a world stop only when their world fails, after 4 leases without a reply (comm/progress.c): a store
- * slow for everyone for less must not fence them all. 1: cut off. */
+ * in a world do not stop so: a store slow for everyone must not fence them all. 1: cut off. */
 static int elastic_joiner_cut_off(pdde_elastic *e, double *silent_s) {
     *silent_s = elastic_now() - atomic_load(&e->heard_at);
     return *silent_s > 2 * e->lease_s;

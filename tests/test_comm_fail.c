@@ -1,8 +1,7 @@
 /* test_comm_fail.c — the store API and its timeouts, launcher environments, and failures: a rank
  * SIGKILLed mid-allreduce or mid-collective on shared memory (an all-to-all whose send buffers are
- * registered, read through the peers' mappings, too: every other rank errors within 2 s), abort, operation timeouts, a
- * store stopped for a while, for good or killed under a running world, and pdde-run stopping a failed job with a
- * message that names the rank. */
+ * registered, read through the peers' mappings, too: every other rank errors within 2 s), abort, operation timeouts, and
+ * pdde-run stopping a failed job with a message that names the rank. */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -17,7 +16,6 @@ int main(void) {
 #include "comm_test_util.h"
 #include <libgen.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -302,156 +300,6 @@ static void wait_timeout_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     }
 }
 
-/* ---- a store that is only slow, or gone ---- */
-
-/* The store in a process of its own (test_store_process), stopped (SIGSTOP) while 2 ranks run
- * allreduces over shared memory, whose store clients then get no reply and no error:
- *  0: stopped twice, each time past one wait of the client (twice the lease) and well short of the
- *     limit of 4 leases, then resumed (SIGCONT): every step completes with the sums it would have had,
- *     steps complete while it is stopped, and the world is still healthy; the two pauses together
- *     exceed the limit, so the silence is counted from the store's last answer, not from the start;
- *  1: stopped for good: both ranks fail with PDDE_ERR_PEER_LOST naming the silence, within the limit
- *     (and a ping interval, and a slack times the load) of the stop;
- *  2: rank 0 aborts once its client has given up on the stopped store; the cause, published while the
- *     store was silent, reaches rank 1 once the store is resumed: it fails with PDDE_ERR_ABORTED naming
- *     rank 0's abort soon after, not at its operation timeout of 30 s;
- *  3: the store killed (its connections close): both ranks fail at once, not after 4 leases. */
-typedef struct {
-    int mode;
-    double pt;               /* the peer timeout: 2 s, times the load */
-    double pause_s;          /* how long the store is stopped before it is resumed (modes 0 and 2) */
-    _Atomic long steps;      /* the allreduces rank 0 completed */
-    _Atomic long target;     /* the step both ranks stop at (0: not yet known) */
-    _Atomic int abort_now;   /* (mode 2) rank 0 aborts now */
-    _Atomic int done_rank1;  /* (mode 2) rank 1 saw the failure: rank 0 may go */
-    _Atomic long steps_stopped; /* (mode 0) the allreduces completed while the store was stopped */
-    double t_stop, t_cont;   /* when the store was last stopped, resumed */
-} slow_store_state;
-
-static slow_store_state *g_slow;
-
-static double slow_store_lease(double pt) { return pt - (pt / 4 < 0.25 ? pt / 4 : 0.25); }
-
-static void slow_store_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
-    (void)arg;
-    slow_store_state *s = g_slow;
-    int me = pdde_comm_rank(comm), n = pdde_comm_size(comm);
-    enum { N = 512 };
-    float buf[N];
-    pdde_status st = PDDE_OK;
-    long step = 0, wrong = -1;
-    for (double until = test_now() + 60 + 20 * s->pt; test_now() < until; step++) {
-        long target = atomic_load(&s->target);
-        if (target && step >= target) break;
-        if (s->mode == 2 && me == 0 && atomic_load(&s->abort_now)) { pdde_comm_abort(comm); break; }
-        for (int i = 0; i < N; i++) buf[i] = (float)((me + 1) * (step % 97 + i % 13));
-        if ((st = pdde_comm_allreduce(comm, buf, buf, N, PDDE_F32, PDDE_REDUCE_SUM))) break;
-        for (int i = 0; i < N && wrong < 0; i++)
-            if (buf[i] != (float)(n * (n + 1) / 2 * (step % 97 + i % 13))) wrong = step;
-        if (me == 0) atomic_store(&s->steps, step + 1);
-        usleep(1000); /* (a step a millisecond: the machine is shared) */
-    }
-    double t_err = test_now(), lease = slow_store_lease(s->pt), limit = 4 * lease;
-    const char *err = st ? pdde_last_error(ctx) : "";
-    CHECK(wrong < 0, "rank %d, store mode %d: step %ld's sums differ from those without a pause", me, s->mode, wrong);
-    if (s->mode == 0) {
-        CHECK(st == PDDE_OK && step == atomic_load(&s->target) && pdde_comm_status(comm) == PDDE_OK &&
-                  pdde_comm_barrier(comm) == PDDE_OK,
-              "rank %d: the store stopped twice for %.2f s each (its client waits %.2f s, the limit is %.2f s): step %ld of %ld: %s", me,
-              s->pause_s, 2 * lease, limit, step, atomic_load(&s->target), st ? err : pdde_last_error(ctx));
-        printf("rank %d: %ld steps, the store stopped twice for %.2f s (client wait %.2f s, limit %.2f s): no failure\n", me, step,
-               s->pause_s, 2 * lease, limit);
-    } else if (s->mode == 1) {
-        double bound = limit + s->pt / 4 + 1.0 * test_load_factor();
-        CHECK(st == PDDE_ERR_PEER_LOST && strstr(err, "no reply from the store for") && t_err - s->t_stop <= bound,
-              "rank %d: the store stopped for good: %s %.2f s after the stop (bound %.2f s: the limit of 4 leases, a ping interval and a "
-              "slack): %s", me, pdde_status_str(st), t_err - s->t_stop, bound, err);
-        printf("rank %d: the store stopped for good: %s %.2f s after (limit %.2f s): %s\n", me, pdde_status_str(st), t_err - s->t_stop,
-               limit, err);
-    } else if (s->mode == 3) {
-        double bound = s->pt / 4 + 1.0 * test_load_factor();
-        CHECK(st == PDDE_ERR_PEER_LOST && strstr(err, "lost the connection to the store") && t_err - s->t_stop <= bound,
-              "rank %d: the store killed: %s %.2f s after (bound %.2f s: a ping interval and a slack): %s", me, pdde_status_str(st),
-              t_err - s->t_stop, bound, err);
-        printf("rank %d: the store killed: %s %.2f s after: %s\n", me, pdde_status_str(st), t_err - s->t_stop, err);
-    } else if (me == 1) {
-        double bound = s->pt / 4 + 1.0 * test_load_factor();
-        atomic_store(&s->done_rank1, 1);
-        CHECK(st == PDDE_ERR_ABORTED && strstr(err, "rank 0 aborted") && s->t_cont > 0 && t_err - s->t_cont <= bound,
-              "rank 1: rank 0 aborted while the store was stopped: %s %.2f s after the store was stopped, %s (bound %.2f s after it "
-              "resumed): %s", pdde_status_str(st), t_err - s->t_stop, s->t_cont > 0 ? "resumed since" : "not resumed yet", bound, err);
-        printf("rank 1: rank 0 aborted while the store was stopped: %s %.2f s after it resumed: %s\n", pdde_status_str(st), t_err - s->t_cont, err);
-    } else {
-        for (double until = test_now() + 20; !atomic_load(&s->done_rank1) && test_now() < until;) usleep(2000);
-    }
-}
-
-/* The test's side: stops and resumes the store as the mode says, once the ranks have run 20 steps. */
-static void *slow_store_conductor(void *arg) {
-    pid_t store = *(pid_t *)arg;
-    slow_store_state *s = g_slow;
-    double lease = slow_store_lease(s->pt), wait = 2 * lease, pause_s = s->pause_s;
-    for (double until = test_now() + 60; atomic_load(&s->steps) < 20; usleep(1000))
-        if (test_now() > until) { atomic_store(&s->target, 1); return NULL; } /* (the ranks failed: stop them) */
-    if (s->mode == 3) { /* (reaped by test_slow_store) */
-        kill(store, SIGKILL);
-        s->t_stop = test_now();
-        return NULL;
-    }
-    for (int k = 0; k < (s->mode == 0 ? 2 : 1); k++) {
-        int ws;
-        kill(store, SIGSTOP);
-        waitpid(store, &ws, WUNTRACED);
-        s->t_stop = test_now();
-        if (s->mode == 1) return NULL;
-        long before = atomic_load(&s->steps);
-        if (s->mode == 2) { /* once rank 0's client has given up on its call: its publication fails at once */
-            usleep((useconds_t)((wait + s->pt / 4 + 0.2 * s->pt) * 1e6));
-            atomic_store(&s->abort_now, 1);
-        }
-        while (test_now() - s->t_stop < pause_s) usleep(1000);
-        atomic_fetch_add(&s->steps_stopped, atomic_load(&s->steps) - before);
-        kill(store, SIGCONT);
-        s->t_cont = test_now();
-        if (s->mode == 2) return NULL;
-        usleep((useconds_t)(0.75 * s->pt * 1e6)); /* (running again) */
-    }
-    atomic_store(&s->target, atomic_load(&s->steps) + 20);
-    return NULL;
-}
-
-static void test_slow_store(const pdde_store_server *srv) {
-    g_slow = mmap(NULL, sizeof *g_slow, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (g_slow == MAP_FAILED) { CHECK(0, "slow store: mmap"); return; }
-    for (int mode = 0; mode < 4; mode++) {
-        memset(g_slow, 0, sizeof *g_slow);
-        g_slow->mode = mode, g_slow->pt = 2.0 * test_load_factor();
-        /* past the client's wait for one reply (2 leases) and the poll or ping before it; short of 4
-         * leases by about a peer timeout less the interval between pings (the silence may have begun
-         * that much earlier) */
-        g_slow->pause_s = 2 * slow_store_lease(g_slow->pt) + g_slow->pt / 4 + g_slow->pt / 2;
-        /* (no fork while this process's store thread serves the last run's clients: test_run_ranks) */
-        for (double until = test_now() + 10; pdde_store_server_n_clients(srv) > 0 && test_now() < until;) usleep(1000);
-        int port = 0;
-        pid_t store = test_store_process(&port);
-        CHECK(store > 0 && port > 0, "slow store: the store process started");
-        if (store <= 0 || port <= 0) { if (store > 0) kill(store, SIGKILL), waitpid(store, NULL, 0); return; }
-        char addr[64], prefix[32];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        snprintf(prefix, sizeof prefix, "slowstore%d", mode);
-        pthread_t conductor;
-        int started = !pthread_create(&conductor, NULL, slow_store_conductor, &store);
-        test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 30, .peer_timeout_s = g_slow->pt};
-        test_run_ranks(2, &tp, slow_store_rank, NULL, 90 + 20 * g_slow->pt);
-        if (started) pthread_join(conductor, NULL);
-        if (mode == 0)
-            CHECK(atomic_load(&g_slow->steps_stopped) > 0, "slow store: no allreduce completed while the store was stopped");
-        kill(store, SIGKILL);
-        waitpid(store, NULL, 0);
-    }
-    munmap(g_slow, sizeof *g_slow);
-}
-
 /* ---- pdde-run ---- */
 
 static int child_main(const char *mode) {
@@ -602,7 +450,6 @@ int main(int argc, char **argv) {
     test_run_ranks(2, &tl, late_init_rank, g_addr, 60);
     test_ranks_params tw = {.addr = g_addr, .prefix = "waittimeout", .timeout_s = 10, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &tw, wait_timeout_rank, NULL, 30);
-    test_slow_store(srv);
     test_pdde_run(argv[0]);
 
     pdde_store_server_free(srv);

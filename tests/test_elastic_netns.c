@@ -152,11 +152,10 @@ static int test_cut(unsigned seed, int tries) {
                line, detect, seen_at - t_cut);
     }
     /* host B: its ranks stop within the bound, saying why; pdde-run there fails (fewer than --min
-     * finished). The bound: a rank's world fails once the store has not answered it for 4 leases
-     * (counted from its last answer, at most a ping interval of peer timeout / 4 before the cut); the
-     * fencing then fails at once (a client holding a lease gives up on a reply after twice the lease,
-     * pdde-run's too), and 4 s to exit. */
-    double b_bound = PEER_TIMEOUT / 4 + 4 * LEASE + 4;
+     * finished). The bound: a client holding a lease waits at most twice the lease for the store's
+     * reply (the ranks' store pings every peer timeout / 4, then the fencing; pdde-run's own ping),
+     * and 4 s to exit. */
+    double b_bound = PEER_TIMEOUT / 4 + 2 * 2 * LEASE + 4;
     const char *tb = job_text(&b);
     int b_rc = b_done && WIFEXITED(b.status) ? WEXITSTATUS(b.status) : -1;
     CHECK(b_done && b_end - t_cut <= b_bound, "cut: host B's job ended %.2f s after the cut (bound %.1f s)%s:\n%s", b_done ? b_end - t_cut : -1,
