@@ -191,6 +191,12 @@ $(BUILD)/test_zero3_run: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(if $(filter 1,$(HAVE_
 $(BUILD)/test_zero3_device: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(BUILD)/pdde-info $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
+# (these run gpt, examples/elastic or pdde-run, built from the same library as the test: a test of a
+# library change must not run the binaries of an older one)
+RUN_TOOL := $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+$(BUILD)/test_elastic: $(BUILD)/gpt $(BUILD)/elastic $(RUN_TOOL)
+$(BUILD)/test_elastic_ft $(BUILD)/test_elastic_reshard $(BUILD)/test_elastic_netns $(BUILD)/test_etcd: $(BUILD)/gpt $(RUN_TOOL)
+$(BUILD)/test_comm_fail $(BUILD)/test_launcher $(BUILD)/test_comm_netns: $(RUN_TOOL)
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
 $(BUILD)/test_checkpoint_shard $(BUILD)/test_pdde_ckpt: $(BUILD)/pdde-ckpt
 
