@@ -603,6 +603,47 @@ static void test_slow_store(pdde_context *ctx) {
     if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0);
 }
 
+/* A client closed while a reply is owed (its store stopped past the client's wait, then running again)
+ * takes the late reply in and says goodbye: a clean close, no death notice. */
+static void test_close_owed(pdde_context *ctx) {
+    int port = 0;
+    pid_t host = store_host_start(0, &port);
+    CHECK(port > 0, "close owed: store host started");
+    if (port <= 0) return;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const double lease = 1.5; /* (as test_slow_store's: a loaded machine keeps it) */
+    pdde_store *a = NULL, *b = NULL;
+    int ok = pdde_store_connect_secret(ctx, addr, SECRET, 5, &a) == PDDE_OK && pdde_store_connect_secret(ctx, addr, SECRET, 5, &b) == PDDE_OK &&
+             pdde_store_set_liveness(a, "owed/notice", "gone", 4, lease) == PDDE_OK;
+    CHECK(ok, "close owed: setup: %s", pdde_last_error(ctx));
+    void *v = NULL;
+    size_t n = 0;
+    if (ok) {
+        int ws = 0;
+        kill(host, SIGSTOP);
+        waitpid(host, &ws, WUNTRACED);
+        pdde_status st = pdde_store_get(a, "owed/x", &v, &n);
+        CHECK(st == PDDE_ERR_TIMEOUT, "close owed: a get from the stopped store times out (status %d)", st);
+        free(v), v = NULL;
+        kill(host, SIGUSR1); /* (resumed with its poll interrupted, as in test_slow_store) */
+        kill(host, SIGCONT);
+        st = pdde_store_get(b, "owed/x", &v, &n);
+        CHECK(st == PDDE_ERR_NOT_FOUND, "close owed: the store serves again (status %d): %s", st, pdde_last_error(ctx));
+        free(v), v = NULL;
+        pdde_store_close(a);
+        a = NULL;
+        usleep((useconds_t)(2 * lease * 1e6)); /* (past a's lease: a death would be noted by now) */
+        st = pdde_store_get(b, "owed/notice", &v, &n);
+        CHECK(st == PDDE_ERR_NOT_FOUND, "close owed: closed with a reply owed, the client said goodbye (no death notice: status %d, "
+              "value '%.*s')", st, st ? 0 : (int)n, v ? (char *)v : "");
+        free(v), v = NULL;
+    }
+    pdde_store_close(a);
+    pdde_store_close(b);
+    kill(host, SIGKILL), waitpid(host, NULL, 0);
+}
+
 /* ---- the UCX handshake ---- */
 
 /* Connects transport b to a's listener for up to secs; 1 if both ends got their connection and a
@@ -668,6 +709,7 @@ int main(void) {
     test_vectors();
     test_fd_exhaustion();   /* first: no store thread in this process while they fork */
     test_slow_store(ctx);
+    test_close_owed(ctx);
     test_ucx_handshake(ctx);
     test_auth(ctx);
     test_job_vs_abuse();
