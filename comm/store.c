@@ -955,8 +955,9 @@ static pdde_status store_tcp_ping(void *impl, pdde_context *ctx) {
 static void store_tcp_close(void *impl) {
     store_tcp *t = impl;
     /* A reply still owed (a store only slow has it on the way) is waited for a moment first: without the
-     * goodbye after it, the store would take this clean close for a death and publish the notice. */
-    if (!t->broken && t->owed && store_catch_up(t, comm_now() + 1.0)) t->broken = 1;
+     * goodbye after it, the store would take this clean close for a death and publish the notice. A
+     * moment only: a client cut off from its store (an elastic joiner, a world failing) must not linger. */
+    if (!t->broken && t->owed && store_catch_up(t, comm_now() + 0.25)) t->broken = 1;
     if (!t->broken) { /* (a reply still owed and not in: no goodbye, as for a broken connection) */
         t->timeout_s = 1.0;
         store_rpc(t, NULL, STORE_OP_BYE, NULL, NULL, 0, NULL, 0, NULL, NULL);
