@@ -497,6 +497,34 @@ static pid_t store_host_start(rlim_t nofile, int *port) {
     return host;
 }
 
+/* The store host stopped (stopped when this returns, not soon after), and resumed with its poll interrupted:
+ * it has read nothing yet. */
+static void store_host_stop(pid_t host) {
+    int ws = 0;
+    kill(host, SIGSTOP);
+    waitpid(host, &ws, WUNTRACED);
+}
+static void store_host_resume(pid_t host) {
+    kill(host, SIGUSR1);
+    kill(host, SIGCONT);
+}
+
+/* A store host and two clients of it, a holding a lease of lease_s with its notice ("gone") at notice_key
+ * (the slow-store cases); 1 when all is set, else said under `who`. */
+static int store_pair_start(pdde_context *ctx, const char *who, const char *notice_key, double lease_s, pid_t *host, pdde_store **a,
+                            pdde_store **b) {
+    int port = 0;
+    *host = store_host_start(0, &port), *a = *b = NULL;
+    CHECK(port > 0, "%s: store host started", who);
+    if (port <= 0) return 0;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    int ok = pdde_store_connect_secret(ctx, addr, SECRET, 5, a) == PDDE_OK && pdde_store_connect_secret(ctx, addr, SECRET, 5, b) == PDDE_OK &&
+             pdde_store_set_liveness(*a, notice_key, "gone", 4, lease_s) == PDDE_OK;
+    CHECK(ok, "%s: setup: %s", who, pdde_last_error(ctx));
+    return ok;
+}
+
 static void test_fd_exhaustion(void) {
     int port = 0;
     pid_t host = store_host_start(48, &port);
@@ -528,24 +556,18 @@ static void test_fd_exhaustion(void) {
  * again the next call succeeds with its own reply (the late one is dropped, not taken for its answer),
  * and the client's lease held. A store killed: calls fail at once, saying so. */
 static void test_slow_store(pdde_context *ctx) {
-    int port = 0;
-    pid_t host = store_host_start(0, &port);
-    CHECK(port > 0, "slow: store host started");
-    if (port <= 0) return;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const double lease = 1.5; /* a's wait for a reply: twice its lease (a loaded machine keeps it) */
-    pdde_store *a = NULL, *b = NULL;
-    int ok = pdde_store_connect_secret(ctx, addr, SECRET, 5, &a) == PDDE_OK && pdde_store_connect_secret(ctx, addr, SECRET, 5, &b) == PDDE_OK &&
-             pdde_store_set(b, "slow/one", "one", 3) == PDDE_OK && pdde_store_set(b, "slow/two", "two", 3) == PDDE_OK &&
-             pdde_store_set_liveness(a, "slow/notice", "gone", 4, lease) == PDDE_OK;
-    CHECK(ok, "slow: setup: %s", pdde_last_error(ctx));
+    pid_t host;
+    pdde_store *a, *b;
+    int ok = store_pair_start(ctx, "slow", "slow/notice", lease, &host, &a, &b);
+    if (ok) {
+        ok = pdde_store_set(b, "slow/one", "one", 3) == PDDE_OK && pdde_store_set(b, "slow/two", "two", 3) == PDDE_OK;
+        CHECK(ok, "slow: setup: %s", pdde_last_error(ctx));
+    }
     void *v = NULL;
     size_t n = 0;
     if (ok) {
-        int ws = 0;
-        kill(host, SIGSTOP);
-        waitpid(host, &ws, WUNTRACED); /* (stopped now, not soon) */
+        store_host_stop(host);
         double t0 = test_now();
         pdde_status st = pdde_store_get(a, "slow/one", &v, &n);
         double took = test_now() - t0;
@@ -560,8 +582,7 @@ static void test_slow_store(pdde_context *ctx) {
               "slow: while the reply is owed a call fails at once (status %d after %.2f s): %s", st, took, pdde_last_error(ctx));
         free(v), v = NULL;
         usleep(300 * 1000); /* (stopped longer than a's lease) */
-        kill(host, SIGUSR1); /* the server resumes with its poll interrupted: it has read nothing yet */
-        kill(host, SIGCONT);
+        store_host_resume(host);
         /* b's two round trips show the store serves again: the poll that brought b's first request
          * (or an earlier one) brought a's waiting request too, and the second is served after it */
         for (int k = 0; k < 2; k++) {
@@ -613,23 +634,13 @@ static void test_slow_store(pdde_context *ctx) {
 /* A client closed while a reply is owed (its store stopped past the client's wait, running again while the
  * client closes) takes the late reply in and says goodbye: a clean close, no death notice. */
 static void test_close_owed(pdde_context *ctx) {
-    int port = 0;
-    pid_t host = store_host_start(0, &port);
-    CHECK(port > 0, "close owed: store host started");
-    if (port <= 0) return;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     const double lease = 1.5; /* (as test_slow_store's: a loaded machine keeps it) */
-    pdde_store *a = NULL, *b = NULL;
-    int ok = pdde_store_connect_secret(ctx, addr, SECRET, 5, &a) == PDDE_OK && pdde_store_connect_secret(ctx, addr, SECRET, 5, &b) == PDDE_OK &&
-             pdde_store_set_liveness(a, "owed/notice", "gone", 4, lease) == PDDE_OK;
-    CHECK(ok, "close owed: setup: %s", pdde_last_error(ctx));
+    pid_t host;
+    pdde_store *a, *b;
     void *v = NULL;
     size_t n = 0;
-    if (ok) {
-        int ws = 0;
-        kill(host, SIGSTOP);
-        waitpid(host, &ws, WUNTRACED);
+    if (store_pair_start(ctx, "close owed", "owed/notice", lease, &host, &a, &b)) {
+        store_host_stop(host);
         pdde_status st = pdde_store_get(a, "owed/x", &v, &n);
         CHECK(st == PDDE_ERR_TIMEOUT, "close owed: a get from the stopped store times out (status %d)", st);
         free(v), v = NULL;
@@ -638,14 +649,13 @@ static void test_close_owed(pdde_context *ctx) {
         pid_t waker = fork();
         if (waker == 0) {
             usleep(50 * 1000);
-            kill(host, SIGUSR1); /* (resumed with its poll interrupted, as in test_slow_store) */
-            kill(host, SIGCONT);
+            store_host_resume(host);
             _exit(0);
         }
         pdde_store_close(a);
         a = NULL;
         if (waker > 0) waitpid(waker, NULL, 0);
-        else kill(host, SIGUSR1), kill(host, SIGCONT);
+        else store_host_resume(host);
         st = pdde_store_get(b, "owed/x", &v, &n);
         CHECK(st == PDDE_ERR_NOT_FOUND, "close owed: the store serves again (status %d): %s", st, pdde_last_error(ctx));
         free(v), v = NULL;
@@ -657,7 +667,7 @@ static void test_close_owed(pdde_context *ctx) {
     }
     pdde_store_close(a);
     pdde_store_close(b);
-    kill(host, SIGKILL), waitpid(host, NULL, 0);
+    if (host > 0) kill(host, SIGKILL), waitpid(host, NULL, 0);
 }
 
 /* ---- the UCX handshake ---- */
