@@ -19,7 +19,7 @@
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; f32 attention's tiled kernels; the host's
 #   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
 #   and on opencl where NVIDIA's OpenCL is there; memcheck.
-# GPU_CHECK_SKIP="step ..." leaves steps out by name.
+# GPU_CHECK_SKIP="step ..." leaves steps out by name; GPU_CHECK_ONLY="step ..." runs only those (and the build).
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
 set -u
@@ -47,6 +47,9 @@ step() {
     local name=$1 cap=$2 t rc s0
     shift 2
     case " ${GPU_CHECK_SKIP:-} " in *" $name "*) say "== $name: skipped (GPU_CHECK_SKIP)"; : >"$out/step.out"; return 125 ;; esac
+    if [ -n "${GPU_CHECK_ONLY:-}" ] && [ "$name" != build ]; then
+        case " $GPU_CHECK_ONLY " in *" $name "*) ;; *) say "== $name: skipped (not in GPU_CHECK_ONLY)"; : >"$out/step.out"; return 125 ;; esac
+    fi
     t=$(left)
     t=$((t - 5))
     [ "$t" -gt "$cap" ] && t=$cap
