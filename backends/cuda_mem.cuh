@@ -3,6 +3,7 @@
  * store_shadow, update_skipped, clip_factor), gpu_kernels.cl's kernels of the same names step for step.
  * tests/mem_emu.cpp runs them on the CPU.
  *  - k_ce_fused: the cross-entropy's loss and dlogits in one launch (lowering's PDDE_FUSE_CE).
+ *  - k_ce_staged: the same reading each row from device memory once, staged in dynamic shared memory.
  *  - k_colsum2: column sums of [R, Cn] in row chunks (a bias gradient), 4 columns a thread.
  *  - k_adamw_chunks: the multi-tensor AdamW with a block per chunk of a tensor. */
 
@@ -88,6 +89,104 @@ extern "C" __global__ void k_ce_fused(const void *__restrict__ logits, const int
     if (ldt == 2) ce_fused_body<ld_bf16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt);
     else if (ldt == 1) ce_fused_body<ld_f16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt);
     else ce_fused_body<ld_f32>((const float *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt);
+}
+
+/* 16 bytes q as W values of type L::T, in f32 */
+template <typename L>
+__device__ __forceinline__ void unpack16(uint4 q, float *v) {
+    union { uint4 q; typename L::T e[16 / sizeof(typename L::T)]; } u;
+    u.q = q;
+    for (int k = 0; k < 16 / (int)sizeof(typename L::T); k++) v[k] = L::get(u.e, k);
+}
+template <typename L>
+__device__ __forceinline__ float max16(uint4 q) {
+    float v[16 / sizeof(typename L::T)], m = -INFINITY;
+    unpack16<L>(q, v);
+    for (int k = 0; k < 16 / (int)sizeof(typename L::T); k++) m = fmaxf(m, v[k]);
+    return m;
+}
+
+/* k_ce_fused's loss and dlogits reading each row from device memory once (PGD_MEM_CE1): a block per row copies it
+ * into row (the block's dynamic shared memory, V elements of the logits' dtype, 16-byte aligned) as it takes the
+ * maximum, 4 16-byte loads in flight a thread; then the sum of e^(x - m) and dlogits = (e^(x - m) / s - onehot) *
+ * dloss / count from there, 16-byte stores. Each thread reads back only the elements it wrote, so the row needs no
+ * barrier; thread 0 reads the target's logit from device memory. An ignored row writes zeros without reading. */
+template <typename L>
+__device__ __forceinline__ void ce_staged_body(const typename L::T *__restrict__ logits, const int *__restrict__ tgt,
+                                               const float *__restrict__ dloss, const float *__restrict__ cnt, float *__restrict__ part,
+                                               void *__restrict__ dx, long long rows, long long V, int ydt, typename L::T *row) {
+    const int W = 16 / (int)sizeof(typename L::T);
+    bool vec = V % W == 0 && (unsigned long long)logits % 16 == 0 && (unsigned long long)dx % 16 == 0;
+    long long nb = blockDim.x, nq = V / W;
+    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const typename L::T *lr = logits + r * V;
+        int t = tgt[r];
+        if (t < 0 || t >= V) { /* (the same for every thread of the block) */
+            float z[16 / sizeof(typename L::T)] = {};
+            if (vec)
+                for (long long q = threadIdx.x; q < nq; q += nb) store_vec<16 / sizeof(typename L::T)>(dx, r * V + q * W, z, ydt);
+            else
+                for (long long j = threadIdx.x; j < V; j += nb) store_out(dx, r * V + j, 0.0f, ydt);
+            if (threadIdx.x == 0) part[r] = 0.0f, part[rows + r] = 0.0f;
+            continue;
+        }
+        float m = -INFINITY;
+        const uint4 *src = (const uint4 *)lr;
+        uint4 *st = (uint4 *)row;
+        if (vec) {
+            long long q = threadIdx.x;
+            for (; q + 3 * nb < nq; q += 4 * nb) {
+                uint4 a0 = src[q], a1 = src[q + nb], a2 = src[q + 2 * nb], a3 = src[q + 3 * nb];
+                st[q] = a0, st[q + nb] = a1, st[q + 2 * nb] = a2, st[q + 3 * nb] = a3;
+                m = fmaxf(m, fmaxf(fmaxf(max16<L>(a0), max16<L>(a1)), fmaxf(max16<L>(a2), max16<L>(a3))));
+            }
+            for (; q < nq; q += nb) {
+                uint4 a = src[q];
+                st[q] = a;
+                m = fmaxf(m, max16<L>(a));
+            }
+        } else
+            for (long long j = threadIdx.x; j < V; j += nb) {
+                row[j] = lr[j];
+                m = fmaxf(m, L::get(row, j));
+            }
+        m = block_max(m);
+        float s = 0.0f;
+        if (vec)
+            for (long long q = threadIdx.x; q < nq; q += nb) {
+                float v[16 / sizeof(typename L::T)];
+                unpack16<L>(st[q], v);
+                for (int k = 0; k < W; k++) s += expf(v[k] - m);
+            }
+        else
+            for (long long j = threadIdx.x; j < V; j += nb) s += expf(L::get(row, j) - m);
+        s = block_sum(s);
+        if (threadIdx.x == 0) part[r] = logf(s) + m - L::get(lr, t), part[rows + r] = 1.0f;
+        float inv = 1.0f / s;
+        if (vec)
+            for (long long q = threadIdx.x; q < nq; q += nb) {
+                float v[16 / sizeof(typename L::T)];
+                unpack16<L>(st[q], v);
+                for (int k = 0; k < W; k++) v[k] = (expf(v[k] - m) * inv - (q * W + k == t ? 1.0f : 0.0f)) * scale;
+                store_vec<16 / sizeof(typename L::T)>(dx, r * V + q * W, v, ydt);
+            }
+        else
+            for (long long j = threadIdx.x; j < V; j += nb) store_out(dx, r * V + j, (expf(L::get(row, j) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
+    }
+}
+/* (k_ce_fused's arguments; launched with V elements of the logits' dtype of dynamic shared memory, at most 512 threads) */
+#ifndef CE_STAGED_ROW
+#define CE_STAGED_ROW(name) extern __shared__ uint4 name[]
+#endif
+extern "C" __global__ void __launch_bounds__(512) k_ce_staged(const void *__restrict__ logits, const int *__restrict__ tgt,
+                                                              const float *__restrict__ dloss, const float *__restrict__ cnt,
+                                                              float *__restrict__ part, void *__restrict__ dx, long long rows, long long V,
+                                                              int ydt, int ldt) {
+    CE_STAGED_ROW(ce_row);
+    if (ldt == 2) ce_staged_body<ld_bf16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt, (unsigned short *)ce_row);
+    else if (ldt == 1) ce_staged_body<ld_f16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt, (unsigned short *)ce_row);
+    else ce_staged_body<ld_f32>((const float *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt, (float *)ce_row);
 }
 
 /* x viewed as [R, Cn] (Cn a multiple of 4, x 16-byte aligned for f32, 8 for bf16 / f16): y[c, j] = scale * the

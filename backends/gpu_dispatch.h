@@ -27,7 +27,10 @@
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
  * passes both, since a cl_mem has no address. */
 typedef struct { uint64_t base, off; } pgd_ptr;
-/* A kernel argument: its value and size; is_ptr marks a pgd_ptr. */
+/* A kernel argument: its value and size; is_ptr 1 marks a pgd_ptr, PGD_ARG_LOCAL a group's local (shared) memory of
+ * size bytes (PGD_LOCAL: OpenCL's __local argument, CUDA's dynamic shared memory; the last argument, and only where
+ * pgd_ctx.max_local holds it). */
+enum { PGD_ARG_LOCAL = 2 };
 typedef struct { const void *p; size_t size; int is_ptr; } pgd_arg;
 
 static inline uint64_t pgd_addr(pgd_ptr p) { return p.base ? p.base + p.off : 0; }
@@ -47,8 +50,9 @@ enum {
     PGD_K_MOE_LAYOUT, PGD_K_MOE_TOPK, PGD_K_MOE_GATE, PGD_K_MOE_DISPATCH, PGD_K_MOE_COMBINE, PGD_K_MOE_COMBINE_BACK_W,
     PGD_K_MOE_GEMM, PGD_K_MOE_GEMM_BACK_W, PGD_K_MOE_AUX_LOSS, PGD_K_MOE_AUX_LOSS_BACK,
     /* memory-bound kernels: the fused cross-entropy (lowering's PDDE_FUSE_CE), the column sums in two levels and the
-     * multi-tensor AdamW in chunks (the backends' switches: pgd_ctx.mem_kernels) */
-    PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS,
+     * multi-tensor AdamW in chunks, the fused cross-entropy staging each row in local memory (the backends' switches:
+     * pgd_ctx.mem_kernels) */
+    PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS, PGD_K_CE_STAGED,
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
     PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS, PGD_K_EMBEDDING_KEYS,
     PGD_K_EMBEDDING_RADIX_COUNT, PGD_K_EMBEDDING_RADIX_SCAN, PGD_K_EMBEDDING_RADIX_SCATTER,
@@ -67,7 +71,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     /* Mixture-of-Experts */
     "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
-    "k_ce_fused", "k_colsum2", "k_adamw_chunks",
+    "k_ce_fused", "k_colsum2", "k_adamw_chunks", "k_ce_staged",
     "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows", "k_embedding_keys",
     "k_embedding_radix_count", "k_embedding_radix_scan", "k_embedding_radix_scatter",
 };
@@ -172,17 +176,20 @@ typedef struct {
                       pgd_ptr bgrad);
     /* the memory-bound kernels it takes instead of the plain ones (PGD_MEM_* bits; 0: none): pgd_mem_kernels_env */
     unsigned mem_kernels;
+    size_t max_local; /* bytes of local memory a group may take by a PGD_LOCAL argument (0: none) */
     int embedding_back; /* PGD_EMB_*: how the embedding backward adds dy into the table's gradient */
     int embedding_sort; /* PGD_EMB_SORT_*: how PGD_EMB_SORTED sorts the ids (0: by the ids' count and the device) */
 } pgd_ctx;
 
 /* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
- * loads in flight; a backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
+ * loads in flight; k_ce_staged for the fused cross-entropy (each row read from device memory once, where it fits in
+ * pgd_ctx.max_local); a backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
  * has measured it faster (tools/bench/cuda_memk.sh) */
-enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2 };
-/* The PGD_MEM_* bits from <prefix>COLSUM2=1 and <prefix>ADAMW_CHUNKS=1 (prefix: the backend's, as PDDE_CUDA_) */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4 };
+/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1 and <prefix>CE1=1 (prefix: the backend's, as PDDE_CUDA_) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix) {
-    static const struct { const char *name; unsigned bit; } sw[] = {{"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}};
+    static const struct { const char *name; unsigned bit; } sw[] = {
+        {"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}, {"CE1", PGD_MEM_CE1}};
     unsigned bits = 0;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
         char name[64];
@@ -255,6 +262,7 @@ enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
 #define PGD_P(v) {&(v), sizeof(v), 1}
+#define PGD_LOCAL(bytes) {NULL, (bytes), PGD_ARG_LOCAL}
 
 static inline pgd_ptr pgd_ptr_of(const pdde_tensor *t) { return (pgd_ptr){(uintptr_t)t->data, t->offset}; }
 static const pgd_ptr pgd_null = {0, 0};
@@ -896,7 +904,8 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
 }
 
 /* The loss; where the node also writes dlogits into its source 3 (lowering's PDDE_FUSE_CE), k_ce_fused reads each
- * row once for both, after the count of valid targets that scales them. */
+ * row once for both (and again, mostly from cache, for dlogits), after the count of valid targets that scales them;
+ * with PGD_MEM_CE1, k_ce_staged instead where a row fits in the group's local memory (at most 512 items a group). */
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1];
     int64_t rows, V;
@@ -912,7 +921,13 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     if (ddt >= 0) {
         pgd_ptr cnt = pgd_at(part, (int64_t)part_bytes), pd = pgd_ptr_of(node->src[2]), px = pgd_ptr_of(node->src[3]);
         e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
-        if (!e)
+        size_t row_bytes = ((size_t)V * pdde_dtype_size(lg->dtype) + 15) & ~(size_t)15;
+        if (!e && (g->mem_kernels & PGD_MEM_CE1) && row_bytes <= g->max_local) {
+            unsigned bx = pgd_row_block(g, V);
+            e = pgd_launch(g, PGD_K_CE_STAGED, pgd_rows_grid(rows), 1, 1, bx < 512 ? bx : 512, 1,
+                           PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(part), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ddt),
+                                    PGD_A(ldt), PGD_LOCAL(row_bytes)));
+        } else if (!e)
             e = pgd_row_launch(g, PGD_K_CE_FUSED, rows, V,
                                PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(part), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ddt),
                                         PGD_A(ldt)));

@@ -545,12 +545,55 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    "/* The loss and dlogits reading each row from device memory once (PGD_MEM_CE1; cuda_mem.cuh's k_ce_staged): the\n"
+    " * group copies the row into row (local memory of V elements of the logits' dtype) as it takes the maximum, then the\n"
+    ,
+    " * sum of exp(x - m) and dlogits = (exp(x - m) / s - onehot) * dloss / count from there; each item reads back only the\n"
+    " * elements it wrote. An ignored row computes too and writes zeros (every item reaches every barrier: k_ce_back). */\n"
+    "static float local_in(__local const void *x, long i, int xdt) {\n"
+    "    if (xdt == 2) return as_float((uint)((__local const ushort *)x)[i] << 16);\n"
+    "    if (xdt == 1) return f16_to_f32(((__local const ushort *)x)[i]);\n"
+    "    return ((__local const float *)x)[i];\n"
+    "}\n"
+    "__kernel void k_ce_staged(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),\n"
+    "                          PTR(float, part), PTR(void, dx), long rows, long V, int ydt, int ldt, __local void *row) {\n"
+    "    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, part); BIND(void, dx);\n"
+    "    __local float sh[MAX_GROUP];\n"
+    "    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;\n"
+    "    ROWS_LOOP(r, rows) {\n"
+    "        long lr = r * V;\n"
+    "        int t = tgt[r];\n"
+    "        int ok = t >= 0 && t < V;\n"
+    "        float m = -INFINITY;\n"
+    "        if (ldt == 0)\n"
+    "            COLS_LOOP(j, V) {\n"
+    "                float x = ((__global const float *)logits)[lr + j];\n"
+    "                ((__local float *)row)[j] = x;\n"
+    "                m = fmax(m, x);\n"
+    "            }\n"
+    "        else\n"
+    "            COLS_LOOP(j, V) {\n"
+    "                ((__local ushort *)row)[j] = ((__global const ushort *)logits)[lr + j];\n"
+    "                m = fmax(m, local_in(row, j, ldt));\n"
+    "            }\n"
+    "        m = group_max(m, sh);\n"
+    "        float s = 0.0f;\n"
+    "        COLS_LOOP(j, V) s += exp(local_in(row, j, ldt) - m);\n"
+    "        s = group_sum(s, sh);\n"
+    "        if (get_local_id(0) == 0) {\n"
+    "            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : 0.0f;\n"
+    "            part[rows + r] = ok ? 1.0f : 0.0f;\n"
+    "        }\n"
+    "        float inv = 1.0f / s;\n"
+    "        COLS_LOOP(j, V) store_out(dx, lr + j, ok ? (exp(local_in(row, j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale : 0.0f, ydt);\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "/* ---- embedding -------------------------------------------------------------------------------- */\n"
     "\n"
     "__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {\n"
     "    BIND(const float, table); BIND(const int, ids); BIND(float, y);\n"
     "    long n = n_ids * C;\n"
-    ,
     "    GRID_STRIDE(i, n) {\n"
     "        long r = i / C, j = i - r * C;\n"
     "        int id = ids[r];\n"
@@ -587,6 +630,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    long l = get_local_id(0), L = get_local_size(0);\n"
     "    for (long i = l; i < n_pow2; i += L) {\n"
     "        int id = i < n_ids ? ids[i] : -1;\n"
+    ,
     "        uint row = id >= 0 && id < V ? (uint)id : 0xffffffffu;\n"
     "        keys[i] = i < n_ids ? (ulong)row << 32 | (ulong)i : ~(ulong)0;\n"
     "    }\n"
@@ -629,7 +673,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define RADIX_GROUP 256 /* the largest group of the count and scatter kernels (their counters in group memory) */\n"
     "static uint radix_digit(ulong key, long V, int shift) {\n"
     "    ulong row = key >> 32;\n"
-    ,
     "    return (uint)((row < (ulong)V ? row : (ulong)V) >> shift) & (RADIX_DIGITS - 1);\n"
     "}\n"
     "__kernel void k_embedding_keys(PTR(const int, ids), PTR(ulong, keys), long n_ids, long V) {\n"
@@ -662,6 +705,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    part[l] = sum;\n"
     "    for (long off = 1; off < L; off <<= 1) { /* inclusive scan of the totals */\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+    ,
     "        int v = l >= off ? part[l - off] : 0;\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        part[l] += v;\n"
@@ -708,7 +752,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    ulong z = (((ulong)hi << 32) | lo) ^ (0x9E3779B97F4A7C15UL * (ulong)(counter + 1u)) ^ (i * 0xD1B54A32D192ED03UL);\n"
     "    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;\n"
     "    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;\n"
-    ,
     "    return (uint)((z ^ (z >> 31)) >> 32);\n"
     "}\n"
     "__kernel void k_dropout(PTR(const float, x), PTR(float, y), long n, uint threshold, float scale, uint seed_lo,\n"
@@ -747,6 +790,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            while (!(m & 0x400u)) { m <<= 1; e--; }\n"
     "            u = sign | (e << 23) | ((m & 0x3ffu) << 13);\n"
     "        }\n"
+    ,
     "    } else if (e == 31) u = sign | 0x7f800000u | (m << 13);\n"
     "    else u = sign | ((e + 112) << 23) | (m << 13);\n"
     "    return as_float(u);\n"
@@ -796,7 +840,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "static float clip_factor(__global const float *gnorm_sq, float clip) {\n"
     "    if (!gnorm_sq || clip <= 0.0f) return 1.0f;\n"
-    ,
     "    float nrm = sqrt(gnorm_sq[0]);\n"
     "    return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;\n"
     "}\n"
@@ -835,6 +878,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    *g = 0.0f;\n"
     "}\n"
     "\n"
+    ,
     "__kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,\n"
     "                      float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,\n"
     "                      float bc2, PTR(void, sh), int sdt) {\n"
@@ -878,7 +922,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];\n"
     "            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];\n"
     "            for (int i = 0; i < 4; i++)\n"
-    ,
     "                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];\n"
     "        }\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -914,6 +957,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static long att_in(long r, long T, long D, long H) {\n"
     "    if (!H) return r * D;\n"
     "    long t = r % T, bh = r / T;\n"
+    ,
     "    return ((bh / H) * T + t) * 3 * H * D + (bh % H) * 3 * D;\n"
     "}\n"
     "static long att_y(long r, long T, long D, long H) {\n"
@@ -960,7 +1004,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* Backward, dq of query row r (out[0 .. BH*T*D)): dq = scale * sum_j p_ij (dp_ij - rowdot_i) k_j with\n"
     " * p recomputed from the saved logsumexp; rowdot_i = dO_i . O_i is left in rowdot for the dk, dv kernel. */\n"
     "__kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),\n"
-    ,
     "                                 PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,\n"
     "                                 float scale, long H) {\n"
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);\n"
@@ -991,6 +1034,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),\n"
     "                                  PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,\n"
     "                                  float scale, long H) {\n"
+    ,
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);\n"
     "    BIND(float, rowdot); BIND(float, out);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
@@ -1028,7 +1072,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float f = gscale * clip_factor(gnorm_sq, clip);\n"
     "    __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];\n"
     "    __global ushort *sh = (__global ushort *)base + (t.s[k] >= 0 ? t.s[k] : 0);\n"
-    ,
     "    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */\n"
     "    GRID_STRIDE(i, t.n[k]) {\n"
     "        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);\n"
@@ -1062,6 +1105,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- fused kernels ---------------------------------------------------------------------------- */\n"
     "\n"
     "/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */\n"
@@ -1109,7 +1153,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of\n"
     " * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),\n"
-    ,
     " * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */\n"
     "__kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(const float, lse), PTR(void, ds), long rows,\n"
     "                             long T, float scale, long ls, int dsdt) {\n"
@@ -1138,6 +1181,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        long r = r0 + e / D, d = e % D, po = (which < 0 ? att_y(r, T, D, H) : att_in(r, T, D, H) + which * D) + d;\n"
     "        if (esz == 2 && to_flat) ((__global ushort *)flat)[e] = ((__global const ushort *)packed)[po];\n"
     "        else if (esz == 2) ((__global ushort *)packed)[po] = ((__global const ushort *)flat)[e];\n"
+    ,
     "        else if (to_flat) ((__global float *)flat)[e] = ((__global const float *)packed)[po];\n"
     "        else ((__global float *)packed)[po] = ((__global const float *)flat)[e];\n"
     "    }\n"
@@ -1175,7 +1219,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    long i = tile * FR + l, kend = min(T, tile * FR + FR);\n"
     "    int live = i < T;\n"
     "    float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];\n"
-    ,
     "    for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f, acc[d] = 0.0f;\n"
     "    float m = -INFINITY, lsum = 0.0f;\n"
     "    for (long j0 = 0; j0 < kend; j0 += FK) {\n"
@@ -1214,6 +1257,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* dq of the group's query rows (out[0 .. BH*T*D)): scale * sum over keys j <= i of p (dp - rowdot) k_j,\n"
     " * p recomputed from the saved logsumexp, the keys' k and v rows through group memory. */\n"
+    ,
     "static void flash_dq(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                     __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                     float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {\n"
@@ -1248,7 +1292,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
     "                      __local float *lses, __local float *dots) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
-    ,
     "    int l = get_local_id(0);\n"
     "    long j = tile * FR + l, rows = BH * T;\n"
     "    int live = j < T;\n"
@@ -1284,6 +1327,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        out[att_out(base + j, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(base + j, 2, rows, T, D, H) + d] = dv[d];\n"
     "}\n"
     "\n"
+    ,
     "/* The kernels, one name per head size (64: k_flash_*, 128: k_flash_*_d128), as the CUDA backend has them;\n"
     " * here both take D as it comes: each kernel below is made under both names. */\n"
     "#define FLASH_FWD_KERNEL(name)                                                                                             \\\n"
@@ -1309,7 +1353,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void name(FLASH_BACK_PARAMS) {                                \\\n"
     "        FLASH_BACK_BIND;                                                                                                   \\\n"
     "        __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                          \\\n"
-    ,
     "        flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);                                           \\\n"
     "    }\n"
     "FLASH_BACK_DQ_KERNEL(k_flash_back_dq)\n"
@@ -1332,6 +1375,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* One group: counts[E] (optional) = tokens per expert; rows[E] = those kept (at most cap); off[E]; and,\n"
     " * when row is not null, row[nk]. Each item owns experts lid, lid + L, ... and scans the ids in order,\n"
+    ,
     " * which keeps each expert's rows in token order without sorting. */\n"
     "__kernel void k_moe_layout(PTR(const int, idx), PTR(int, counts), PTR(int, off), PTR(int, rows), PTR(int, row), long nk,\n"
     "                           int E, int cap, long R) {\n"
@@ -1388,7 +1432,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            float bs = 0.0f;\n"
     "            for (int e = 0; e < E; e++) {\n"
     "                int taken = 0;\n"
-    ,
     "                for (int p = 0; p < c && !taken; p++) taken = o[p] == e;\n"
     "                float s = moe_score(l[e], m, z, sig) + (bias ? bias[e] : 0.0f);\n"
     "                if (!taken && (best < 0 || s > bs || (isnan(bs) && !isnan(s)))) best = e, bs = s;\n"
@@ -1420,6 +1463,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                         int flags, int back) {\n"
     "    BIND(const float, lg); BIND(const int, idx); BIND(const float, dw); BIND(float, out);\n"
     "    int sig = flags & 1, norm = !(flags & 2);\n"
+    ,
     "    GRID_STRIDE(n, N) {\n"
     "        __global const float *l = lg + n * E;\n"
     "        __global const int *id = idx + n * k;\n"
@@ -1462,7 +1506,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel void k_moe_combine(PTR(const void, ye), PTR(const int, row), PTR(const float, w), PTR(float, y), long N, int k, long C, int edt) {\n"
     "    BIND(const void, ye); BIND(const int, row); BIND(const float, w); BIND(float, y);\n"
     "    GRID_STRIDE(i, N * C) {\n"
-    ,
     "        long n = i / C, col = i - n * C;\n"
     "        float acc = 0.0f;\n"
     "        for (int c = 0; c < k; c++) {\n"
@@ -1494,6 +1537,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void\n"
     "k_moe_gemm(PTR(const float, A), PTR(const float, W), PTR(float, Y), PTR(const int, off), PTR(const int, rows), int E, int S, int K,\n"
     "           int N, int tb) {\n"
+    ,
     "    BIND(const float, A); BIND(const float, W); BIND(float, Y); BIND(const int, off); BIND(const int, rows);\n"
     "    __local float As[GK][GT + 4];\n"
     "    __local float Bs[GK][GT + 4];\n"
@@ -1542,7 +1586,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        acc += pf;\n"
     "    }\n"
     "    acc = group_sum(acc, sh);\n"
-    ,
     "    if (get_local_id(0) == 0) y[0] = N ? (float)E * acc / (float)N : 0.0f;\n"
     "}\n"
     "\n"

@@ -3,9 +3,9 @@
  * The device code is compiled for the host: a block's threads are cooperative fibers (ucontext) that all
  * yield at each __syncthreads (tests/cuda_emu.h), the 16-byte vector types are plain structs and the
  * block reductions are emulated through a shared array. Checked against references written here from the
- * ops' definitions: k_ce_fused's loss terms and dlogits (float64; f32, bf16 and f16 logits and dlogits, the
- * 16-byte path and the element path of a misaligned or odd-width row, ignored targets, blocks smaller than a
- * row), k_colsum2's chunk sums (float64; f32 and bf16 rows, a partial column group), k_adamw_chunks against
+ * ops' definitions: k_ce_fused's and k_ce_staged's loss terms and dlogits (float64; f32, bf16 and f16 logits and
+ * dlogits, the 16-byte path and the element path of a misaligned or odd-width row, ignored targets, blocks smaller
+ * than a row, rows of several rounds of 4 loads a thread), k_colsum2's chunk sums (float64; f32 and bf16 rows, a partial column group), k_adamw_chunks against
  * adamw_element one element at a time (the same float operations: bit for bit; tensors of several chunks,
  * a tail past the last 4, a misaligned tensor, bf16 copies, a non-finite norm). It cannot see what only a GPU
  * shows (timing, races between real warps, coalescing).
@@ -71,6 +71,10 @@ struct pdde_cu_multi {
     float wd[MULTI_MAX];
 };
 
+/* k_ce_staged's dynamic shared memory: one block runs at a time */
+static uint4 emu_dyn_shared[1 << 14];
+#define CE_STAGED_ROW(name) uint4 *name = emu_dyn_shared
+
 #include "../backends/cuda_mem.cuh"
 
 /* ---- checks --------------------------------------------------------------------------------- */
@@ -99,8 +103,8 @@ static struct {
 /* ---- k_ce_fused --------------------------------------------------------------------------------- */
 
 /* rows x V logits of dtype ldt (misaligned: one element past a 16-byte boundary), dlogits of ydt, every third target
- * ignored (or all), blocks of bt threads */
-static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligned, int all_ignored, unsigned bt) {
+ * ignored (or all), blocks of bt threads; staged: k_ce_staged (the dlogits buffer starts NaN: every element written) */
+static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligned, int all_ignored, unsigned bt, int staged = 0) {
     char what[200];
     size_t ls = dt_size(ldt), ys = dt_size(ydt);
     char *lbuf = (char *)aligned_alloc(16, (size_t)(rows * V + 8) * ls), *dbuf = (char *)aligned_alloc(16, (size_t)(rows * V + 8) * ys);
@@ -110,9 +114,16 @@ static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligne
     for (long long r = 0; r < rows; r++) tgt[r] = all_ignored || r % 3 == 2 ? (r % 2 ? -1 : (int)V) : (int)((r * 7919) % V);
     float dloss = 0.75f, cnt = 0, *part = (float *)malloc(sizeof(float) * 2 * rows);
     for (long long r = 0; r < rows; r++) cnt += tgt[r] >= 0 && tgt[r] < V;
+    for (long long i = 0; i < rows * V; i++) store_out(dx, i, NAN, ydt);
+    for (long long i = 0; i < 2 * rows; i++) part[i] = NAN;
     A.x = lg, A.tgt = tgt, A.dloss = &dloss, A.cnt = &cnt, A.part = part, A.dx = dx, A.rows = rows, A.V = V, A.ydt = ydt, A.ldt = ldt;
-    emu_launch(emu_dim{(unsigned)(rows < 3 ? rows : 3), 1, 1}, bt,
-               [] { k_ce_fused(A.x, A.tgt, A.dloss, A.cnt, A.part, A.dx, A.rows, A.V, A.ydt, A.ldt); });
+    if (staged) {
+        memset(emu_dyn_shared, 0xff, sizeof emu_dyn_shared); /* (NaN bits: a read of an element not staged shows) */
+        emu_launch(emu_dim{(unsigned)(rows < 3 ? rows : 3), 1, 1}, bt,
+                   [] { k_ce_staged(A.x, A.tgt, A.dloss, A.cnt, A.part, A.dx, A.rows, A.V, A.ydt, A.ldt); });
+    } else
+        emu_launch(emu_dim{(unsigned)(rows < 3 ? rows : 3), 1, 1}, bt,
+                   [] { k_ce_fused(A.x, A.tgt, A.dloss, A.cnt, A.part, A.dx, A.rows, A.V, A.ydt, A.ldt); });
     double loss_err = 0, d_err = 0, ok_err = 0;
     for (long long r = 0; r < rows; r++) {
         double m = -INFINITY, s = 0;
@@ -120,8 +131,9 @@ static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligne
         for (long long j = 0; j < V; j++) s += exp((double)load_dt(lg, r * V + j, ldt) - m);
         int t = tgt[r], ok = t >= 0 && t < V;
         double loss = ok ? log(s) + m - load_dt(lg, r * V + t, ldt) : 0, sc = ok ? dloss / (cnt > 0 ? cnt : 1) : 0;
-        loss_err = fmax(loss_err, fabs(part[r] - loss) / fmax(1, fabs(loss)));
-        ok_err = fmax(ok_err, fabs(part[rows + r] - ok));
+        double le = fabs(part[r] - loss) / fmax(1, fabs(loss)), oe = fabs(part[rows + r] - ok); /* (NaN: unwritten) */
+        if (!(le <= loss_err)) loss_err = isnan(le) ? INFINITY : le;
+        if (!(oe <= ok_err)) ok_err = isnan(oe) ? INFINITY : oe;
         for (long long j = 0; j < V; j++) {
             double ref = (exp((double)load_dt(lg, r * V + j, ldt) - m) / s - (j == t)) * sc, got = load_dt(dx, r * V + j, ydt);
             double tol = 1e-6 * fabs(sc) + (ydt ? fabs(ref) * (ydt == 2 ? 1.0 / 256 : 1.0 / 2048) : 0);
@@ -129,11 +141,13 @@ static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligne
             if (!(e <= d_err)) d_err = isnan(e) ? INFINITY : e;
         }
     }
-    snprintf(what, sizeof what, "k_ce_fused %lld x %lld, logits %s%s, dlogits %s, %u threads%s: loss terms and flags", rows, V,
+    const char *kname = staged ? "k_ce_staged" : "k_ce_fused";
+    snprintf(what, sizeof what, "%s %lld x %lld, logits %s%s, dlogits %s, %u threads%s: loss terms and flags", kname, rows, V,
              ldt == 2 ? "bf16" : ldt == 1 ? "f16" : "f32", misaligned ? " (misaligned)" : "", ydt == 2 ? "bf16" : ydt == 1 ? "f16" : "f32", bt,
              all_ignored ? ", every target ignored" : "");
     check(loss_err < 1e-5 && ok_err == 0, what, loss_err + ok_err);
-    snprintf(what, sizeof what, "k_ce_fused %lld x %lld (%d, %d, %s): dlogits within rounding", rows, V, ldt, ydt, misaligned ? "misaligned" : "aligned");
+    snprintf(what, sizeof what, "%s %lld x %lld (%d, %d, %s): dlogits within rounding", kname, rows, V, ldt, ydt,
+             misaligned ? "misaligned" : "aligned");
     check(d_err <= 0, what, d_err);
     free(lbuf), free(dbuf), free(tgt), free(part);
 }
@@ -226,6 +240,14 @@ int main() {
     ce_case(3, 37, 2, 0, 0, 0, 32);
     ce_case(3, 37, 0, 2, 0, 1, 32);
     ce_case(2, 1, 0, 0, 0, 0, 32);
+    /* k_ce_staged: rounds of 4 loads and a tail (4096 bf16: 16 quads a thread of 32), the element path, ignored rows */
+    ce_case(5, 4096, 2, 2, 0, 0, 32, 1);
+    ce_case(4, 1000, 2, 0, 0, 0, 64, 1);
+    ce_case(4, 1204, 0, 2, 0, 0, 32, 1);
+    ce_case(3, 304, 1, 1, 0, 0, 64, 1);
+    ce_case(4, 64, 2, 2, 1, 0, 32, 1);
+    ce_case(3, 37, 0, 0, 0, 0, 32, 1);
+    ce_case(3, 40, 2, 2, 0, 1, 32, 1);
     /* k_colsum2: one chunk, several, a partial last chunk and column group, bf16 rows */
     colsum_case(7, 8, 0, 7);
     colsum_case(300, 36, 0, 70);

@@ -373,6 +373,13 @@ static pdde_tensor *b_colsum2(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, x, w, 0, 0), b), P(g, "w2", 2, c->p[1], 7, 0, 0), 0, 0);
 }
 
+/* cross_entropy_staged: cross_entropy_fused's cases by k_ce_staged (PDDE_*_CE1=1, set for the case: each row staged in
+ * local memory, read from device memory once) */
+static pdde_tensor *b_cross_entropy_staged(pdde_graph *g, const op_case *c) {
+    mem_kernels("CE1", "1");
+    return b_cross_entropy_fused(g, c);
+}
+
 /* adamw_chunks: AdamW steps by k_adamw_chunks (PDDE_*_ADAMW_CHUNKS=1, set for the case): ln_gelu_mlp with p = {1
  * (AdamW), compute dtype (0: f32; bf16: the weights' copies rewritten too), C, F, V}: C x F past one chunk of 4096 */
 static pdde_tensor *b_adamw_chunks(pdde_graph *g, const op_case *c) {
@@ -606,6 +613,17 @@ static const op_case cases[] = {
     {"moe_layer", b_moe, {29, 12, 7, 4, 2, -1, MOE_BF16, 1}, 1, T_LOWP},
     {"moe_layer", b_moe, {40, 8, 9, 4, 2, 125, MOE_SKEW | MOE_BF16, 0}, 1, T_LOWP},
     {"moe_layer", b_moe, {300, 70, 80, 8, 2, 0, MOE_BF16, 0}, 1, T_LOWP},
+    /* cross_entropy_fused's cases by k_ce_staged {N, C, V, compute dtype, all targets ignored, f32 logits}: the element
+     * path, 16-byte loads, every target ignored, an f32 row past CUDA's 48 KiB of shared memory without the attribute,
+     * the GPT-2 vocabulary in bf16 (last in the table: a case's inputs are seeded by its index) */
+    {"cross_entropy_staged", b_cross_entropy_staged, {9, 0, 37, 0}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {33, 0, 1000, 0}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {4, 0, 7, 0, 1}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {3, 0, 20000, 0}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {33, 7, 1000, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_staged", b_cross_entropy_staged, {5, 11, 304, PDDE_F16}, 1, T_LOWP},
+    {"cross_entropy_staged", b_cross_entropy_staged, {17, 9, 96, PDDE_BF16, 0, 1}, 1, T_LOWP},
+    {"cross_entropy_staged", b_cross_entropy_staged, {4, 8, 50304, PDDE_BF16}, 1, T_LOWP},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -819,7 +837,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
-    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0");
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
@@ -897,7 +915,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
         /* (the built-in GPU backends take the fused form; a plugin may not, and then runs the two apart) */
         bool builtin_gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
-        if (c->build == b_cross_entropy_fused && mode == 1 && (builtin_gpu || g_ce_fused))
+        if ((c->build == b_cross_entropy_fused || c->build == b_cross_entropy_staged) && mode == 1 && (builtin_gpu || g_ce_fused))
             CHECK(g_ce_back == 0 && g_ce_fused == 1, "%s %s on %s: %d cross_entropy_back nodes compute apart, %d fused on the device (PDDE_FUSE_CE=1)",
                   label, what, props.backend, g_ce_back, g_ce_fused);
         if (c->build == b_moe && moe_kernels_on(props.backend))
