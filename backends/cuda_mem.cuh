@@ -5,7 +5,8 @@
  *  - k_ce_fused: the cross-entropy's loss and dlogits in one launch (lowering's PDDE_FUSE_CE).
  *  - k_ce_staged: the same reading each row from device memory once, staged in dynamic shared memory.
  *  - k_colsum2: column sums of [R, Cn] in row chunks (a bias gradient), 4 columns a thread.
- *  - k_adamw_chunks: the multi-tensor AdamW with a block per chunk of a tensor. */
+ *  - k_adamw_chunks: the multi-tensor AdamW with a block per chunk of a tensor.
+ *  - k_adamw_vec: the same chunks taken by a few blocks a multiprocessor, more loads in flight. */
 
 /* 16 bytes of elements of type T (8 bf16 / f16, 4 f32) at p + i, as f32 through loader L */
 template <typename L>
@@ -274,5 +275,62 @@ extern "C" __global__ void __launch_bounds__(256) k_adamw_chunks(float *base, fl
     for (long long i = iv + threadIdx.x; i < i1; i += blockDim.x) {
         adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
         if (sk) store_shadow(sh, i, p[i], sk);
+    }
+}
+
+/* AdamW on 4 elements at i whose parameter, gradient and moments were loaded (P, G, M, Vv): adamw_element's
+ * operations, the results stored 16 bytes at a time (and the copy 8) */
+__device__ __forceinline__ void adamw_quad(float4 P, float4 G, float4 M, float4 Vv, float *p, float *g, float *m, float *v, unsigned short *sh,
+                                           long long i, int sk, float f, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    float pe[4] = {P.x, P.y, P.z, P.w}, ge[4] = {G.x, G.y, G.z, G.w}, me[4] = {M.x, M.y, M.z, M.w}, ve[4] = {Vv.x, Vv.y, Vv.z, Vv.w};
+    for (int e = 0; e < 4; e++) adamw_element(pe + e, ge + e, me + e, ve + e, f, lr, b1, b2, eps, wd, bc1, bc2);
+    *(float4 *)(p + i) = make_float4(pe[0], pe[1], pe[2], pe[3]);
+    *(float4 *)(g + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *(float4 *)(m + i) = make_float4(me[0], me[1], me[2], me[3]);
+    *(float4 *)(v + i) = make_float4(ve[0], ve[1], ve[2], ve[3]);
+    if (sk) store_vec<4>(sh, i, pe, sk);
+}
+
+/* k_adamw_chunks's chunks and arithmetic (its arguments) by a grid of a few blocks a multiprocessor (PGD_MEM_ADAMW_VEC):
+ * block b takes chunks b, b + gridDim.x, ... in order, so the norm is read and the clip factor taken once a block,
+ * not once a chunk before its loads can start; each thread has 2 groups of 4 elements of the parameter, gradient
+ * and both moments in flight (8 16-byte loads), where k_adamw_chunks has 1; 3 blocks of 256 a multiprocessor (80
+ * registers a thread at most: the launch's grid). */
+extern "C" __global__ void __launch_bounds__(256, 3) k_adamw_vec(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t,
+                                                                 int count, float lr, float b1, float b2, float eps, float clip, float gscale,
+                                                                 float bc1, float bc2, int sdt) {
+    if (update_skipped(gnorm_sq)) return;
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    long long first = 0, nb = blockDim.x;
+    int k = 0;
+    for (long long c = blockIdx.x;; c += gridDim.x) {
+        for (; k < count; k++) { /* (c grows: the tensor of chunk c is k or one after it) */
+            long long nc = (t.n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+            if (c < first + nc) break;
+            first += nc;
+        }
+        if (k == count) return;
+        float wd = t.wd[k];
+        float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+        unsigned short *sh = (unsigned short *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+        int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+        long long i0 = (c - first) * ADAMW_CHUNK, i1 = i0 + ADAMW_CHUNK < t.n[k] ? i0 + ADAMW_CHUNK : t.n[k];
+        bool vec = (t.p[k] | t.g[k] | t.m[k] | t.v[k]) % 4 == 0 && (!sk || t.s[k] % 4 == 0) && (unsigned long long)base % 16 == 0 &&
+                   (unsigned long long)gbase % 16 == 0;
+        long long iv = vec ? i0 + (i1 - i0) / 4 * 4 : i0, i = i0 + (long long)threadIdx.x * 4;
+        for (; i + nb * 4 < iv; i += nb * 8) { /* (both groups' loads before either's arithmetic) */
+            long long j = i + nb * 4;
+            float4 P0 = *(float4 *)(p + i), G0 = *(float4 *)(g + i), M0 = *(float4 *)(m + i), V0 = *(float4 *)(v + i);
+            float4 P1 = *(float4 *)(p + j), G1 = *(float4 *)(g + j), M1 = *(float4 *)(m + j), V1 = *(float4 *)(v + j);
+            adamw_quad(P0, G0, M0, V0, p, g, m, v, sh, i, sk, f, lr, b1, b2, eps, wd, bc1, bc2);
+            adamw_quad(P1, G1, M1, V1, p, g, m, v, sh, j, sk, f, lr, b1, b2, eps, wd, bc1, bc2);
+        }
+        for (; i < iv; i += nb * 4)
+            adamw_quad(*(float4 *)(p + i), *(float4 *)(g + i), *(float4 *)(m + i), *(float4 *)(v + i), p, g, m, v, sh, i, sk, f, lr, b1, b2, eps,
+                       wd, bc1, bc2);
+        for (long long e = iv + threadIdx.x; e < i1; e += nb) {
+            adamw_element(p + e, g + e, m + e, v + e, f, lr, b1, b2, eps, wd, bc1, bc2);
+            if (sk) store_shadow(sh, e, p[e], sk);
+        }
     }
 }

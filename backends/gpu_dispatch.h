@@ -83,6 +83,7 @@ enum {
     PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_FLASH_F32_FWD, PGD_K_FLASH_F32_FWD_D128, PGD_K_FLASH_F32_BACK_DQ, PGD_K_FLASH_F32_BACK_DQ_D128, PGD_K_FLASH_F32_BACK_DKV,
     PGD_K_FLASH_F32_BACK_DKV_D128, PGD_K_FLASH_F32_ZERO_DQ, PGD_K_FLASH_F32_BACK2, PGD_K_FLASH_F32_BACK2_D128,
+    PGD_K_ADAMW_VEC, /* (PGD_MEM_ADAMW_VEC) */
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
@@ -90,6 +91,7 @@ static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] =
     "k_flash2_fwd", "k_flash2_fwd_qkv",
     "k_flash_f32_fwd", "k_flash_f32_fwd_d128", "k_flash_f32_back_dq", "k_flash_f32_back_dq_d128", "k_flash_f32_back_dkv",
     "k_flash_f32_back_dkv_d128", "k_flash_f32_zero_dq", "k_flash_f32_back2", "k_flash_f32_back2_d128",
+    "k_adamw_vec",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -185,17 +187,22 @@ typedef struct {
  * loads in flight; k_ce_staged for the fused cross-entropy (each row read from device memory once, where it fits in
  * pgd_ctx.max_local); a backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
  * has measured it faster (tools/bench/cuda_memk.sh) */
-enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4 };
-/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1 and <prefix>CE1=1 (prefix: the backend's, as PDDE_CUDA_) */
+/* PGD_MEM_ADAMW_VEC: k_adamw_chunks's chunks by CUDA's k_adamw_vec (a few blocks a multiprocessor, more loads in
+ * flight), a CUDA kernel only: PDDE_CUDA_ADAMW_VEC=1 sets it with PGD_MEM_ADAMW_CHUNKS */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8 };
+/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1, <prefix>CE1=1 and PDDE_CUDA_ADAMW_VEC=1 (prefix:
+ * the backend's, as PDDE_CUDA_) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix) {
-    static const struct { const char *name; unsigned bit; } sw[] = {
-        {"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}, {"CE1", PGD_MEM_CE1}};
+    static const struct { const char *name; unsigned bits; int cuda_only; } sw[] = {
+        {"COLSUM2", PGD_MEM_COLSUM2, 0}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS, 0}, {"CE1", PGD_MEM_CE1, 0},
+        {"ADAMW_VEC", PGD_MEM_ADAMW_VEC | PGD_MEM_ADAMW_CHUNKS, 1}};
     unsigned bits = 0;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
+        if (sw[i].cuda_only && strcmp(prefix, "PDDE_CUDA_")) continue;
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix, sw[i].name);
         const char *v = getenv(name);
-        if (v && !strcmp(v, "1")) bits |= sw[i].bit;
+        if (v && !strcmp(v, "1")) bits |= sw[i].bits;
     }
     return bits;
 }
@@ -1690,7 +1697,11 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
             int32_t cnt = count;
-            if (g->mem_kernels & PGD_MEM_ADAMW_CHUNKS) /* (a group per chunk of PGD_ADAMW_CHUNK elements of a tensor) */
+            if (g->mem_kernels & PGD_MEM_ADAMW_VEC) /* (3 groups a compute unit, as many as fit: or one a chunk where fewer) */
+                e = pgd_launch(g, PGD_K_ADAMW_VEC, (unsigned)(chunks < (int64_t)g->units * 3 ? chunks : (int64_t)g->units * 3), 1, 1, 256, 1,
+                               PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(cnt), PGD_A(lr), PGD_A(b1), PGD_A(b2),
+                                        PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
+            else if (g->mem_kernels & PGD_MEM_ADAMW_CHUNKS) /* (a group per chunk of PGD_ADAMW_CHUNK elements of a tensor) */
                 e = pgd_launch(g, PGD_K_ADAMW_CHUNKS, (unsigned)chunks, 1, 1, 256, 1,
                                PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(cnt), PGD_A(lr), PGD_A(b1), PGD_A(b2),
                                         PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));

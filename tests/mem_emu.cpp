@@ -5,9 +5,10 @@
  * block reductions are emulated through a shared array. Checked against references written here from the
  * ops' definitions: k_ce_fused's and k_ce_staged's loss terms and dlogits (float64; f32, bf16 and f16 logits and
  * dlogits, the 16-byte path and the element path of a misaligned or odd-width row, ignored targets, blocks smaller
- * than a row, rows of several rounds of 4 loads a thread), k_colsum2's chunk sums (float64; f32 and bf16 rows, a partial column group), k_adamw_chunks against
- * adamw_element one element at a time (the same float operations: bit for bit; tensors of several chunks,
- * a tail past the last 4, a misaligned tensor, bf16 copies, a non-finite norm). It cannot see what only a GPU
+ * than a row, rows of several rounds of 4 loads a thread), k_colsum2's chunk sums (float64; f32 and bf16 rows, a
+ * partial column group), k_adamw_chunks and k_adamw_vec against adamw_element one element at a time (the same float
+ * operations: bit for bit; tensors of several chunks, a tail past the last 4, a misaligned tensor, bf16 copies, a
+ * non-finite norm; k_adamw_vec's blocks of several chunks across tensors). It cannot see what only a GPU
  * shows (timing, races between real warps, coalescing).
  *
  * Built and run by tests/test_mem_emu.sh; prints "N passed, N failed" last. */
@@ -180,7 +181,7 @@ static void colsum_case(long long R, long long Cn, int xdt, long long rpc) {
 
 /* tensors of n[k] elements laid out one after another (at offsets `skew` elements past a multiple of 4 for those
  * marked), with bf16 copies for those marked; norm: the squared gradient norm (NaN: the step is skipped) */
-static void adamw_case(const char *name, int count, const long long *n, const int *skew, const int *copy, float norm) {
+static void adamw_case(const char *name, int count, const long long *n, const int *skew, const int *copy, float norm, unsigned vec_blocks = 0) {
     char what[200];
     long long at = 0, gat = 0;
     pdde_cu_multi t;
@@ -210,8 +211,12 @@ static void adamw_case(const char *name, int count, const long long *n, const in
     long long chunks = 0;
     for (int k = 0; k < count; k++) chunks += (n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
     A.base = base, A.gbase = gbase, A.gn = &gn, A.t = t, A.count = count, A.sdt = DT_BF16;
-    emu_launch(emu_dim{(unsigned)chunks, 1, 1}, 256,
-               [] { k_adamw_chunks(A.base, A.gbase, A.gn, A.t, A.count, 0.01f, 0.9f, 0.95f, 1e-8f, 1.0f, 0.5f, 0.1f, 0.05f, A.sdt); });
+    if (vec_blocks) /* (k_adamw_vec: vec_blocks blocks take the chunks in turn) */
+        emu_launch(emu_dim{vec_blocks, 1, 1}, 256,
+                   [] { k_adamw_vec(A.base, A.gbase, A.gn, A.t, A.count, 0.01f, 0.9f, 0.95f, 1e-8f, 1.0f, 0.5f, 0.1f, 0.05f, A.sdt); });
+    else
+        emu_launch(emu_dim{(unsigned)chunks, 1, 1}, 256,
+                   [] { k_adamw_chunks(A.base, A.gbase, A.gn, A.t, A.count, 0.01f, 0.9f, 0.95f, 1e-8f, 1.0f, 0.5f, 0.1f, 0.05f, A.sdt); });
     if (!update_skipped(&gn)) { /* the reference: adamw_element on each element, the copy rounded as a cast */
         float f = gs * clip_factor(&gn, clip);
         for (int k = 0; k < count; k++)
@@ -223,8 +228,8 @@ static void adamw_case(const char *name, int count, const long long *n, const in
     long long diff = 0;
     for (size_t i = 0; i < nbase; i++) diff += memcmp(base + i, rb + i, 4) != 0;
     for (long long i = 0; i < gat + 8; i++) diff += memcmp(gbase + i, rg + i, 4) != 0;
-    snprintf(what, sizeof what, "k_adamw_chunks %s: parameters, moments, gradients and copies equal adamw_element's, bit for bit "
-             "(%lld words differ)", name, diff);
+    snprintf(what, sizeof what, "%s %s: parameters, moments, gradients and copies equal adamw_element's, bit for bit "
+             "(%lld words differ)", vec_blocks ? "k_adamw_vec" : "k_adamw_chunks", name, diff);
     check(diff == 0, what, (double)diff);
     free(base), free(gbase), free(rb), free(rg);
 }
@@ -262,6 +267,16 @@ int main() {
     adamw_case("4 tensors, no copies", 4, n1, aligned, none, 0.25f);
     adamw_case("one tensor of 3", 1, n2, aligned, copies, 0.5f);
     adamw_case("a non-finite norm: nothing changes", 4, n1, aligned, copies, NAN);
+    /* k_adamw_vec: blocks of several chunks across tensors (3 or 2 blocks over 8 chunks), a tensor of one partial
+     * chunk (2 groups a thread: 4096 elements; 1: 1000; none: 3), misaligned tensors, no copies, a non-finite norm */
+    const long long n3[] = {5000, 7, 4099, 9000, 1000, 8192};
+    const int aligned6[] = {0, 0, 0, 0, 0, 0}, skewed6[] = {0, 0, 1, 2, 0, 3}, copies6[] = {1, 0, 1, 1, 1, 0}, none6[] = {0, 0, 0, 0, 0, 0};
+    adamw_case("6 tensors, aligned, bf16 copies, 3 blocks", 6, n3, aligned6, copies6, 0.8f, 3);
+    adamw_case("6 tensors, three misaligned, clipped, 2 blocks", 6, n3, skewed6, copies6, 9.0f, 2);
+    adamw_case("6 tensors, no copies, 1 block", 6, n3, aligned6, none6, 0.25f, 1);
+    adamw_case("6 tensors, more blocks than chunks", 6, n3, aligned6, copies6, 0.5f, 20);
+    adamw_case("one tensor of 3", 1, n2, aligned, copies, 0.5f, 2);
+    adamw_case("a non-finite norm: nothing changes", 6, n3, aligned6, copies6, NAN, 3);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail != 0;
 }

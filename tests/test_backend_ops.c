@@ -388,6 +388,13 @@ static pdde_tensor *b_adamw_chunks(pdde_graph *g, const op_case *c) {
     return ln_gelu_mlp(g, c->p[2], c->p[3], c->p[4]);
 }
 
+/* adamw_vec: adamw_chunks's steps by CUDA's k_adamw_vec (PDDE_CUDA_ADAMW_VEC=1, set for the case; the other backends
+ * take their k_adamw_chunks or k_adamw_multi) */
+static pdde_tensor *b_adamw_vec(pdde_graph *g, const op_case *c) {
+    mem_kernels("ADAMW_VEC", "1");
+    return b_adamw_chunks(g, c);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -624,6 +631,11 @@ static const op_case cases[] = {
     {"cross_entropy_staged", b_cross_entropy_staged, {5, 11, 304, PDDE_F16}, 1, T_LOWP},
     {"cross_entropy_staged", b_cross_entropy_staged, {17, 9, 96, PDDE_BF16, 0, 1}, 1, T_LOWP},
     {"cross_entropy_staged", b_cross_entropy_staged, {4, 8, 50304, PDDE_BF16}, 1, T_LOWP},
+    /* AdamW by k_adamw_vec {1, compute dtype, C, F, V}: w1 of 2 and 6 chunks (T_LOWP: with these cases' inputs, three
+     * Adam steps carry the backends' f32 round-off of the backward to an NMSE near 1e-7 even where every backend runs
+     * k_adamw_multi, and a bf16 case's to 1e-3; tests/mem_emu.cpp checks the kernel and its bf16 copies bit for bit) */
+    {"adamw_vec", b_adamw_vec, {1, 0, 13, 331, 7}, 3, T_LOWP},
+    {"adamw_vec", b_adamw_vec, {1, 0, 24, 1000, 9}, 3, T_LOWP},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -837,7 +849,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
-    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0");
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0"), mem_kernels("ADAMW_VEC", "0");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;

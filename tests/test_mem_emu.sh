@@ -6,5 +6,5 @@
 . tests/script_util.sh mem-emu
 
 . tests/cuda_emu_util.sh
-run_emulation tests/mem_emu.cpp 42
+run_emulation tests/mem_emu.cpp 50
 finish
