@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA backend's memory-bound kernels (backends/cuda_mem.cuh: the fused cross-entropy, the two-level column
-# sums, AdamW in chunks) on the CPU: tests/mem_emu.cpp compiles their device code for the host with the barriers
+# The CUDA backend's memory-bound kernels (backends/cuda_mem.cuh: the fused cross-entropy, direct and staged, the
+# two-level column sums, AdamW in chunks, by chunks or a few blocks) on the CPU: tests/mem_emu.cpp compiles their device code for the host with the barriers
 # and block reductions emulated and checks them against float64 and against adamw_element (needs a C++ compiler;
 # no GPU). Run from the repository root.
 . tests/script_util.sh mem-emu
