@@ -83,7 +83,7 @@ enum {
     PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_FLASH_F32_FWD, PGD_K_FLASH_F32_FWD_D128, PGD_K_FLASH_F32_BACK_DQ, PGD_K_FLASH_F32_BACK_DQ_D128, PGD_K_FLASH_F32_BACK_DKV,
     PGD_K_FLASH_F32_BACK_DKV_D128, PGD_K_FLASH_F32_ZERO_DQ, PGD_K_FLASH_F32_BACK2, PGD_K_FLASH_F32_BACK2_D128,
-    PGD_K_ADAMW_VEC, /* (PGD_MEM_ADAMW_VEC) */
+    PGD_K_ADAMW_VEC, PGD_K_BIAS_GELU2, /* (PGD_MEM_ADAMW_VEC, PGD_MEM_GELU2) */
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
@@ -91,7 +91,7 @@ static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] =
     "k_flash2_fwd", "k_flash2_fwd_qkv",
     "k_flash_f32_fwd", "k_flash_f32_fwd_d128", "k_flash_f32_back_dq", "k_flash_f32_back_dq_d128", "k_flash_f32_back_dkv",
     "k_flash_f32_back_dkv_d128", "k_flash_f32_zero_dq", "k_flash_f32_back2", "k_flash_f32_back2_d128",
-    "k_adamw_vec",
+    "k_adamw_vec", "k_bias_gelu2",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -187,15 +187,16 @@ typedef struct {
  * loads in flight; k_ce_staged for the fused cross-entropy (each row read from device memory once, where it fits in
  * pgd_ctx.max_local); a backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
  * has measured it faster (tools/bench/cuda_memk.sh) */
-/* PGD_MEM_ADAMW_VEC: k_adamw_chunks's chunks by CUDA's k_adamw_vec (a few blocks a multiprocessor, more loads in
- * flight), a CUDA kernel only: PDDE_CUDA_ADAMW_VEC=1 sets it with PGD_MEM_ADAMW_CHUNKS */
-enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8 };
-/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1, <prefix>CE1=1 and PDDE_CUDA_ADAMW_VEC=1 (prefix:
- * the backend's, as PDDE_CUDA_) */
+/* CUDA's kernels only: PGD_MEM_ADAMW_VEC, k_adamw_chunks's chunks by k_adamw_vec (a few blocks a multiprocessor, more
+ * loads in flight; PDDE_CUDA_ADAMW_VEC=1 sets it with PGD_MEM_ADAMW_CHUNKS); PGD_MEM_GELU2, bias_gelu and its
+ * backward by k_bias_gelu2 (16-byte loads, 4 rows in flight; PDDE_CUDA_GELU2=1) */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8, PGD_MEM_GELU2 = 16 };
+/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1, <prefix>CE1=1, PDDE_CUDA_ADAMW_VEC=1 and
+ * PDDE_CUDA_GELU2=1 (prefix: the backend's, as PDDE_CUDA_) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix) {
     static const struct { const char *name; unsigned bits; int cuda_only; } sw[] = {
         {"COLSUM2", PGD_MEM_COLSUM2, 0}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS, 0}, {"CE1", PGD_MEM_CE1, 0},
-        {"ADAMW_VEC", PGD_MEM_ADAMW_VEC | PGD_MEM_ADAMW_CHUNKS, 1}};
+        {"ADAMW_VEC", PGD_MEM_ADAMW_VEC | PGD_MEM_ADAMW_CHUNKS, 1}, {"GELU2", PGD_MEM_GELU2, 1}};
     unsigned bits = 0;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
         if (sw[i].cuda_only && strcmp(prefix, "PDDE_CUDA_")) continue;
@@ -1439,6 +1440,14 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         pgd_ptr px = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
         pgd_ptr pdy = back ? pgd_ptr_of(node->src[2]) : pgd_null;
         int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        if ((g->mem_kernels & PGD_MEM_GELU2) && nb % 4 == 0 && n % nb == 0 && (pgd_addr(px) | pgd_addr(pb) | pgd_addr(pdy)) % 16 == 0 &&
+            pgd_addr(py) % (ydt ? 8 : 16) == 0) { /* (a block of 256 threads: 1024 columns; rows split for 4 blocks a compute
+                                                   * unit, as many as fit at its 64 registers a thread) */
+            int64_t rows = n / nb, gx = (nb / 4 + 255) / 256, gy = (int64_t)(g->units ? g->units : 1) * 4 / gx;
+            gy = gy < 1 ? 1 : gy > rows ? rows : gy > 65535 ? 65535 : gy;
+            return pgd_launch(g, PGD_K_BIAS_GELU2, (unsigned)gx, (unsigned)gy, 1, 256, 1,
+                              PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
+        }
         return pgd_launch_1d(g, PGD_K_BIAS_GELU, n,
                              PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
     }

@@ -8,7 +8,8 @@
  * than a row, rows of several rounds of 4 loads a thread), k_colsum2's chunk sums (float64; f32 and bf16 rows, a
  * partial column group), k_adamw_chunks and k_adamw_vec against adamw_element one element at a time (the same float
  * operations: bit for bit; tensors of several chunks, a tail past the last 4, a misaligned tensor, bf16 copies, a
- * non-finite norm; k_adamw_vec's blocks of several chunks across tensors). It cannot see what only a GPU
+ * non-finite norm; k_adamw_vec's blocks of several chunks across tensors), k_bias_gelu2 against k_bias_gelu's element
+ * (the same float operations: bit for bit; forward and backward, f32, bf16, f16 outputs, rows past rounds of 4). It cannot see what only a GPU
  * shows (timing, races between real warps, coalescing).
  *
  * Built and run by tests/test_mem_emu.sh; prints "N passed, N failed" last. */
@@ -65,6 +66,18 @@ static void adamw_element(float *p, float *g, float *m, float *v, float f, float
     float mh = mi / bc1, vh = vi / bc2;
     *p -= lr * (mh / (sqrtf(vh) + eps) + wd * *p);
     *g = 0.0f;
+}
+/* the GELU and its derivative, as cuda_kernels.cu has them */
+static float gelu_f(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+static float gelu_back_f(float x, float dy) {
+    const float k = 0.7978845608028654f;
+    float u = k * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 }
 #define MULTI_MAX 16
 struct pdde_cu_multi {
@@ -234,6 +247,33 @@ static void adamw_case(const char *name, int count, const long long *n, const in
     free(base), free(gbase), free(rb), free(rg);
 }
 
+/* ---- k_bias_gelu2 ------------------------------------------------------------------------------- */
+
+/* [rows, nb] through k_bias_gelu2 (back: the backward) into dtype ydt, a grid of gx x gy blocks of bt threads, against
+ * k_bias_gelu's element (gelu_f / gelu_back_f of x + bias[i % nb], rounded by store_out): bit for bit */
+static void gelu2_case(long long rows, long long nb, int back, int ydt, unsigned gx, unsigned gy, unsigned bt) {
+    char what[200];
+    long long n = rows * nb;
+    float *x = (float *)aligned_alloc(16, (size_t)(n + 4) * 4), *b = (float *)aligned_alloc(16, (size_t)(nb + 4) * 4);
+    float *dy = (float *)aligned_alloc(16, (size_t)(n + 4) * 4);
+    void *y = aligned_alloc(16, (size_t)(n + 4) * 4), *ref = malloc((size_t)(n + 4) * 4);
+    for (long long i = 0; i < n; i++) x[i] = 3.0f * frand(), dy[i] = frand();
+    for (long long i = 0; i < nb; i++) b[i] = frand();
+    memset(y, 0xff, (size_t)(n + 4) * 4), memset(ref, 0xff, (size_t)(n + 4) * 4); /* (NaN bits: an element not written shows) */
+    for (long long i = 0; i < n; i++) {
+        float v = x[i] + b[i % nb];
+        store_out(ref, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);
+    }
+    A.x = x, A.y = b, A.part = dy, A.dx = y, A.R = n, A.Cn = nb, A.count = back, A.ydt = ydt;
+    emu_launch(emu_dim{gx, gy, 1}, bt, [] { k_bias_gelu2((const float *)A.x, A.y, A.part, A.dx, A.R, A.Cn, A.count, A.ydt); });
+    long long diff = 0;
+    for (long long i = 0; i < n + 4; i++) diff += memcmp((char *)y + i * dt_size(ydt), (char *)ref + i * dt_size(ydt), dt_size(ydt)) != 0;
+    snprintf(what, sizeof what, "k_bias_gelu2 %s [%lld, %lld] into %s, %u x %u blocks of %u: k_bias_gelu's values bit for bit (%lld differ)",
+             back ? "backward" : "forward", rows, nb, ydt == 2 ? "bf16" : ydt ? "f16" : "f32", gx, gy, bt, diff);
+    check(diff == 0, what, (double)diff);
+    free(x), free(b), free(dy), free(y), free(ref);
+}
+
 int main() {
     /* k_ce_fused: the 16-byte path (V a multiple of 8 or 4, aligned rows) and the element path */
     ce_case(4, 64, 2, 2, 0, 0, 32);
@@ -277,6 +317,12 @@ int main() {
     adamw_case("6 tensors, more blocks than chunks", 6, n3, aligned6, copies6, 0.5f, 20);
     adamw_case("one tensor of 3", 1, n2, aligned, copies, 0.5f, 2);
     adamw_case("a non-finite norm: nothing changes", 6, n3, aligned6, copies6, NAN, 3);
+    /* k_bias_gelu2: rounds of 4 rows and a tail (11 rows over 2 row blocks), a partial column block, one row block */
+    gelu2_case(11, 36, 0, 2, 2, 2, 8);
+    gelu2_case(11, 36, 1, 2, 2, 2, 8);
+    gelu2_case(9, 40, 0, 0, 2, 1, 8);
+    gelu2_case(9, 40, 1, 0, 2, 1, 8);
+    gelu2_case(13, 12, 1, 1, 1, 3, 32);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail != 0;
 }

@@ -395,6 +395,18 @@ static pdde_tensor *b_adamw_vec(pdde_graph *g, const op_case *c) {
     return b_adamw_chunks(g, c);
 }
 
+/* bias_gelu2: bias_gelu by CUDA's k_bias_gelu2 (PDDE_CUDA_GELU2=1, set for the case; bias widths that are multiples
+ * of 4, else k_bias_gelu; the other backends take theirs): b_bias_gelu's cases, or with p0 = 0, {0, R, F}: under bf16
+ * with PDDE_BF16_GRADS=1, x [R, 13] @ w1 [13, F], bias_gelu, @ w2 [F, 7] (the forward and backward write bf16) */
+static pdde_tensor *b_bias_gelu2(pdde_graph *g, const op_case *c) {
+    mem_kernels("GELU2", "1");
+    if (c->p[0]) return b_bias_gelu(g, c);
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, c->p[2], 0, 0), *b1 = P(g, "b1", 1, c->p[2], 0, 0, 0), *w2 = P(g, "w2", 2, c->p[2], 7, 0, 0);
+    return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, P(g, "x", 2, c->p[1], 13, 0, 0), w1, 0, 0), b1), w2, 0, 0);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -636,6 +648,14 @@ static const op_case cases[] = {
      * k_adamw_multi, and a bf16 case's to 1e-3; tests/mem_emu.cpp checks the kernel and its bf16 copies bit for bit) */
     {"adamw_vec", b_adamw_vec, {1, 0, 13, 331, 7}, 3, T_LOWP},
     {"adamw_vec", b_adamw_vec, {1, 0, 24, 1000, 9}, 3, T_LOWP},
+    /* bias_gelu by k_bias_gelu2 {ndim, shape..}: past 4 rows a thread and 1024 columns a block, a width not a multiple
+     * of 4 (declined); {0, R, F}: bf16 outputs */
+    {"bias_gelu2", b_bias_gelu2, {2, 1031, 1028}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {3, 2, 3, 256}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {2, 131, 257}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {2, 9, 3072}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {0, 1031, 20}, 1, T_LOWP},
+    {"bias_gelu2", b_bias_gelu2, {0, 33, 3072}, 1, T_LOWP},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -849,7 +869,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
-    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0"), mem_kernels("ADAMW_VEC", "0");
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0"), mem_kernels("ADAMW_VEC", "0"), mem_kernels("GELU2", "0");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
