@@ -208,9 +208,9 @@ done < <(roofline_top)
 # (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
 gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
-# (flash2: the default for q, k, v apart; on the packed qkv only where named, until measured here)
+# (flash2, the default in both layouts, against flash on the packed qkv)
 gpt_run bf16_flash2 PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
-gpt_run bf16_flash2_packed PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_flash_packed PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
@@ -227,7 +227,7 @@ result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
        "bf16_unfused_tok_s=${tok[bf16_unfused]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
        "f32_tok_s=${tok[f32]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
 result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16_casts_kept]:-na}" \
-       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
+       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na} flash_packed_tok_s=${tok[bf16_flash_packed]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
 # ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
@@ -254,7 +254,7 @@ grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
 # ---- the memory-bound kernels (tools/bench/cuda_memk.sh: the fused cross-entropy PDDE_FUSE_CE, the two-level column
 # sums PDDE_CUDA_COLSUM2, the chunked AdamW PDDE_CUDA_ADAMW_CHUNKS, all off by default): their conformance cases, then
 # GPT-2 124M bf16 steps with each against the defaults, and profiles of the ops they replace
-step memk 240 env RUNS="${GPU_CHECK_MEMK_RUNS-default fuse_ce colsum2 adamw_chunks all3 default_again}" bash tools/bench/cuda_memk.sh build
+step memk 240 env RUNS="${GPU_CHECK_MEMK_RUNS-default no_fuse_ce no_colsum2 no_adamw_chunks none3 default_again}" bash tools/bench/cuda_memk.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_memk .*failed=0' "$out/step.out" || failed=1
 test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer
