@@ -67,7 +67,7 @@ for pass in 1 2; do
 done
 
 mean() { echo "$1" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; if (NF) printf "%.2f", s / NF; else printf "na" }'; }
-out="RESULT $summary default_ms=$(mean "${ms[default]:-}") default_runs=\"$(echo ${ms[default]:-})\""
+out="RESULT $summary default_ms=$(mean "${ms[default]:-}") default_runs=\"${ms[default]# }\""
 [ $f32 = 1 ] && out+=" default_f32_ms=$(mean "${ms[default_f32]:-}")"
 for n in "${names[@]}"; do
     base=${ms[default]:-}
