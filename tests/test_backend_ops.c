@@ -312,8 +312,8 @@ static pdde_tensor *b_bias_gelu_rows(pdde_graph *g, const op_case *c) {
 /* gelu_fused: x [9, 16] @ w1 [16, 24], bias_gelu, @ w2 [24, 8], cross-entropy, with PDDE_FUSE_GELU=1 (set for the
  * case, as above): the first matmul adds the bias and applies gelu (X beside), the matmul before the
  * bias_gelu backward multiplies by gelu'(X); p1: a bf16 compute dtype with PDDE_BF16_GRADS=1 (X and the
- * gradient bf16: cublasLt's DGELU takes both; widths multiples of 8 for its aux); p2: PDDE_CUDA_LT_LOWP_BIAS=1 too. p0 is 0 in both: the
- * steps run SGD, whose update is linear in the gradient. (AdamW's first update is lr g / |g|, +-lr whatever
+ * gradient bf16: cublasLt's DGELU takes both; widths multiples of 8 for its aux); p2: PDDE_CUDA_LT_LOWP_BIAS=1 too.
+ * p0 is 0 in all: the steps run SGD, whose update is linear in the gradient. (AdamW's first update is lr g / |g|, +-lr whatever
  * |g|: in bf16 a gradient element that rounds to the other side of 0 on another device, or with another
  * GEMM's summation order, moves by 2 lr, and no NMSE bound on the parameters follows from the gradients'.
  * cublasLt's DGELU (gelu' of the same tanh form, its own summation order) gave x [9, 16] an NMSE of
@@ -426,13 +426,13 @@ static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
 #define T_LOWP 1e-6
 /* PDDE_CUDA_LT_LOWP_BIAS=1 (cuda): a bf16 / f16 output with a bias is rnd(s + rnd(b)) where the reference computes
  * rnd(s + b) (s the f32 sum, rnd to the output's dtype, unit roundoff u = 2^-8 in bf16, 2^-11 in f16). rnd(b) moves
- * the sum by at most u |b|, and the two roundings each by at most u |s + b|, so an element differs by at most
- * u |b| + 2u |y| (y the exact s + b): the NMSE is at most u^2 (|b|/|y| + 2)^2 with |b|^2 <= |y|^2 summed over the
- * output (a bias of [-1, 1] beside the 16-40 term dot products of the cases: |s|^2 ~ K/9 > |b|^2 ~ 1/3), 9 u^2 =
- * 1.4e-4 in bf16. Typically the two agree and differ by one ulp (~1.4 u |y|) where rnd(b) - b moves the sum across a
- * rounding boundary, with a chance of about |rnd(b) - b| / ulp: E d^2 ~ 0.7 u^2 |b| |y|, an NMSE of ~0.3 u^2 = 4e-6
- * (b_matmul_bias_lowp's cases check it on the CPU: lowp_bias_model_check). The matmul after it and the gradients
- * carry that error on, about the same NMSE for these random operands (the gradients get 10x, as every case). */
+ * the sum by at most u |b| and the two roundings each by at most u |y| (y = s + b), so an element differs by at most
+ * u |b| + 2u |y|, and over the output NMSE <= u^2 (sqrt(sum b^2 / sum y^2) + 2)^2 <= 9 u^2 = 1.4e-4 in bf16 where
+ * sum b^2 <= sum y^2 (the cases: a bias of [-1, 1], |b|^2 ~ 1/3, beside dot products of 16 to 40 terms, |s|^2 ~ K/9).
+ * Typically the two agree, and differ by one ulp (~1.4 u |y|) where rnd(b) - b moves the sum across a rounding
+ * boundary, with a chance of about |rnd(b) - b| / ulp: E d^2 ~ 0.7 u^2 |b| |y|, an NMSE of ~0.3 u^2 = 4e-6 in bf16
+ * (b_matmul_bias_lowp's cases check the bound on the CPU: lowp_bias_model_check). The matmul after it and the
+ * gradients carry that error on, about the same NMSE for these random operands (the gradients get 10x, as every case). */
 #define T_LOWP_BIAS 1.5e-4
 
 static const op_case cases[] = {
