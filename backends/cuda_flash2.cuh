@@ -15,7 +15,9 @@
  *    P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - rowdot), dV += P^T dO, dK += dS^T Q; dS^T
  *    goes to shared memory as bf16 and the block adds dQ += dS K to the f32 output with atomicAdd
  *    (the dispatcher zeroes dq first). The sum order of dq depends on timing: not bit-reproducible.
- * Shared memory stays under the 48 KiB of a static allocation: BQ is 32 at D 64, 16 at D 128. */
+ * Shared memory stays under the 48 KiB of a static allocation: BQ is 32 at D 64, 16 at D 128.
+ * The variants PDDE_FLASH2_VARIANT picks (backends/README.md): flash2_bwd with 8 warps (k128) or its dQ tile through
+ * shared memory (DQS: dqsmem), and flash2_fwd_q128 (q128). */
 #define FL2_KEYS 64 /* keys a block: pgd_ctx.flash_rows */
 
 #ifndef PDDE_FLASH_EMU
