@@ -25,7 +25,7 @@
  * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace (each stream's);
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
- * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
+ * PDDE_CUDA_COLSUM2=0 and PDDE_CUDA_ADAMW_CHUNKS=0 leave the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -917,7 +917,7 @@ static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
 /* The dispatcher's environment switches into s (each is described where it is used). */
 static void pcu_switches_read(pcu_stream *s) {
     const char *lowp = getenv("PDDE_CUDA_GEMMEX_LOWP"), *single = getenv("PDDE_CUDA_GEMM_SINGLE");
-    s->mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_");
+    s->mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS);
     s->gemmex_lowp = lowp && !strcmp(lowp, "1");
     s->gemm_single = single && !strcmp(single, "1");
     s->embedding_back = pgd_embedding_back_env("PDDE_CUDA_", PGD_EMB_ATOMIC);
@@ -1489,7 +1489,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128, .flash2_variant = s->flash2_variant,
-        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
+        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS: on unless "0") */
         .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,
     };
 }
