@@ -264,7 +264,8 @@ enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
 /* flash2's variants, off until a GPU run measures them (backends/cuda_flash2.cuh; PDDE_FLASH2_VARIANT=NAME[,NAME]):
  * k128, the backward with 128 keys a group of 256 items (D 64; elsewhere the default), its dQ atomics halved;
  * dqsmem, the backward's dQ tile through group memory, added by coalesced atomics; q128, the forward with 128
- * query rows a group of 128 items (D 64). k128 and dqsmem are both backward: k128 takes precedence. */
+ * query rows a group of 128 items (D 64). Names joined by , or +; k128 and dqsmem are both backward: k128 takes
+ * precedence (dqsmem then runs at D 128). */
 enum { PGD_FLASH2_K128 = 1, PGD_FLASH2_DQSMEM = 2, PGD_FLASH2_Q128 = 4 };
 #define PGD_FLASH2_ROWS128 128      /* the keys (queries) a group of k128 (q128): FL2_K128_WARPS * 16, FL2_Q128_ROWS */
 #define PGD_FLASH2_K128_THREADS 256 /* FL2_K128_WARPS * 32 */
@@ -273,12 +274,12 @@ static inline unsigned pgd_flash2_variant_env(void) {
     const char *v = getenv("PDDE_FLASH2_VARIANT");
     unsigned bits = 0;
     for (const char *p = v; p && *p;) {
-        size_t len = strcspn(p, ",");
+        size_t len = strcspn(p, ",+"); /* (+ too: tools/bench/cuda_switches.sh splits its specs at commas) */
         int hit = 0;
         for (int i = 0; i < 3; i++)
             if (len == strlen(words[i]) && !strncmp(p, words[i], len)) bits |= 1u << i, hit = 1;
         if (!hit && len) pgd_say_once(10, "%s=%s names none of k128, dqsmem, q128: %s", "PDDE_FLASH2_VARIANT", v, "those words are ignored");
-        p += len + (p[len] == ',');
+        p += len + (p[len] != 0);
     }
     return bits;
 }

@@ -188,7 +188,8 @@ int main(void) {
     /* flash2's variants (PDDE_FLASH2_VARIANT): their kernels, groups of 128 rows (k128: of 256 items), where they apply */
     static const struct { const char *env; unsigned bits; } words[] = {
         {"k128", PGD_FLASH2_K128}, {"dqsmem", PGD_FLASH2_DQSMEM}, {"q128", PGD_FLASH2_Q128}, {"k128,q128", PGD_FLASH2_K128 | PGD_FLASH2_Q128},
-        {"q128,nonesuch,dqsmem", PGD_FLASH2_Q128 | PGD_FLASH2_DQSMEM}, {"", 0}, {"k12", 0}};
+        {"q128,nonesuch,dqsmem", PGD_FLASH2_Q128 | PGD_FLASH2_DQSMEM}, {"dqsmem+q128", PGD_FLASH2_Q128 | PGD_FLASH2_DQSMEM}, {"", 0}, {"k12", 0},
+        {"k128,", PGD_FLASH2_K128}};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
         setenv("PDDE_FLASH2_VARIANT", words[i].env, 1);
         unsigned got = pgd_flash2_variant_env();
