@@ -278,7 +278,7 @@ static inline unsigned pgd_flash2_variant_env(void) {
         int hit = 0;
         for (int i = 0; i < 3; i++)
             if (len == strlen(words[i]) && !strncmp(p, words[i], len)) bits |= 1u << i, hit = 1;
-        if (!hit && len) pgd_say_once(10, "%s=%s names none of k128, dqsmem, q128: %s", "PDDE_FLASH2_VARIANT", v, "those words are ignored");
+        if (!hit && len) pgd_say_once(10, "%s=%s has a name other than k128, dqsmem, q128: %s", "PDDE_FLASH2_VARIANT", v, "it is ignored");
         p += len + (p[len] != 0);
     }
     return bits;

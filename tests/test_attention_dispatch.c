@@ -41,11 +41,22 @@ static int ptx_params(const char *text, const char *name, int *sizes, int max) {
     return n;
 }
 
+/* The .maxntid of PTX entry name (its __launch_bounds__' threads), or 0 where it has none */
+static unsigned ptx_maxntid(const char *text, const char *name) {
+    char want[128];
+    snprintf(want, sizeof want, ".entry %s(", name);
+    const char *p = strstr(text, want), *body = p ? strchr(p, '{') : NULL, *m = p ? strstr(p, ".maxntid") : NULL;
+    unsigned n = 0;
+    return m && m < body && sscanf(m, ".maxntid %u", &n) == 1 ? n : 0;
+}
+
 static int rec_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
                       const pgd_arg *args) {
     (void)impl, (void)stream, (void)gy, (void)gz, (void)by;
     if (n_launched < MAX_LAUNCHES) launched_gx[n_launched] = gx, launched_bx[n_launched] = bx, launched[n_launched++] = k;
     const char *name = pgd_kernel_name(k);
+    unsigned most = ptx_maxntid(ptx, name); /* (a group larger than the kernel's launch bounds fails to launch) */
+    CHECK(!most || bx * by <= most, "%s: launched with groups of %u items, its launch bounds allow %u", name, bx * by, most);
     for (int m = 0; m < 2; m++) { /* (the compute_75 module has every kernel too: the backend looks each up there) */
         int sizes[32], n = ptx_params(m ? ptx75 : ptx, name, sizes, 32), same = n == nargs;
         for (int i = 0; same && i < n; i++) same = sizes[i] == (int)(args[i].is_ptr ? 8 : args[i].size);
