@@ -13,7 +13,8 @@
  * concurrent streams never share either.
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
- * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
+ * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md), PDDE_FLASH2_VARIANT=k128|dqsmem|q128[,...]
+ * flash2's kernel variants (gpu_dispatch.h);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
  * PDDE_CUDA_GRAPH=1 captures a step's work on a stream once and replays it as CUDA graphs while unchanged (below);
  * cublasLt (on where it loads; PDDE_CUDA_LT=0 off) runs matmuls with an epilogue: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
@@ -322,6 +323,7 @@ typedef struct {
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
     int embedding_back;   /* PGD_EMB_* (PDDE_CUDA_EMBEDDING_BACK=sorted; atomic until a GPU run measures sorted) */
     int embedding_sort;   /* PGD_EMB_SORT_* (PDDE_CUDA_EMBEDDING_SORT=network|radix; by the ids' count by default) */
+    unsigned flash2_variant; /* PGD_FLASH2_* (PDDE_FLASH2_VARIANT=k128|dqsmem|q128[,...]; none by default until measured) */
 } pcu_stream;
 
 typedef struct {
@@ -966,6 +968,7 @@ static void pcu_switches_read(pcu_stream *s) {
     s->gemm_single = single && !strcmp(single, "1");
     s->embedding_back = pgd_embedding_back_env("PDDE_CUDA_", PGD_EMB_ATOMIC);
     s->embedding_sort = pgd_embedding_sort_env("PDDE_CUDA_");
+    s->flash2_variant = pgd_flash2_variant_env();
 }
 
 static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
@@ -1546,7 +1549,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         .gemm_act = d->lt ? pclt_cb_gemm_act : NULL, .gemm_bgrad = d->lt ? pclt_cb_gemm_bgrad : NULL,
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
-        .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
+        .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128, .flash2_variant = s->flash2_variant,
         .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, _ADAMW_CHUNKS: on unless "0"; _CE1, _ADAMW_VEC, _GELU2: off unless "1") */
         /* (the shared memory past the static of the kernels that take it: block_sum's and block_max's) */
         .max_local = d->fam->info[d->index].shared_optin > 2048 ? (size_t)d->fam->info[d->index].shared_optin - 2048 : 0,

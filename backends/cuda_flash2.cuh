@@ -15,7 +15,9 @@
  *    P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - rowdot), dV += P^T dO, dK += dS^T Q; dS^T
  *    goes to shared memory as bf16 and the block adds dQ += dS K to the f32 output with atomicAdd
  *    (the dispatcher zeroes dq first). The sum order of dq depends on timing: not bit-reproducible.
- * Shared memory stays under the 48 KiB of a static allocation: BQ is 32 at D 64, 16 at D 128. */
+ * Shared memory stays under the 48 KiB of a static allocation: BQ is 32 at D 64, 16 at D 128.
+ * The variants PDDE_FLASH2_VARIANT picks (backends/README.md): flash2_bwd with 8 warps (k128) or its dQ tile through
+ * shared memory (DQS: dqsmem), and flash2_fwd_q128 (q128). */
 #define FL2_KEYS 64 /* keys a block: pgd_ctx.flash_rows */
 
 #ifndef PDDE_FLASH_EMU
@@ -39,11 +41,12 @@ __device__ __forceinline__ const uint16_t *fl2_head(const uint16_t *x, long long
     return x + att_in(bh * T, T, D, H);
 }
 
-/* rows [row0, row0 + n) of a head (row stride ld elements) into a shared tile (pitch D + 8); zeros past T */
-template <int D>
+/* rows [row0, row0 + n) of a head (row stride ld elements) into a shared tile (pitch D + 8); zeros past T; NTH: the
+ * block's threads */
+template <int D, int NTH = 32 * FL_WARPS>
 __device__ __forceinline__ void fl2_load(uint16_t *tile, const uint16_t *head, long long ld, long long row0, long long T, int n) {
     constexpr int V = D / 8;
-    for (int e = threadIdx.x; e < n * V; e += 32 * FL_WARPS) {
+    for (int e = threadIdx.x; e < n * V; e += NTH) {
         int r = e / V, c = (e % V) * 8;
         long long gr = row0 + r;
         if (gr < T) cp_async16(tile + r * (D + 8) + c, head + gr * ld + c);
@@ -76,22 +79,32 @@ __device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uin
     if (lane == 0) stats[2 * r] = y[att_lse(r, rows, D, H)] * FL_LOG2E, stats[2 * r + 1] = dot;
 }
 
-/* The shared memory of flash2_bwd (bf16 elements): the key tile, dS^T [64, BQ + 8], and the double
- * buffers of the Q and dO tiles (the V tile passes through these first) */
+/* The shared memory of flash2_bwd with W warps (bf16 elements): the key tile of 16 W keys, dS^T [16 W, BQ + 8],
+ * and the double buffers of the Q and dO tiles (the V tile passes through these first: 4 BQ >= 16 W) */
 #define FL2_BQ(D) ((D) == 64 ? 32 : 16)
-#define FL2_SMEM(D) (FL2_KEYS * ((D) + 8) + FL2_KEYS * (FL2_BQ(D) + 8) + 4 * FL2_BQ(D) * ((D) + 8))
+#define FL2_SMEM_W(D, W) (16 * (W) * ((D) + 8) + 16 * (W) * (FL2_BQ(D) + 8) + 4 * FL2_BQ(D) * ((D) + 8))
+#define FL2_SMEM(D) FL2_SMEM_W(D, FL_WARPS)
+/* PDDE_FLASH2_VARIANT=k128's backward: 8 warps, 128 keys a block (D 64 only: at D 128 V would not fit the buffers) */
+#define FL2_K128_WARPS 8
+/* PDDE_FLASH2_VARIANT=dqsmem's backward (flash2_bwd's DQS): a step's dQ tile [BQ, D] f32 in shared memory (row pitch
+ * D + 8 floats: the fragments' 8-byte stores without bank conflicts), added to dq by coalesced atomics */
+#define FL2_DQS_LD(D) ((D) + 8)
+#define FL2_DQS_SMEM(D) (FL2_BQ(D) * FL2_DQS_LD(D))
 
-/* dq, dk, dv (f32 in out, layout H: att_out; dq zeroed before) of the 64 keys of block blockIdx.x: key
- * tile blockIdx.x / BH (tile 0, the one with the most queries, first), head blockIdx.x % BH. */
-template <int D, bool PK>
+/* dq, dk, dv (f32 in out, layout H: att_out; dq zeroed before) of the 16 W keys of block blockIdx.x (W warps, 16
+ * keys each; FL_WARPS: 64 keys, the default): key tile blockIdx.x / BH (tile 0, the one with the most queries,
+ * first), head blockIdx.x % BH. W 8 (PDDE_FLASH2_VARIANT=k128) halves the dQ atomics and the Q, dO tile copies
+ * per product: each block step's dQ tile sums 128 keys. */
+template <int D, bool PK, int W = FL_WARPS, bool DQS = false>
 __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                            const uint16_t *dob, const float *stats, float *out, long long BH, long long T,
-                                           float scale, long long Hn) {
+                                           float scale, long long Hn, float *dqs = nullptr) {
     const long long H = PK ? Hn : 0;
-    constexpr int LD = D + 8, BK = FL2_KEYS, BQ = FL2_BQ(D), LDS = BQ + 8, NT = BQ / 8, DT = D / 8, KS = D / 16;
+    constexpr int LD = D + 8, BK = 16 * W, NTH = 32 * W, BQ = FL2_BQ(D), LDS = BQ + 8, NT = BQ / 8, DT = D / 8, KS = D / 16;
     constexpr bool KREG = D == 64; /* K's fragments in registers too (at D 128 they would spill) */
     /* dQ of a tile: warps split it into RG groups of 16 rows by D / CW column slices of CW */
-    constexpr int RG = BQ / 16, CW = D / (FL_WARPS / RG);
+    constexpr int RG = BQ / 16, CW = D / (W / RG);
+    static_assert(4 * BQ >= BK && CW % 16 == 0, "flash2_bwd: V passes through the Q, dO buffers; dQ slices of 16 columns");
     uint16_t *ks = sm, *dss = ks + BK * LD, *qs = dss + BK * LDS, *dos = qs + 2 * BQ * LD;
     long long kt = blockIdx.x / BH, bh = blockIdx.x % BH;
     int ldq, ldk, ldv; /* (row strides of q, k, v) */
@@ -103,8 +116,8 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
     float *dq_h = PK ? out + (qb - q) : out + att_out(bh * T, 0, BH * T, T, D, H);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     long long k0 = kt * BK, key0 = k0 + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
-    fl2_load<D>(ks, kb, ldk, k0, T, BK);
-    fl2_load<D>(qs, vb, ldv, k0, T, BK); /* V through the Q / dO buffers (64 rows fit there) */
+    fl2_load<D, NTH>(ks, kb, ldk, k0, T, BK);
+    fl2_load<D, NTH>(qs, vb, ldv, k0, T, BK); /* V through the Q / dO buffers (BK rows fit there) */
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -124,8 +137,8 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
     /* tile s into buffer b: Q and dO rows by cp.async, their statistics by plain loads (both seen after the next barrier) */
     auto load_tile = [&](long long s, int b) {
         long long i0 = k0 + s * BQ;
-        fl2_load<D>(qs + b * BQ * LD, qb, ldq, i0, T, BQ);
-        fl2_load<D>(dos + b * BQ * LD, dob_h, D, i0, T, BQ);
+        fl2_load<D, NTH>(qs + b * BQ * LD, qb, ldq, i0, T, BQ);
+        fl2_load<D, NTH>(dos + b * BQ * LD, dob_h, D, i0, T, BQ);
         cp_async_commit();
         if (threadIdx.x < 2 * BQ) {
             long long i = i0 + (threadIdx.x >> 1);
@@ -186,7 +199,7 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
             }
         }
         __syncthreads(); /* dS^T complete */
-        /* dQ[rows qr.., columns c0..] += dS K over the block's 64 keys: A = dS from dS^T by the transposing
+        /* dQ[rows qr.., columns c0..] += dS K over the block's BK keys: A = dS from dS^T by the transposing
          * ldmatrix (its matrices 1 and 2 trade places: A's second register is rows 8-15, keys 0-7) */
         int qr = (warp % RG) * 16, c0 = (warp / RG) * CW;
         float dq[CW / 8][4];
@@ -205,13 +218,30 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
                 mma16816(dq[d + 1], a, bk[2], bk[3]);
             }
         }
+        if constexpr (DQS) { /* the tile through shared memory: each atomic instruction then 32 consecutive floats */
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            long long row = i0 + qr + g + r * 8;
-            if (row >= T) continue;
-            float *o = dq_h + row * ldq + c0 + t4 * 2;
+            for (int r = 0; r < 2; r++)
 #pragma unroll
-            for (int d = 0; d < CW / 8; d++) atomicAdd(o + d * 8, scale * dq[d][2 * r]), atomicAdd(o + d * 8 + 1, scale * dq[d][2 * r + 1]);
+                for (int d = 0; d < CW / 8; d++)
+                    *(float2 *)(dqs + (qr + g + r * 8) * FL2_DQS_LD(D) + c0 + d * 8 + t4 * 2) =
+                        make_float2(scale * dq[d][2 * r], scale * dq[d][2 * r + 1]);
+            __syncthreads(); /* (the next writes come after the next step's first barrier) */
+            constexpr int RS = NTH / D; /* rows a pass of the block */
+            int r0 = threadIdx.x / D, c = threadIdx.x % D;
+            float *o = dq_h + (i0 + r0) * ldq + c;
+            long long left = T - i0 - r0;
+#pragma unroll
+            for (int j = 0; j < BQ / RS; j++)
+                if (j * RS < left) atomicAdd(o + (long long)j * RS * ldq, dqs[(r0 + j * RS) * FL2_DQS_LD(D) + c]);
+        } else {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                long long row = i0 + qr + g + r * 8;
+                if (row >= T) continue;
+                float *o = dq_h + row * ldq + c0 + t4 * 2;
+#pragma unroll
+                for (int d = 0; d < CW / 8; d++) atomicAdd(o + d * 8, scale * dq[d][2 * r]), atomicAdd(o + d * 8 + 1, scale * dq[d][2 * r + 1]);
+            }
         }
     }
 #pragma unroll
@@ -289,4 +319,145 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
         }
         if (t4 == 0) y[att_lse(bh * T + row, BH * T, D, H)] = (m[r] + log2f(l[r])) / FL_LOG2E;
     }
+}
+
+/* PDDE_FLASH2_VARIANT=q128's forward (D 64): 128 query rows a block of 4 warps, 32 a warp (two m-tiles of 16), so that
+ * each K and V fragment read by ldmatrix feeds two products (flash2_fwd: one); the K, V tiles of 64 keys double
+ * buffered as there, Q through buffer 1 (128 rows fit). */
+#define FL2_Q128_ROWS 128
+#define FL2_Q128_MINBLOCKS 2 /* (about 200 registers: two blocks an SM) */
+
+/* fl_fwd_key_tile for MR m-tiles a warp (this thread's rows row0 + 16 mr, + 8): the same arithmetic, each K and V
+ * fragment loaded once for the MR tiles */
+template <int D, int BK, int MR>
+__device__ __forceinline__ void fl2_fwd_key_tile_m(float (&o)[MR][D / 8][4], float (&m)[MR][2], float (&l)[MR][2],
+                                                   const uint32_t (&qf)[MR][D / 16][4], const uint16_t *ks, const uint16_t *vs,
+                                                   long long kt, long long row0, float sl2, int lane) {
+    constexpr int LD = D + 8, NT = BK / 8, DT = D / 8, KS = D / 16;
+    int t4 = lane & 3;
+    float s[MR][NT][4];
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+        for (int n = 0; n < NT; n++) s[mr][n][0] = s[mr][n][1] = s[mr][n][2] = s[mr][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];
+            ldsm4(b, fl_at(ks, LD, n * 8, kk * 16, lane));
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++) mma16816(s[mr][n], qf[mr][kk], b[0], b[2]), mma16816(s[mr][n + 1], qf[mr][kk], b[1], b[3]);
+        }
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) {
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + mr * 16 + (e >> 1) * 8;
+                float x = s[mr][n][e] * sl2;
+                s[mr][n][e] = col > row ? -INFINITY : x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[mr][n][e]);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[mr][r], mx[r]), alpha = exp2f(m[mr][r] - mn); /* (m = -inf at first: alpha 0) */
+            m[mr][r] = mn;
+            l[mr][r] *= alpha;
+#pragma unroll
+            for (int d = 0; d < DT; d++) o[mr][d][2 * r] *= alpha, o[mr][d][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[mr][n][e] = exp2f(s[mr][n][e] - m[mr][e >> 1]);
+                l[mr][e >> 1] += s[mr][n][e];
+            }
+    }
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; kk++) { /* o += P V */
+        uint32_t a[MR][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++) fl_pack_a(a[mr], s[mr], kk);
+#pragma unroll
+        for (int d = 0; d < DT; d += 2) {
+            uint32_t b[4];
+            ldsm4t(b, fl_at(vs, LD, kk * 16, d * 8, lane));
+#pragma unroll
+            for (int mr = 0; mr < MR; mr++) mma16816(o[mr][d], a[mr], b[0], b[1]), mma16816(o[mr][d + 1], a[mr], b[2], b[3]);
+        }
+    }
+}
+
+/* flash2_fwd with 128 query rows a block (query tile tiles - 1 - blockIdx.x / BH of 128 rows, head blockIdx.x % BH;
+ * tiles = ceil(T / 128)): the key tiles of 64 up to the tile's last row. Shared memory FL2_FWD_SMEM(64). */
+template <int D, bool PK>
+__device__ __forceinline__ void flash2_fwd_q128(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
+                                                long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr) {
+    const long long H = PK ? Hn : 0;
+    constexpr int LD = D + 8, BK = FL2_KEYS, BQ = FL2_Q128_ROWS, MR = BQ / (16 * FL_WARPS), DT = D / 8, KS = D / 16;
+    static_assert(BQ <= 2 * BK, "flash2_fwd_q128: Q passes through the second K, V buffer");
+    long long tiles = (T + BQ - 1) / BQ, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH;
+    int ldq, ldk, ldv;
+    const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    fl2_load<D>(sm + 2 * BK * LD, qb, ldq, qt * BQ, T, BQ);
+    cp_async_commit();
+    fl2_load<D>(sm, kb, ldk, 0, T, BK);
+    fl2_load<D>(sm + BK * LD, vb, ldv, 0, T, BK);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t qf[MR][KS][4];
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) ldsm4(qf[mr][kk], fl_at(sm + 2 * BK * LD, LD, warp * 16 * MR + mr * 16, kk * 16, lane));
+    __syncthreads(); /* (Q read: buffer 1 takes the next K, V tile) */
+    float o[MR][DT][4], m[MR][2], l[MR][2], sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) {
+        m[mr][0] = m[mr][1] = -INFINITY, l[mr][0] = l[mr][1] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[mr][d][0] = o[mr][d][1] = o[mr][d][2] = o[mr][d][3] = 0.0f;
+    }
+    long long row0 = qt * BQ + warp * 16 * MR + g; /* this thread's rows: row0 + 16 mr, + 8 */
+    long long last = (qt * BQ + BQ - 1) / BK, klast = (T - 1) / BK; /* (the key tiles up to the tile's last row, within T) */
+    if (klast < last) last = klast;
+    for (long long kt = 0; kt <= last; kt++) {
+        int b = (int)(kt & 1);
+        if (kt < last) { /* the other buffer was last read before the previous tile's second barrier */
+            fl2_load<D>(sm + 2 * (b ^ 1) * BK * LD, kb, ldk, (kt + 1) * BK, T, BK);
+            fl2_load<D>(sm + (2 * (b ^ 1) + 1) * BK * LD, vb, ldv, (kt + 1) * BK, T, BK);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else cp_async_wait<0>();
+        __syncthreads();
+        const uint16_t *ks = sm + 2 * b * BK * LD, *vs = ks + BK * LD;
+        fl2_fwd_key_tile_m<D, BK, MR>(o, m, l, qf, ks, vs, kt, row0, sl2, lane);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[mr][r] += __shfl_xor_sync(0xffffffffu, l[mr][r], 1);
+            l[mr][r] += __shfl_xor_sync(0xffffffffu, l[mr][r], 2);
+            long long row = row0 + mr * 16 + r * 8;
+            if (row >= T) continue;
+            float *yr = y + att_y(bh * T + row, T, D, H), inv = 1.0f / l[mr][r];
+#pragma unroll
+            for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[mr][d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[mr][d][2 * r + 1] * inv;
+            if (PK && ycp) { /* (y rounded to bf16 beside it, as a cast of y would: packed nodes only have one) */
+                uint16_t *cr = ycp + att_y(bh * T + row, T, D, H);
+#pragma unroll
+                for (int d = 0; d < DT; d++) *(uint32_t *)(cr + d * 8 + t4 * 2) = pack_bf16(o[mr][d][2 * r] * inv, o[mr][d][2 * r + 1] * inv);
+            }
+            if (t4 == 0) y[att_lse(bh * T + row, BH * T, D, H)] = (m[mr][r] + log2f(l[mr][r])) / FL_LOG2E;
+        }
 }

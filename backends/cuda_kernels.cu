@@ -1024,6 +1024,46 @@ FL2_KERNELS(128, _d128)
     }
 FL2_FWD(false, )
 FL2_FWD(true, _qkv)
+/* The variants PDDE_FLASH2_VARIANT picks (backends/cuda_flash2.cuh; ptxas -v: no spills): k128 (D 64), the backward
+ * with 128 keys a block of 8 warps (194-235 registers: one block an SM); q128 (D 64), the forward with 128 query
+ * rows a block, 32 a warp (240-255 registers: two blocks an SM) */
+#define FL2_BACK_K128(PK, sfx)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(32 * FL2_K128_WARPS, 1) k_flash2_back##sfx##_k128(                   \
+        const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, long long BH,     \
+        long long T, float scale, long long H) {                                                                       \
+        __shared__ __align__(16) uint16_t sm[FL2_SMEM_W(64, FL2_K128_WARPS)];                                          \
+        __shared__ float stat_s[4 * FL2_BQ(64)];                                                                       \
+        flash2_bwd<64, PK, FL2_K128_WARPS>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v,  \
+                                           (const uint16_t *)dob, stats, out, BH, T, scale, H);                        \
+    }
+FL2_BACK_K128(false, )
+FL2_BACK_K128(true, _qkv)
+/* dqsmem: the backward's dQ tile through shared memory, added by coalesced atomics (flash2_bwd's DQS) */
+#define FL2_DQS_MINBLOCKS(D) ((D) == 64 ? 2 : 1)
+#define FL2_BACK_DQS(D, PK, sfx)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_DQS_MINBLOCKS(D)) k_flash2_back##sfx##_dqs(           \
+        const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, long long BH,     \
+        long long T, float scale, long long H) {                                                                       \
+        __shared__ __align__(16) uint16_t sm[FL2_SMEM(D)];                                                             \
+        __shared__ float stat_s[4 * FL2_BQ(D)];                                                                        \
+        __shared__ __align__(16) float dqs[FL2_DQS_SMEM(D)];                                                           \
+        flash2_bwd<D, PK, FL_WARPS, true>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v,   \
+                                          (const uint16_t *)dob, stats, out, BH, T, scale, H, dqs);                    \
+    }
+FL2_BACK_DQS(64, false, )
+FL2_BACK_DQS(64, true, _qkv)
+FL2_BACK_DQS(128, false, _d128)
+FL2_BACK_DQS(128, true, _qkv_d128)
+#define FL2_FWD_Q128(PK, sfx)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_Q128_MINBLOCKS) k_flash2_fwd##sfx##_q128(         \
+        const void *q, const void *k, const void *v, float *y, long long BH, long long T, float scale, long long H,     \
+        void *cp) {                                                                                                    \
+        __shared__ __align__(16) uint16_t sm[FL2_FWD_SMEM(64)];                                                        \
+        flash2_fwd_q128<64, PK>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H, \
+                                (uint16_t *)cp);                                                                       \
+    }
+FL2_FWD_Q128(false, )
+FL2_FWD_Q128(true, _qkv)
 #else
 /* Before compute capability 8.0 there is no bf16 mma: the kernels exist (the module has every name) but
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
@@ -1056,6 +1096,19 @@ extern "C" __global__ void k_flash2_fwd(const void *q, const void *k, const void
                                         float scale, long long H, void *cp) {}
 extern "C" __global__ void k_flash2_fwd_qkv(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
                                             float scale, long long H, void *cp) {}
+#define FL2_STUB_BACK(name)                                                                                            \
+    extern "C" __global__ void name(const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, \
+                                    long long BH, long long T, float scale, long long H) {}
+FL2_STUB_BACK(k_flash2_back_k128)
+FL2_STUB_BACK(k_flash2_back_qkv_k128)
+FL2_STUB_BACK(k_flash2_back_dqs)
+FL2_STUB_BACK(k_flash2_back_qkv_dqs)
+FL2_STUB_BACK(k_flash2_back_d128_dqs)
+FL2_STUB_BACK(k_flash2_back_qkv_d128_dqs)
+extern "C" __global__ void k_flash2_fwd_q128(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
+                                             float scale, long long H, void *cp) {}
+extern "C" __global__ void k_flash2_fwd_qkv_q128(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
+                                                 float scale, long long H, void *cp) {}
 #endif
 
 #include "cuda_moe.cuh" /* Mixture-of-Experts */

@@ -84,6 +84,9 @@ enum {
     PGD_K_FLASH_F32_FWD, PGD_K_FLASH_F32_FWD_D128, PGD_K_FLASH_F32_BACK_DQ, PGD_K_FLASH_F32_BACK_DQ_D128, PGD_K_FLASH_F32_BACK_DKV,
     PGD_K_FLASH_F32_BACK_DKV_D128, PGD_K_FLASH_F32_ZERO_DQ, PGD_K_FLASH_F32_BACK2, PGD_K_FLASH_F32_BACK2_D128,
     PGD_K_ADAMW_VEC, PGD_K_BIAS_GELU2, /* (PGD_MEM_ADAMW_VEC, PGD_MEM_GELU2) */
+    /* flash2's variants (pgd_ctx.flash2_variant); the dqs kernels in k_flash2_back's order (+ 2 packed + d128) */
+    PGD_K_FLASH2_BACK_K128, PGD_K_FLASH2_BACK_QKV_K128, PGD_K_FLASH2_BACK_DQS, PGD_K_FLASH2_BACK_D128_DQS, PGD_K_FLASH2_BACK_QKV_DQS,
+    PGD_K_FLASH2_BACK_QKV_D128_DQS, PGD_K_FLASH2_FWD_Q128, PGD_K_FLASH2_FWD_QKV_Q128,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
@@ -92,6 +95,8 @@ static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] =
     "k_flash_f32_fwd", "k_flash_f32_fwd_d128", "k_flash_f32_back_dq", "k_flash_f32_back_dq_d128", "k_flash_f32_back_dkv",
     "k_flash_f32_back_dkv_d128", "k_flash_f32_zero_dq", "k_flash_f32_back2", "k_flash_f32_back2_d128",
     "k_adamw_vec", "k_bias_gelu2",
+    "k_flash2_back_k128", "k_flash2_back_qkv_k128", "k_flash2_back_dqs", "k_flash2_back_d128_dqs", "k_flash2_back_qkv_dqs",
+    "k_flash2_back_qkv_d128_dqs", "k_flash2_fwd_q128", "k_flash2_fwd_qkv_q128",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -160,6 +165,7 @@ typedef struct {
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
+    unsigned flash2_variant; /* PGD_FLASH2_* variant bits of the flash2 kernels (0: the defaults): pgd_flash2_variant_env */
     /* optional: row-major batched D = op(A) op(B) [+ C] (beta 0 or 1; C f32 of D's layout, null: D itself)
      * [+ bias[N] on every row] with A and B of dtype dt, f32 accumulation, D of dtype ddt (f32, bf16, f16;
      * beta 1: f32), bias f32 (null: none), rounded once on the store; returns 1 when it declines (then
@@ -270,6 +276,29 @@ enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
 #define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY | PGD_FLASH_F32_NAMED)
 /* ...and its memory-bound kernels (pgd_mem_kernels_env's defaults): both, measured faster on an H200 */
 #define PGD_CUDA_MEM_KERNELS (PGD_MEM_COLSUM2 | PGD_MEM_ADAMW_CHUNKS)
+
+/* flash2's variants, off until a GPU run measures them (backends/cuda_flash2.cuh; PDDE_FLASH2_VARIANT=NAME[,NAME]):
+ * k128, the backward with 128 keys a group of 256 items (D 64; elsewhere the default), its dQ atomics halved;
+ * dqsmem, the backward's dQ tile through group memory, added by coalesced atomics; q128, the forward with 128
+ * query rows a group of 128 items (D 64). Names joined by , or +; k128 and dqsmem are both backward: k128 takes
+ * precedence (dqsmem then runs at D 128). */
+enum { PGD_FLASH2_K128 = 1, PGD_FLASH2_DQSMEM = 2, PGD_FLASH2_Q128 = 4 };
+#define PGD_FLASH2_ROWS128 128      /* the keys (queries) a group of k128 (q128): FL2_K128_WARPS * 16, FL2_Q128_ROWS */
+#define PGD_FLASH2_K128_THREADS 256 /* FL2_K128_WARPS * 32 */
+static inline unsigned pgd_flash2_variant_env(void) {
+    static const char *const words[] = {"k128", "dqsmem", "q128"}; /* (bit i: PGD_FLASH2_*) */
+    const char *v = getenv("PDDE_FLASH2_VARIANT");
+    unsigned bits = 0;
+    for (const char *p = v; p && *p;) {
+        size_t len = strcspn(p, ",+"); /* (+ too: tools/bench/cuda_switches.sh splits its specs at commas) */
+        int hit = 0;
+        for (int i = 0; i < 3; i++)
+            if (len == strlen(words[i]) && !strncmp(p, words[i], len)) bits |= 1u << i, hit = 1;
+        if (!hit && len) pgd_say_once(10, "%s=%s has a name other than k128, dqsmem, q128: %s", "PDDE_FLASH2_VARIANT", v, "it is ignored");
+        p += len + (p[len] != 0);
+    }
+    return bits;
+}
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -1289,11 +1318,15 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
+    /* the variants' groups (pgd_ctx.flash2_variant): 128 rows of a head each, so at most as many as the default's */
+    int64_t groups128 = BH * ((T + PGD_FLASH2_ROWS128 - 1) / PGD_FLASH2_ROWS128);
     if (node->op == PDDE_OP_ATTENTION) {
         pgd_ptr cp = pgd_null;
         if (at.packed && node->src[0]->dtype == PDDE_BF16 && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
             cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
-        return pgd_launch(g, PGD_K_FLASH2_FWD + at.packed, (unsigned)groups, 1, 1, g->flash_threads, 1,
+        int q128 = (g->flash2_variant & PGD_FLASH2_Q128) != 0;
+        return pgd_launch(g, (q128 ? PGD_K_FLASH2_FWD_Q128 : PGD_K_FLASH2_FWD) + at.packed, (unsigned)(q128 ? groups128 : groups), 1, 1,
+                          g->flash_threads, 1,
                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
     }
     pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
@@ -1303,7 +1336,9 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
     pgd_ptr dob = w, stats = pgd_at(w, o_stats);
     if (!e) e = pgd_launch(g, PGD_K_FLASH2_PREP + d128, (unsigned)prep_groups, 1, 1, g->flash_threads, 1,
                            PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(rows), PGD_A(T), PGD_A(H)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + 2 * at.packed + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
+    int k128 = (g->flash2_variant & PGD_FLASH2_K128) && !d128, dqs = !k128 && (g->flash2_variant & PGD_FLASH2_DQSMEM);
+    int kb = k128 ? PGD_K_FLASH2_BACK_K128 + at.packed : (dqs ? PGD_K_FLASH2_BACK_DQS : PGD_K_FLASH2_BACK) + 2 * at.packed + d128;
+    if (!e) e = pgd_launch(g, kb, (unsigned)(k128 ? groups128 : groups), 1, 1, k128 ? PGD_FLASH2_K128_THREADS : g->flash_threads, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
                                     PGD_A(scale), PGD_A(H)));
     return e;

@@ -22,7 +22,7 @@
 
 /* ---- a block of cooperative threads ----------------------------------------------------------- */
 
-enum { EMU_THREADS = 128 }; /* a block (4 warps) */
+enum { EMU_THREADS = 256 }; /* a block at most (8 warps: flash2's k128; the others 4) */
 #define EMU_MAX_THREADS EMU_THREADS
 #define EMU_STACK (1 << 18)
 #include "cuda_emu.h"
@@ -30,6 +30,8 @@ struct uint4 { uint32_t x, y, z, w; };
 static uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
 struct float4 { float x, y, z, w; };
 static float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+struct float2 { float x, y; };
+static float2 make_float2(float x, float y) { return float2{x, y}; }
 
 /* ---- the warp-level primitives, after the PTX manual ---------------------------------------- */
 
@@ -175,34 +177,57 @@ static void body_dkv() {
 }
 static void launch(void (*body)(void)) {
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
-    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, 32 * FL_WARPS, body);
 }
-/* flash2 (backends/cuda_flash2.cuh), as the dispatcher launches k_flash2_prep and k_flash2_back */
+/* flash2 (backends/cuda_flash2.cuh), as the dispatcher launches k_flash2_prep and k_flash2_back, and the variants
+ * PDDE_FLASH2_VARIANT picks (L2_var: the backward's, L2_fwd_var: the forward's) */
+enum { V2_DEFAULT, V2_K128, V2_DQSMEM, V2_COUNT }; /* backward */
+static const char *const v2_names[V2_COUNT] = {"", " k128", " dqsmem"}, *const v2_fwd_names[2] = {"", " q128"};
+static int L2_var, L2_fwd_var;
 static uint16_t *L_dob;
-static float *L_stats, emu_stat_s[4 * FL2_BQ(64)];
-static uint16_t emu_sm2[FL2_SMEM(128) > FL2_FWD_SMEM(64) ? FL2_SMEM(128) : FL2_FWD_SMEM(64)] __attribute__((aligned(16)));
+static float *L_stats, emu_stat_s[4 * FL2_BQ(64)], emu_dqs[FL2_DQS_SMEM(64) > FL2_DQS_SMEM(128) ? FL2_DQS_SMEM(64) : FL2_DQS_SMEM(128)]
+    __attribute__((aligned(16)));
+static constexpr int emu_max(int a, int b) { return a > b ? a : b; }
+static uint16_t emu_sm2[emu_max(emu_max(FL2_SMEM(128), FL2_FWD_SMEM(64)), FL2_SMEM_W(64, FL2_K128_WARPS))] __attribute__((aligned(16)));
 static void body_prep() {
     if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
     else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
 }
-static void body_back2() { /* (k_flash2_back or, packed, k_flash2_back_qkv) */
+static void body_back2() { /* (k_flash2_back or, packed, k_flash2_back_qkv; their variants as cuda_kernels.cu's) */
+    if (L2_var == V2_K128) {
+        if (L.H) flash2_bwd<64, true, FL2_K128_WARPS>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
+        else flash2_bwd<64, false, FL2_K128_WARPS>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
+        return;
+    }
+    if (L2_var == V2_DQSMEM) {
+        if (L.D == 64 && L.H)
+            flash2_bwd<64, true, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H, emu_dqs);
+        else if (L.D == 64)
+            flash2_bwd<64, false, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0, emu_dqs);
+        else if (L.H)
+            flash2_bwd<128, true, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H, emu_dqs);
+        else flash2_bwd<128, false, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0, emu_dqs);
+        return;
+    }
     if (L.D == 64 && L.H) flash2_bwd<64, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
     else if (L.D == 64) flash2_bwd<64, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
     else if (L.H) flash2_bwd<128, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
     else flash2_bwd<128, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
 }
 static void body_fwd2() {
-    if (L.H) flash2_fwd<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
+    if (L2_fwd_var && L.H) flash2_fwd_q128<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
+    else if (L2_fwd_var) flash2_fwd_q128<64, false>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, 0, L.ycp);
+    else if (L.H) flash2_fwd<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
     else flash2_fwd<64, false>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, 0, L.ycp);
 }
 static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
-    long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
-    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_fwd2);
+    long long rows = L2_fwd_var ? FL2_Q128_ROWS : FL_ROWS, groups = L.BH * ((L.T + rows - 1) / rows);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, 32 * FL_WARPS, body_fwd2);
 }
 static void launch2(void) { /* (k_flash2_prep zeroes dq: the dispatcher launches nothing else before k_flash2_back) */
-    long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
-    emu_launch(emu_dim{(unsigned)((rows + FL_WARPS - 1) / FL_WARPS), 1, 1}, EMU_THREADS, body_prep);
-    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_back2);
+    long long warps = L2_var == V2_K128 ? FL2_K128_WARPS : FL_WARPS, rows = L.BH * L.T, groups = L.BH * ((L.T + 16 * warps - 1) / (16 * warps));
+    emu_launch(emu_dim{(unsigned)((rows + FL_WARPS - 1) / FL_WARPS), 1, 1}, 32 * FL_WARPS, body_prep);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, (unsigned)(32 * warps), body_back2);
 }
 
 /* the f32 kernels (backends/cuda_flash_f32.cuh), as the dispatcher launches k_flash_f32_* (flash_f32_tiles.h) */
@@ -356,53 +381,58 @@ static void run_case(long long BH, long long T, int D, long long H) {
     check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), label);
     /* flash2 from the same forward, with its copies done early and late: the backward, and at D 64 the
      * forward (flash2 runs flash_fwd at D 128); packed (H > 0): first on q, k, v apart, then packed, whose
-     * outputs must equal those bit for bit (the same arithmetic, only the addresses differ) */
+     * outputs must equal those bit for bit (the same arithmetic, only the addresses differ). Each variant
+     * (PDDE_FLASH2_VARIANT) the same: the backward's k128 (D 64) and dqsmem, the forward's q128 (D 64). */
     uint16_t *dob = new uint16_t[BH * T * D], *ycp2 = H ? new uint16_t[n] : NULL;
     float *stats = new float[2 * BH * T], *o2 = new float[3 * n], *o2_apart = new float[3 * n];
     float *y2 = new float[BH * T * Dy], *y2_apart = new float[BH * T * Dy], *py2 = H ? new float[n + BH * T] : NULL;
     L_dob = dob, L_stats = stats;
     for (int late = 0; late < 2; late++)
-        for (int pk = 0; pk < (H ? 2 : 1); pk++) {
-            if (pk) L.q = qkv, L.k = qkv + D, L.v = qkv + 2 * D, L.y = py, L.dy = pdy, L.out = pout, L.H = H;
-            else L.q = q, L.k = k, L.v = v, L.y = y, L.dy = dy, L.out = o2, L.H = 0;
-            for (long long i = 0; i < 3 * n; i++) L.out[i] = NAN; /* (dq too: k_flash2_prep must zero it) */
-            emu_cp_late = late, emu_cp_overflow = 0;
-            launch2();
-            emu_cp_late = 0;
-            for (long long r = 0; pk && r < BH * T; r++)
-                for (int w = 0; w < 3; w++)
-                    for (int d = 0; d < D; d++) o2[w * n + r * D + d] = pout[att_out(r, w, BH * T, T, D, H) + d];
-            char l2[96];
-            snprintf(l2, sizeof l2, "flash2 %s%s, copies %s", label, pk ? "" : H ? " (apart)" : "", late ? "late" : "early");
-            check("dq", nmse(o2, rg, n), (3 * u) * (3 * u), l2);
-            check("dk", nmse(o2 + n, rg + n, n), (3 * u) * (3 * u), l2);
-            check("dv", nmse(o2 + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
-            if (pk) check("dqkv = apart", (double)memcmp(o2, o2_apart, 3 * n * sizeof *o2) != 0, 0, l2);
-            else memcpy(o2_apart, o2, 3 * n * sizeof *o2);
-            if (emu_cp_overflow) check("cp.async queue", 1, 0, l2); /* (the emulation's own limit: a failure) */
-            if (D != 64) continue;
-            float *yt = pk ? py2 : y2, *y1 = L.y;
-            for (long long i = 0; i < (pk ? n + BH * T : BH * T * Dy); i++) yt[i] = NAN;
-            for (long long i = 0; pk && i < n; i++) ycp2[i] = 0x7fc1;
-            L.y = yt, L.ycp = pk ? ycp2 : NULL, emu_cp_late = late;
-            launch_fwd2();
-            L.y = y1, L.ycp = NULL, emu_cp_late = 0;
-            for (long long r = 0; pk && r < BH * T; r++) {
-                for (int d = 0; d < D; d++) y2[r * Dy + d] = py2[att_y(r, T, D, H) + d];
-                y2[r * Dy + D] = py2[att_lse(r, BH * T, D, H)];
+        for (int var = 0; var < V2_COUNT; var++)
+            for (int pk = 0; pk < (H ? 2 : 1); pk++) {
+                if (var == V2_K128 && D != 64) continue; /* (the dispatcher runs the default there) */
+                if (pk) L.q = qkv, L.k = qkv + D, L.v = qkv + 2 * D, L.y = py, L.dy = pdy, L.out = pout, L.H = H;
+                else L.q = q, L.k = k, L.v = v, L.y = y, L.dy = dy, L.out = o2, L.H = 0;
+                for (long long i = 0; i < 3 * n; i++) L.out[i] = NAN; /* (dq too: k_flash2_prep must zero it) */
+                emu_cp_late = late, emu_cp_overflow = 0, L2_var = var;
+                launch2();
+                emu_cp_late = 0, L2_var = V2_DEFAULT;
+                for (long long r = 0; pk && r < BH * T; r++)
+                    for (int w = 0; w < 3; w++)
+                        for (int d = 0; d < D; d++) o2[w * n + r * D + d] = pout[att_out(r, w, BH * T, T, D, H) + d];
+                char l2[128];
+                snprintf(l2, sizeof l2, "flash2%s %s%s, copies %s", v2_names[var], label, pk ? "" : H ? " (apart)" : "", late ? "late" : "early");
+                check("dq", nmse(o2, rg, n), (3 * u) * (3 * u), l2);
+                check("dk", nmse(o2 + n, rg + n, n), (3 * u) * (3 * u), l2);
+                check("dv", nmse(o2 + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
+                if (pk) check("dqkv = apart", (double)memcmp(o2, o2_apart, 3 * n * sizeof *o2) != 0, 0, l2);
+                else memcpy(o2_apart, o2, 3 * n * sizeof *o2);
+                if (emu_cp_overflow) check("cp.async queue", 1, 0, l2); /* (the emulation's own limit: a failure) */
+                if (D != 64 || var > 1) continue;
+                snprintf(l2, sizeof l2, "flash2%s %s%s, copies %s", v2_fwd_names[var], label, pk ? "" : H ? " (apart)" : "",
+                         late ? "late" : "early");
+                float *yt = pk ? py2 : y2, *y1 = L.y;
+                for (long long i = 0; i < (pk ? n + BH * T : BH * T * Dy); i++) yt[i] = NAN;
+                for (long long i = 0; pk && i < n; i++) ycp2[i] = 0x7fc1;
+                L.y = yt, L.ycp = pk ? ycp2 : NULL, emu_cp_late = late, L2_fwd_var = var;
+                launch_fwd2();
+                L.y = y1, L.ycp = NULL, emu_cp_late = 0, L2_fwd_var = 0;
+                for (long long r = 0; pk && r < BH * T; r++) {
+                    for (int d = 0; d < D; d++) y2[r * Dy + d] = py2[att_y(r, T, D, H) + d];
+                    y2[r * Dy + D] = py2[att_lse(r, BH * T, D, H)];
+                }
+                for (long long r = 0; r < BH * T; r++) {
+                    for (int d = 0; d < D; d++) gy[r * D + d] = y2[r * Dy + d];
+                    lse[r] = y2[r * Dy + D];
+                }
+                check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), l2);
+                check("lse", nmse(lse, rlse, BH * T), 1e-10, l2);
+                if (!pk) { memcpy(y2_apart, y2, BH * T * Dy * sizeof *y2); continue; }
+                check("y, lse = apart", (double)memcmp(y2, y2_apart, BH * T * Dy * sizeof *y2) != 0, 0, l2);
+                long long bad = 0;
+                for (long long i = 0; i < n; i++) bad += ycp2[i] != f_bf16(py2[i]);
+                check("y copy", (double)bad, 0, l2);
             }
-            for (long long r = 0; r < BH * T; r++) {
-                for (int d = 0; d < D; d++) gy[r * D + d] = y2[r * Dy + d];
-                lse[r] = y2[r * Dy + D];
-            }
-            check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), l2);
-            check("lse", nmse(lse, rlse, BH * T), 1e-10, l2);
-            if (!pk) { memcpy(y2_apart, y2, BH * T * Dy * sizeof *y2); continue; }
-            check("y, lse = apart", (double)memcmp(y2, y2_apart, BH * T * Dy * sizeof *y2) != 0, 0, l2);
-            long long bad = 0;
-            for (long long i = 0; i < n; i++) bad += ycp2[i] != f_bf16(py2[i]);
-            check("y copy", (double)bad, 0, l2);
-        }
     delete[] ycp2, delete[] o2, delete[] o2_apart, delete[] y2, delete[] y2_apart, delete[] py2;
     delete[] qkv, delete[] py, delete[] pdy, delete[] pout;
     delete[] dob, delete[] stats;

@@ -21,6 +21,7 @@
 
 enum { MAX_LAUNCHES = 64 };
 static int launched[MAX_LAUNCHES], n_launched;
+static unsigned flash2_variant; /* the recording pgd_ctx's (PGD_FLASH2_*, as backends/cuda.c reads PDDE_FLASH2_VARIANT) */
 static unsigned launched_gx[MAX_LAUNCHES], launched_bx[MAX_LAUNCHES];
 static char *ptx, *ptx75;
 
@@ -40,11 +41,22 @@ static int ptx_params(const char *text, const char *name, int *sizes, int max) {
     return n;
 }
 
+/* The .maxntid of PTX entry name (its __launch_bounds__' threads), or 0 where it has none */
+static unsigned ptx_maxntid(const char *text, const char *name) {
+    char want[128];
+    snprintf(want, sizeof want, ".entry %s(", name);
+    const char *p = strstr(text, want), *body = p ? strchr(p, '{') : NULL, *m = p ? strstr(p, ".maxntid") : NULL;
+    unsigned n = 0;
+    return m && m < body && sscanf(m, ".maxntid %u", &n) == 1 ? n : 0;
+}
+
 static int rec_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
                       const pgd_arg *args) {
     (void)impl, (void)stream, (void)gy, (void)gz, (void)by;
     if (n_launched < MAX_LAUNCHES) launched_gx[n_launched] = gx, launched_bx[n_launched] = bx, launched[n_launched++] = k;
     const char *name = pgd_kernel_name(k);
+    unsigned most = ptx_maxntid(ptx, name); /* (a group larger than the kernel's launch bounds fails to launch) */
+    CHECK(!most || bx * by <= most, "%s: launched with groups of %u items, its launch bounds allow %u", name, bx * by, most);
     for (int m = 0; m < 2; m++) { /* (the compute_75 module has every kernel too: the backend looks each up there) */
         int sizes[32], n = ptx_params(m ? ptx75 : ptx, name, sizes, 32), same = n == nargs;
         for (int i = 0; same && i < n; i++) same = sizes[i] == (int)(args[i].is_ptr ? 8 : args[i].size);
@@ -67,7 +79,7 @@ static int rec_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, siz
 static void kernels_of(pdde_context *ctx, pdde_graph *g, pdde_op op, char *out, size_t cap) {
     pgd_ctx c = {.ctx = ctx, .name = "cuda", .units = 132, .max_block = 1024, .launch = rec_launch, .scratch = rec_scratch,
                  .fill32 = rec_fill32, .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
-                 .has_flash = PGD_CUDA_FLASH, .flash_rows = 64, .flash_threads = 128};
+                 .has_flash = PGD_CUDA_FLASH, .flash_rows = 64, .flash_threads = 128, .flash2_variant = flash2_variant};
     out[0] = 0;
     for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
@@ -184,6 +196,46 @@ int main(void) {
               launched_gx[2], want);
         pdde_graph_free(g);
     }
+    /* flash2's variants (PDDE_FLASH2_VARIANT): their kernels, groups of 128 rows (k128: of 256 items), where they apply */
+    static const struct { const char *env; unsigned bits; } words[] = {
+        {"k128", PGD_FLASH2_K128}, {"dqsmem", PGD_FLASH2_DQSMEM}, {"q128", PGD_FLASH2_Q128}, {"k128,q128", PGD_FLASH2_K128 | PGD_FLASH2_Q128},
+        {"q128,nonesuch,dqsmem", PGD_FLASH2_Q128 | PGD_FLASH2_DQSMEM}, {"dqsmem+q128", PGD_FLASH2_Q128 | PGD_FLASH2_DQSMEM}, {"", 0}, {"k12", 0},
+        {"k128,", PGD_FLASH2_K128}};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+        setenv("PDDE_FLASH2_VARIANT", words[i].env, 1);
+        unsigned got = pgd_flash2_variant_env();
+        CHECK(got == words[i].bits, "PDDE_FLASH2_VARIANT=%s: variant bits %u, want %u", words[i].env, got, words[i].bits);
+    }
+    unsetenv("PDDE_FLASH2_VARIANT");
+    CHECK(pgd_flash2_variant_env() == 0, "PDDE_FLASH2_VARIANT unset: variants on");
+    flash2_variant = PGD_FLASH2_K128 | PGD_FLASH2_Q128;
+    expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv_q128", "k_flash2_prep k_flash2_back_qkv_k128");
+    expect(ctx, "flash2", 64, PDDE_BF16, 0, "k_flash2_fwd_q128", "k_flash2_prep k_flash2_back_k128");
+    expect(ctx, "flash2", 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128"); /* (D 64 only) */
+    expect(ctx, "flash", 64, PDDE_BF16, 1, "k_flash_fwd", flash_b); /* (flash2's only) */
+    for (int packed = 0; packed < 2; packed++) {
+        int64_t BH = 2 * 3, T = 100; /* (attention()'s shape) */
+        unsigned want = (unsigned)(BH * ((T + 127) / 128));
+        setenv("PDDE_CUDA_ATTENTION", "flash2", 1);
+        pdde_graph *g = attention(ctx, 64, PDDE_BF16, packed);
+        char got[512];
+        kernels_of(ctx, g, PDDE_OP_ATTENTION, got, sizeof got);
+        CHECK(n_launched == 1 && launched_gx[0] == want && launched_bx[0] == 128, "q128 forward: %s on %u groups of %u, want %u of 128", got,
+              launched_gx[0], launched_bx[0], want);
+        kernels_of(ctx, g, PDDE_OP_ATTENTION_BACK, got, sizeof got);
+        CHECK(n_launched == 2 && launched_gx[1] == want && launched_bx[1] == 256, "k128 backward: %s on %u groups of %u, want %u of 256", got,
+              launched_gx[1], launched_bx[1], want);
+        pdde_graph_free(g);
+    }
+    flash2_variant = PGD_FLASH2_DQSMEM;
+    expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv", "k_flash2_prep k_flash2_back_qkv_dqs");
+    expect(ctx, "flash2", 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128_dqs");
+    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash2_fwd", "k_flash2_prep k_flash2_back_dqs");
+    expect(ctx, NULL, 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs");
+    flash2_variant = PGD_FLASH2_DQSMEM | PGD_FLASH2_K128; /* (k128 first; dqsmem where k128 does not run) */
+    expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv", "k_flash2_prep k_flash2_back_qkv_k128");
+    expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs");
+    flash2_variant = 0;
     unsetenv("PDDE_CUDA_ATTENTION");
     pdde_context_free(ctx);
     free(ptx), free(ptx75);

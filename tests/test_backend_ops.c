@@ -1039,6 +1039,7 @@ static const int64_t attention_shapes[][4] = {
     {1, 2, 75, 128}, /* D 128, two query tiles */
     {1, 1, 64, 128}, /* exactly one query tile */
     {1, 2, 200, 64}, /* four key tiles, the last of 8 rows */
+    {2, 2, 260, 64}, /* three of CUDA flash2's 128-row groups (PDDE_FLASH2_VARIANT k128, q128), the last of 4 rows */
 };
 
 /* q, k, v [shape] -> sum(attention * w): fused or the unfused reference, under compute dtype dt (bf16

@@ -413,9 +413,10 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packe
     if (!o.ok) fprintf(stderr, "attention run: %s\n", pdde_last_error(ctx));
     else {
         qsort(t, (size_t)reps, sizeof *t, bench_cmp);
-        const char *path = getenv("PDDE_CUDA_ATTENTION");
-        printf("ATTENTION dtype=%s attention=%s layout=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n", pdde_dtype_name(dt),
-               path && *path ? path : "default", packed ? "packed" : "apart", t[reps / 2] * 1e3, pdde_session_loss(o.s));
+        const char *path = getenv("PDDE_CUDA_ATTENTION"), *variant = getenv("PDDE_FLASH2_VARIANT"); /* (both read by the backend) */
+        printf("ATTENTION dtype=%s attention=%s flash2_variant=%s layout=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n",
+               pdde_dtype_name(dt), path && *path ? path : "default", variant && *variant ? variant : "none", packed ? "packed" : "apart",
+               t[reps / 2] * 1e3, pdde_session_loss(o.s));
     }
     session_close(&o);
 }
