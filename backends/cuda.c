@@ -25,6 +25,7 @@
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
  * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
+ * PDDE_CUDA_LN2=1 takes layernorm's warp-per-row kernels of cuda_norm.cuh (forward, dx, dgamma; gpu_dispatch.h).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -307,7 +308,7 @@ typedef struct {
     /* the dispatcher's switches (pcu_switches_read), read once when a session's stream is made (fixed), so that no
      * operation reads the environment; the default stream reads them at each operation */
     int fixed;
-    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS) */
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS, PDDE_CUDA_LN2) */
     int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
     int embedding_back;   /* PGD_EMB_* (PDDE_CUDA_EMBEDDING_BACK=sorted; atomic until a GPU run measures sorted) */
@@ -1486,7 +1487,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
-        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
+        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1, PDDE_CUDA_LN2=1: off until measured) */
         .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,
     };
 }

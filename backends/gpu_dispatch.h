@@ -52,6 +52,8 @@ enum {
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
     PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS, PGD_K_EMBEDDING_KEYS,
     PGD_K_EMBEDDING_RADIX_COUNT, PGD_K_EMBEDDING_RADIX_SCAN, PGD_K_EMBEDDING_RADIX_SCATTER,
+    /* layernorm with a warp (32 items) per row (pgd_ctx.mem_kernels PGD_MEM_LN2) */
+    PGD_K_LAYERNORM2, PGD_K_LAYERNORM_BACK2, PGD_K_LAYERNORM_GAMMA2,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -70,6 +72,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_ce_fused", "k_colsum2", "k_adamw_chunks",
     "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows", "k_embedding_keys",
     "k_embedding_radix_count", "k_embedding_radix_scan", "k_embedding_radix_scatter",
+    "k_layernorm2", "k_layernorm_back2", "k_layernorm_gamma2",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -177,12 +180,14 @@ typedef struct {
 } pgd_ctx;
 
 /* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
- * loads in flight; a backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
+ * loads in flight; k_layernorm2, k_layernorm_back2 and k_layernorm_gamma2 for layernorm (pgd_ln2_on): a row in a warp's
+ * registers, read once. A backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
  * has measured it faster (tools/bench/cuda_memk.sh) */
-enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2 };
-/* The PGD_MEM_* bits from <prefix>COLSUM2=1 and <prefix>ADAMW_CHUNKS=1 (prefix: the backend's, as PDDE_CUDA_) */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_LN2 = 16 };
+/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1 and <prefix>LN2=1 (prefix: the backend's, as PDDE_CUDA_) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix) {
-    static const struct { const char *name; unsigned bit; } sw[] = {{"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}};
+    static const struct { const char *name; unsigned bit; } sw[] = {
+        {"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}, {"LN2", PGD_MEM_LN2}};
     unsigned bits = 0;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
         char name[64];
@@ -872,11 +877,44 @@ static int pgd_rows(const pdde_tensor *x, int64_t *rows, int64_t *C) {
     return *rows > 0 && *C > 0;
 }
 
+/* layernorm's warp-per-row kernels (PGD_MEM_LN2): rows of at most PGD_LN2_CMAX columns, a row a warp (32 items), 8
+ * warps a group (fewer where the device's row groups are smaller: 2 on a CPU); elsewhere the group-per-row kernels run */
+#define PGD_LN2_CMAX 768 /* (LN2_CMAX in both kernel sources: 6 groups of 4 columns a lane) */
+static int pgd_ln2_on(const pgd_ctx *g, int64_t C) { return (g->mem_kernels & PGD_MEM_LN2) && C <= PGD_LN2_CMAX && g->max_block >= 32; }
+static unsigned pgd_ln2_warps(const pgd_ctx *g) { return g->max_block >= 256 ? 8u : g->max_block / 32; }
+static unsigned pgd_ln2_grid(const pgd_ctx *g, int64_t rows) {
+    int64_t n = (rows + pgd_ln2_warps(g) - 1) / pgd_ln2_warps(g);
+    return n > 65535 ? 65535u : (unsigned)n;
+}
+
+/* dgamma by k_layernorm_gamma2: groups of at least 4 rows a warp, up to 4 groups a compute unit, their partial sums
+ * [groups, C] summed by k_colsum (one group: dgamma directly) */
+static int pgd_gamma_back_ln2(const pgd_ctx *g, pdde_tensor *node, int64_t rows, int64_t C, float eps) {
+    int64_t warps = pgd_ln2_warps(g), groups = (rows + 4 * warps - 1) / (4 * warps), cap = (int64_t)(g->units ? g->units : 1) * 4;
+    if (groups > cap) groups = cap;
+    if (groups > 65535) groups = 65535;
+    int64_t rpb = (rows + groups - 1) / groups;
+    groups = (rows + rpb - 1) / rpb;
+    pgd_ptr px = pgd_ptr_of(node->src[0]), pdy = pgd_ptr_of(node->src[1]), pg = pgd_ptr_of(node), part = pg;
+    if (groups > 1) {
+        int e = g->scratch(g->impl, g->stream, (size_t)(groups * C) * sizeof(float), &part);
+        if (e) return e;
+    }
+    int e = pgd_launch(g, PGD_K_LAYERNORM_GAMMA2, (unsigned)groups, 1, 1, 32 * (unsigned)warps, 1,
+                       PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rpb)));
+    if (e || groups == 1) return e;
+    float one = 1.0f;
+    int32_t f32 = (int32_t)PDDE_F32;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(groups), PGD_A(C), PGD_A(one), PGD_A(groups), PGD_A(f32)));
+}
+
 static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     pdde_tensor *x = node->src[0], *dy = node->src[1];
     int64_t rows, C;
     if (!pgd_rows(x, &rows, &C)) return g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)pgd_numel(node));
     float eps = pdde_op_f32(node, PDDE_P_NORM_EPS), one = 1.0f;
+    if (!rms && pgd_ln2_on(g, C)) return pgd_gamma_back_ln2(g, node, rows, C, eps);
     int64_t chunks = pgd_row_chunks(g, rows, C), rpc = (rows + chunks - 1) / chunks;
     /* scratch: the row statistics [rows][2], then the chunk sums [chunks][C] when the rows are split */
     size_t stats_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
@@ -1433,6 +1471,10 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
         int add_in = pdde_op_i32(node, PDDE_P_NORM_ADD_IN) != 0; /* (x + src 3, the sum beside y: PDDE_FUSE_ADD_LN) */
         pgd_ptr pres = add_in ? pgd_ptr_of(node->src[3]) : pgd_null, psum = add_in ? pgd_at(py, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
+        if (pgd_ln2_on(g, C))
+            return pgd_launch(g, PGD_K_LAYERNORM2, pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
+                                       PGD_P(pres), PGD_P(psum)));
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
                                        PGD_P(pres), PGD_P(psum)));
@@ -1446,6 +1488,10 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         pgd_ptr pres = pgd_opt_src(node, 3); /* (layernorm: the other gradient of x, added: PDDE_FUSE_ADD_LN) */
         int32_t cdt = node->op == PDDE_OP_LAYERNORM_BACK ? pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) : 0; /* (PDDE_BF16_GRADS) */
         pgd_ptr pcp = cdt ? pgd_at(pdx, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
+        if (node->op == PDDE_OP_LAYERNORM_BACK && pgd_ln2_on(g, C))
+            return pgd_launch(g, PGD_K_LAYERNORM_BACK2, pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),
+                                       PGD_P(pcp), PGD_A(cdt)));
         if (node->op == PDDE_OP_LAYERNORM_BACK)
             return pgd_row_launch(g, PGD_K_LAYERNORM_BACK, rows, C,
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),

@@ -381,6 +381,36 @@ static pdde_tensor *b_adamw_chunks(pdde_graph *g, const op_case *c) {
     return ln_gelu_mlp(g, c->p[2], c->p[3], c->p[4]);
 }
 
+/* layernorm2: layernorm by the warp-per-row kernels (PDDE_*_LN2=1, set for the case: k_layernorm2, k_layernorm_back2,
+ * k_layernorm_gamma2); p = {form, R, C}, x [R, C]: form 0 the plain layernorm; 1 layernorm_res's (the backward adds x's
+ * other gradient); 2 layernorm_add's (the forward adds r and writes the sum); 3 layernorm_copy's (x [R, 13] @ w1 under
+ * bf16 with PDDE_BF16_GRADS=1: the backward also writes dx's bf16 copy); 4 under bf16, the layernorm's output the
+ * matmul's operand (written in bf16). C above 768 is declined (the group-per-row kernels run). */
+static pdde_tensor *b_layernorm2(pdde_graph *g, const op_case *c) {
+    mem_kernels("LN2", "1");
+    int64_t R = c->p[1], C = c->p[2];
+    pdde_tensor *gamma = P(g, "gamma", 1, C, 0, 0, 0), *beta = P(g, "beta", 1, C, 0, 0, 0);
+    if (c->p[0] == 0) return pdde_layernorm(g, P(g, "x", 2, R, C, 0, 0), gamma, beta, 1e-5f);
+    setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    if (c->p[0] == 1) {
+        pdde_tensor *x = P(g, "x", 2, R, C, 0, 0);
+        return pdde_add(g, pdde_layernorm(g, x, gamma, beta, 1e-5f), pdde_scale(g, x, 0.5f));
+    }
+    if (c->p[0] == 2) {
+        pdde_tensor *s = pdde_add(g, P(g, "x", 2, R, C, 0, 0), P(g, "r", 2, R, C, 0, 0));
+        return pdde_add(g, pdde_layernorm(g, s, gamma, beta, 1e-5f), pdde_scale(g, s, 0.5f));
+    }
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    if (c->p[0] == 3) {
+        setenv("PDDE_BF16_GRADS", "1", 1);
+        pdde_tensor *h = pdde_matmul(g, P(g, "x", 2, R, 13, 0, 0), P(g, "w1", 2, 13, C, 0, 0), 0, 0);
+        pdde_tensor *y = pdde_layernorm(g, h, gamma, beta, 1e-5f);
+        return pdde_matmul(g, pdde_add(g, y, pdde_scale(g, h, 0.5f)), P(g, "w2", 2, C, 7, 0, 0), 0, 0);
+    }
+    pdde_tensor *y = pdde_layernorm(g, P(g, "x", 2, R, C, 0, 0), gamma, beta, 1e-5f);
+    return pdde_matmul(g, y, P(g, "w", 2, C, 7, 0, 0), 0, 0);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -476,6 +506,20 @@ static const op_case cases[] = {
     /* AdamW by k_adamw_chunks {1, compute dtype, C, F, V} */
     {"adamw_chunks", b_adamw_chunks, {1, 0, 13, 331, 7}, 3, T_DEF},
     {"adamw_chunks", b_adamw_chunks, {1, PDDE_BF16, 16, 520, 8}, 3, T_LOWP},
+    /* layernorm by the warp-per-row kernels {form, R, C}: C a multiple of 4 (16-byte loads) or not, R not a multiple of
+     * 8 rows a group, past 32 rows a group (dgamma's partial sums), C = 1, C = 768 (the most a warp holds), 769 (declined) */
+    {"layernorm2", b_layernorm2, {0, 1031, 64}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 7, 33}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 2, 1}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 300, 768}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 5, 769}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {1, 1031, 36}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {1, 7, 33}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {2, 300, 100}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {2, 7, 33}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {3, 9, 132}, 1, T_LOWP},
+    {"layernorm2", b_layernorm2, {3, 9, 131}, 1, T_LOWP},
+    {"layernorm2", b_layernorm2, {4, 33, 64}, 1, T_LOWP},
     /* binary {ndim_a, a.., ndim_b, b..} */
     {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
     {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
@@ -819,7 +863,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
-    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0");
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("LN2", "0");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
