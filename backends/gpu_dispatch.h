@@ -887,10 +887,11 @@ static unsigned pgd_ln2_grid(const pgd_ctx *g, int64_t rows) {
     return n > 65535 ? 65535u : (unsigned)n;
 }
 
-/* dgamma by k_layernorm_gamma2: groups of at least 4 rows a warp, up to 4 groups a compute unit, their partial sums
- * [groups, C] summed by k_colsum (one group: dgamma directly) */
+/* dgamma by k_layernorm_gamma2: groups of at least 8 rows a warp, up to 2 groups a compute unit (the partial sums
+ * [groups, C] few, so that k_colsum, which sums them with 32 columns a group, has short columns), dgamma directly
+ * from one group */
 static int pgd_gamma_back_ln2(const pgd_ctx *g, pdde_tensor *node, int64_t rows, int64_t C, float eps) {
-    int64_t warps = pgd_ln2_warps(g), groups = (rows + 4 * warps - 1) / (4 * warps), cap = (int64_t)(g->units ? g->units : 1) * 4;
+    int64_t warps = pgd_ln2_warps(g), groups = (rows + 8 * warps - 1) / (8 * warps), cap = (int64_t)(g->units ? g->units : 1) * 2;
     if (groups > cap) groups = cap;
     if (groups > 65535) groups = 65535;
     int64_t rpb = (rows + groups - 1) / groups;
