@@ -905,9 +905,9 @@ static int pgd_gamma_back_ln2(const pgd_ctx *g, pdde_tensor *node, int64_t rows,
                        PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rpb)));
     if (e || groups == 1) return e;
     float one = 1.0f;
-    int32_t f32 = (int32_t)PDDE_F32;
+    int32_t part_dt = (int32_t)PDDE_F32;
     return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
-                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(groups), PGD_A(C), PGD_A(one), PGD_A(groups), PGD_A(f32)));
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(groups), PGD_A(C), PGD_A(one), PGD_A(groups), PGD_A(part_dt)));
 }
 
 static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
