@@ -20,12 +20,12 @@
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
- * PDDE_CUDA_LT_LOWP_BIAS=1 offers cublasLt a bf16 / f16 output with the f32 bias; PDDE_CUDA_LT_REDUCTION=all lets it reduce a
- * bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace (each stream's);
+ * PDDE_CUDA_LT_LOWP_BIAS=1 runs a bf16 / f16 output with a bias as one cublasLtMatmul, the bias rounded to that dtype first;
+ * PDDE_CUDA_LT_REDUCTION=all lets it reduce a bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace (each stream's);
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
- * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
- * PDDE_CUDA_LN2=1 takes layernorm's warp-per-row kernels of cuda_norm.cuh (forward, dx, dgamma; gpu_dispatch.h).
+ * PDDE_CUDA_COLSUM2=0 and PDDE_CUDA_ADAMW_CHUNKS=0 leave the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
+ * PDDE_CUDA_LN2=1 takes layernorm's warp-per-row kernels of cuda_norm.cuh (forward, dx, dgamma; gpu_dispatch.h; off until measured).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -310,6 +310,7 @@ typedef struct {
     int fixed;
     unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS, PDDE_CUDA_LN2) */
     int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
+    int lt_lowp_bias;     /* PDDE_CUDA_LT_LOWP_BIAS=1 (pclt_cb_gemm_epi) */
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
     int embedding_back;   /* PGD_EMB_* (PDDE_CUDA_EMBEDDING_BACK=sorted; atomic until a GPU run measures sorted) */
     int embedding_sort;   /* PGD_EMB_SORT_* (PDDE_CUDA_EMBEDDING_SORT=network|radix; by the ids' count by default) */
@@ -331,7 +332,6 @@ typedef struct {
     pclt_plan *lt_plans; /* [PGD_GEMM_PLANS], slots of lt_cache (backends/gemm_plan.h) */
     pgd_gemm_cache *lt_cache;
     long long lt_calls;
-    int lt_lowp_bias;    /* PDDE_CUDA_LT_LOWP_BIAS=1: a bf16 / f16 output with an f32 bias asks cublasLt (read at open) */
     int lt_reduction_all; /* PDDE_CUDA_LT_REDUCTION=all: split-K reductions in the output's dtype allowed (read at open) */
     size_t lt_workspace_want; /* each stream's: PCLT_WORKSPACE, or PDDE_CUDA_LT_WORKSPACE MiB (read at open; 0: none) */
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
@@ -444,12 +444,16 @@ static void pcu_load_cublas(pcu_family *f) {
  * cublasLt: matmuls with an epilogue (on by default where libcublasLt loads: a GPU run measured lowering's
  * fused matmuls faster on it; PDDE_CUDA_LT=0 turns it off). A matmul node with a bias source and/or a
  * bf16 / f16 output (lowering's bias fusion) is one cublasLtMatmul: the bias added in f32 in the epilogue
- * (CUBLASLT_EPILOGUE_BIAS), the sum rounded once on the store. cuBLASLt documents a bias of D's dtype
- * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE other than D's: FP8 and integer kernels), and pdde's bias is f32, so a
- * bf16 / f16 output with a bias is declined here and pgd_matmul_epi asks again for the f32 sum (D f32 in its
- * scratch, then its cast: the bits of the unfused bias add and cast); PDDE_CUDA_LT_LOWP_BIAS=1 asks cublasLt's
- * heuristic for the f32 bias with the bf16 / f16 D first (one kernel, the same rounding; declined as before
- * where it has no algorithm). Under a bf16 / f16 D the heuristic is offered no split-K reduction that adds
+ * (CUBLASLT_EPILOGUE_BIAS), the sum rounded once on the store. cuBLASLt's bias is of D's dtype
+ * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE names another for FP8 and integer kernels only: an f32 bias with a bf16 D
+ * has no algorithm, heuristic status 7), and pdde's bias is f32, so by default a bf16 / f16 output with a bias is
+ * declined here and pgd_matmul_epi asks again for the f32 sum (D f32 in its scratch, then its cast: the bits of
+ * the unfused bias add and cast). PDDE_CUDA_LT_LOWP_BIAS=1 (off until measured) runs it as one cublasLtMatmul with
+ * a bias of D's dtype, as torch's F.linear under autocast: the bias rounded to D's dtype first (k_cast into the
+ * stream's scratch: pclt_bias_place), then added in f32 in the epilogue, so an element differs from the default's
+ * where that rounding moves the sum across a rounding boundary of D (tests/test_backend_ops.c, T_LOWP_BIAS: the
+ * error bound); where cublasLt declines that too, the f32 sum and cast as without it (said once a shape). Under a
+ * bf16 / f16 D the heuristic is offered no split-K reduction that adds
  * partial sums in D's dtype (INPLACE, OUTPUT_TYPE: the sum would be rounded more than once; PDDE_CUDA_LT_REDUCTION=all
  * offers them, to measure). A shape cublasLt declines takes the generic path (the GEMM, the bias kernel, the
  * cast: pgd_matmul_epi), said on stderr once a shape (pclt_note_none). */
@@ -521,14 +525,15 @@ static int pclt_tune_on(void) {
 static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : dt == PDDE_F16 ? PCUBLAS_R_16F : PCUBLAS_R_32F; }
 
 /* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
-/* epi: the epilogue (0: a bias one where there is a bias, else none); aux: its auxiliary matrix (GELU_AUX_BIAS,
- * DGELU: X of D's layout, leading dimension N) */
+/* epi: the epilogue (0: a bias one where there is a bias, else none); bias_dt: the bias's (or bias gradient's) dtype;
+ * aux: the epilogue's auxiliary matrix (GELU_AUX_BIAS, DGELU: X of D's layout, leading dimension N) */
 static void pclt_plan_make(pcu_dev *d, const pcu_stream *s, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4], uint32_t epi, void *aux) {
+                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, pdde_dtype bias_dt, const uint32_t align[4], uint32_t epi,
+                           void *aux) {
     const pclt_api *a = &d->fam->lt;
     const char *tf = getenv("PDDE_CUDA_TF32");
     int compute = dt == PDDE_F32 && tf && tf[0] == '1' ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
-    int32_t opa = tb, opb = ta, bias_type = PCUBLAS_R_32F; /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
+    int32_t opa = tb, opb = ta, bias_type = pclt_type(bias_dt); /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
     if (!epi) epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
     int64_t aux_ld = N;
     uint64_t ws = s->lt_workspace_bytes; /* (a stream with less, none: the call sees the algorithm's need and declines) */
@@ -671,29 +676,52 @@ static pclt_plan *pclt_plan_get(pcu_dev *d, const pgd_gemm_problem *q, int *fres
     return &d->lt_plans[i];
 }
 
+static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out);
+static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
+                         const pgd_arg *args);
+
+/* PDDE_CUDA_LT_LOWP_BIAS: cublasLt reads a bias of D's dtype, so the f32 bias [n] is rounded to ddt into a copy at the
+ * start of stream s's scratch (pclt_bias_place: its address, which the heuristic is given for its alignment, then
+ * pclt_bias_round once the plan has an algorithm: k_cast, to nearest even as a cast node rounds). The dispatcher holds
+ * none of its scratch when it offers a bf16 / f16 output with a bias (gpu_dispatch.h asks for its own only after a
+ * decline), and the copy is dead once the matmul after it on the stream has read it. Both return 0 or the error. */
+static int pclt_bias_place(pcu_dev *d, pcu_stream *s, int64_t n, pdde_dtype ddt, pgd_ptr *copy) {
+    return pcu_cb_scratch(d, s, (size_t)n * pdde_dtype_size(ddt), copy);
+}
+static int pclt_bias_round(pcu_dev *d, pcu_stream *s, pgd_ptr bias, pgd_ptr copy, int64_t n, pdde_dtype ddt) {
+    int32_t sdt = (int32_t)PDDE_F32, cdt = (int32_t)ddt;
+    return pcu_cb_launch(d, s, PGD_K_CAST, (unsigned)((n + 255) / 256), 1, 1, 256, 1,
+                         PGD_ARGS(PGD_P(bias), PGD_P(copy), PGD_A(n), PGD_A(sdt), PGD_A(cdt)));
+}
+
 static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
                             float beta) {
     pcu_dev *d = impl;
+    pcu_stream *s = stream;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
-    if (bias.base && ddt != PDDE_F32 && !d->lt_lowp_bias) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
-    pcu_stream *s = stream;
+    int lowp_bias = bias.base && ddt != PDDE_F32; /* (cublasLt's bias is of D's dtype: its rounded copy, else the caller asks again for an f32 D) */
+    if (lowp_bias && !s->lt_lowp_bias) return 1;
+    pgd_ptr bias_copy = pgd_null;
+    int e = lowp_bias ? pclt_bias_place(d, s, N, ddt, &bias_copy) : 0;
+    if (e) return e;
     pclt_workspace(d, s);
-    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(lowp_bias ? bias_copy : bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
     pgd_gemm_problem q = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, 0, abias != 0, beta != 0.0f, 1, aa, ab, ad, pc.base ? ac : 0, abias};
     int fresh;
     pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
-        pclt_plan_make(d, s, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
+        pclt_plan_make(d, s, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, lowp_bias ? ddt : PDDE_F32, align, 0, NULL);
         if (!p->ok)
-            pclt_note_none(p, abias ? "BIAS" : beta != 0.0f ? "beta 1" : "no", dt, ddt, ta, tb, M, N, K, batch, align, abias != 0,
-                           ddt != PDDE_F32 ? "the f32 sum is asked for, then cast" : "its epilogue runs as separate kernels");
+            pclt_note_none(p, abias ? (lowp_bias ? "BIAS (the bias rounded to D's dtype)" : "BIAS") : beta != 0.0f ? "beta 1" : "no", dt, ddt, ta, tb,
+                           M, N, K, batch, align, abias != 0, ddt != PDDE_F32 ? "the f32 sum is asked for, then cast" : "its epilogue runs as separate kernels");
     }
     if (!p->ok || p->workspace > s->lt_workspace_bytes) return 1; /* (made on a stream with more workspace than this one) */
+    if (lowp_bias && (e = pclt_bias_round(d, s, bias, bias_copy, N, ddt)) != 0) return e;
     if (abias) {
         void *bp = (void *)(uintptr_t)abias;
         if (a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) return 1;
@@ -730,7 +758,7 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
     pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
-        pclt_plan_make(d, s, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
+        pclt_plan_make(d, s, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, PDDE_F32, align, PCLT_EPILOGUE_BGRADA, NULL);
         if (!p->ok) pclt_note_none(p, "BGRADA", dt, PDDE_F32, ta, 0, M, N, K, 1, align, 1, "its bias gradient runs as a separate kernel");
     }
     if (!p->ok || p->workspace > s->lt_workspace_bytes) return 1; /* (made on a stream with more workspace than this one) */
@@ -751,20 +779,24 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
 /* PDDE_FUSE_GELU's matmuls on cublasLt (gpu_dispatch.h's gemm_act): GELU_AUX_BIAS (D = gelu(X), X = A op(B) +
  * bias kept in aux) and DGELU (D = A op(B) * gelu'(aux)). cublasLt keeps aux in D's dtype, so a node whose X
  * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels,
- * and so does a GELU_AUX_BIAS with a bf16 / f16 D (its f32 bias: cublasLt's bias is of D's dtype). Its GELU is
+ * and so does a GELU_AUX_BIAS with a bf16 / f16 D (its f32 bias: cublasLt's bias is of D's dtype) unless
+ * PDDE_CUDA_LT_LOWP_BIAS=1 rounds the bias to D's dtype (as pclt_cb_gemm_epi). Its GELU is
  * the tanh form, as pdde's; DGELU's product is summed in cublasLt's order and its gelu' evaluated its way, so
  * a bf16 D differs from the kernels' where the f32 value lies next to a bf16 rounding boundary. */
 static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
     pcu_dev *d = impl;
-    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
+    pcu_stream *s = stream;
+    if (s->patching) return s->patch_failed = 1, PDDE_OK;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
-    if (bias.base && ddt != PDDE_F32 && !d->lt_lowp_bias) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
-    pcu_stream *s = stream;
+    int lowp_bias = bias.base && ddt != PDDE_F32; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: its rounded copy, else the kernels) */
+    if ((lowp_bias && !s->lt_lowp_bias) || pclt_align(pgd_addr(aux)) < 16) return 1;
+    pgd_ptr bias_copy = pgd_null;
+    int e = lowp_bias ? pclt_bias_place(d, s, N, ddt, &bias_copy) : 0;
+    if (e) return e;
     pclt_workspace(d, s);
-    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
-    if (pclt_align(aaux) < 16) return 1;
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(lowp_bias ? bias_copy : bias) : 0, aaux = pgd_addr(aux);
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
     uint32_t epi = act == PDDE_MATMUL_GELU ? PCLT_EPILOGUE_GELU_AUX_BIAS : PCLT_EPILOGUE_DGELU;
     pgd_gemm_problem q = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (int)epi, abias != 0, 0, 2, aa, ab, ad, 0, abias};
@@ -772,12 +804,14 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) { /* (not tuned: GELU_AUX_BIAS writes aux too) */
-        pclt_plan_make(d, s, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
+        pclt_plan_make(d, s, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, lowp_bias ? ddt : PDDE_F32, align, epi,
+                       (void *)(uintptr_t)aaux);
         if (!p->ok)
-            pclt_note_none(p, act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", dt, ddt, 0, tb, M, N, K, 1, align, abias != 0,
-                           "its epilogue runs as separate kernels");
+            pclt_note_none(p, act != PDDE_MATMUL_GELU ? "DGELU" : lowp_bias ? "GELU_AUX_BIAS (the bias rounded to D's dtype)" : "GELU_AUX_BIAS", dt,
+                           ddt, 0, tb, M, N, K, 1, align, abias != 0, "its epilogue runs as separate kernels");
     }
     if (!p->ok || p->workspace > s->lt_workspace_bytes) return 1; /* (made on a stream with more workspace than this one) */
+    if (lowp_bias && (e = pclt_bias_round(d, s, bias, bias_copy, N, ddt)) != 0) return e;
     void *bp = (void *)(uintptr_t)abias, *xp = (void *)(uintptr_t)aaux;
     if ((abias && a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) ||
         a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_POINTER, &xp, sizeof xp) != 0)
@@ -915,9 +949,10 @@ static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
 
 /* The dispatcher's environment switches into s (each is described where it is used). */
 static void pcu_switches_read(pcu_stream *s) {
-    const char *lowp = getenv("PDDE_CUDA_GEMMEX_LOWP"), *single = getenv("PDDE_CUDA_GEMM_SINGLE");
-    s->mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_");
+    const char *lowp = getenv("PDDE_CUDA_GEMMEX_LOWP"), *single = getenv("PDDE_CUDA_GEMM_SINGLE"), *lb = getenv("PDDE_CUDA_LT_LOWP_BIAS");
+    s->mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS);
     s->gemmex_lowp = lowp && !strcmp(lowp, "1");
+    s->lt_lowp_bias = lb && !strcmp(lb, "1");
     s->gemm_single = single && !strcmp(single, "1");
     s->embedding_back = pgd_embedding_back_env("PDDE_CUDA_", PGD_EMB_ATOMIC);
     s->embedding_sort = pgd_embedding_sort_env("PDDE_CUDA_");
@@ -1041,8 +1076,7 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
-    const char *lb = getenv("PDDE_CUDA_LT_LOWP_BIAS"), *lr = getenv("PDDE_CUDA_LT_REDUCTION");
-    d->lt_lowp_bias = lb && !strcmp(lb, "1");
+    const char *lr = getenv("PDDE_CUDA_LT_REDUCTION");
     d->lt_reduction_all = lr && !strcmp(lr, "all");
     const char *lw = getenv("PDDE_CUDA_LT_WORKSPACE"); /* (MiB, 0 to 1024: torch's cublasLt took 1 MiB by default in some versions) */
     char *lw_end = NULL;
@@ -1487,7 +1521,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
-        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1, PDDE_CUDA_LN2=1: off until measured) */
+        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS: on unless "0"; PDDE_CUDA_LN2: off unless "1") */
         .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,
     };
 }

@@ -180,20 +180,23 @@ typedef struct {
 } pgd_ctx;
 
 /* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
- * loads in flight; k_layernorm2, k_layernorm_back2 and k_layernorm_gamma2 for layernorm (pgd_ln2_on): a row in a warp's
- * registers, read once. A backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
- * has measured it faster (tools/bench/cuda_memk.sh) */
+ * loads in flight; a backend gives its defaults (CUDA: both, measured faster on an H200 by tools/bench/cuda_memk.sh;
+ * OpenCL: neither, until a GPU run measures them there); k_layernorm2, k_layernorm_back2 and k_layernorm_gamma2 for
+ * layernorm (pgd_ln2_on: a row in a warp's registers, read once; no backend's default until a GPU run measures it).
+ * The variables turn each on ("1") or off ("0") */
 enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_LN2 = 16 };
-/* The PGD_MEM_* bits from <prefix>COLSUM2=1, <prefix>ADAMW_CHUNKS=1 and <prefix>LN2=1 (prefix: the backend's, as PDDE_CUDA_) */
-static inline unsigned pgd_mem_kernels_env(const char *prefix) {
+/* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS and <prefix>LN2 (prefix: the backend's,
+ * as PDDE_CUDA_) */
+static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults) {
     static const struct { const char *name; unsigned bit; } sw[] = {
         {"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}, {"LN2", PGD_MEM_LN2}};
-    unsigned bits = 0;
+    unsigned bits = defaults;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix, sw[i].name);
         const char *v = getenv(name);
         if (v && !strcmp(v, "1")) bits |= sw[i].bit;
+        if (v && !strcmp(v, "0")) bits &= ~sw[i].bit;
     }
     return bits;
 }
@@ -251,11 +254,13 @@ enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
  * tests/test_attention_dispatch.c checks the paths they give): the tiled bf16 kernels by default (f32
  * takes the unfused path unless PDDE_CUDA_ATTENTION or PDDE_ATTENTION names flash or flash2: then its
  * f32 tiled kernels, not yet measured on a GPU); tools/gpu-check.sh measured them correct and 2.1x faster than the unfused
- * graph on an H200, flash2 on q, k, v apart 1.34x flash (tools/bench/cuda_h200_results.md); packed qkv
- * takes flash unless flash2 is named (not yet measured there) */
+ * graph on an H200, flash2 on q, k, v apart 1.34x flash, on the packed qkv 1.11x a GPT-2 step
+ * (tools/bench/cuda_h200_results.md) */
 #define PGD_CUDA_ATTENTION_ENV "PDDE_CUDA_ATTENTION"
 #define PGD_CUDA_ATTENTION_DEFAULT PGD_ATT_FLASH2
 #define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY | PGD_FLASH_F32_NAMED)
+/* ...and its memory-bound kernels (pgd_mem_kernels_env's defaults): both, measured faster on an H200 */
+#define PGD_CUDA_MEM_KERNELS (PGD_MEM_COLSUM2 | PGD_MEM_ADAMW_CHUNKS)
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -1049,11 +1054,10 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
         else path = c, named = 1;
     }
-    /* (backends without flash2's kernels take flash, and so do f32 q, k, v without f32 kernels of their own; so
-     * does packed qkv unless flash2 is named: flash2 there is not yet measured on a GPU) */
+    /* (backends without flash2's kernels take flash, and so do f32 q, k, v without f32 kernels of their own) */
     const pdde_tensor *q = node->src[0];
     int f32_own = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own) || (!named && pgd_att_of(node).packed)))
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own)))
         path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         pgd_att at = pgd_att_of(node);

@@ -555,7 +555,7 @@ static pdde_status pdde_ocl_stream_open(pdde_ocl_device *d, cl_command_queue_pro
         free(s);
         return pdde_ocl_fail(d, e, "clCreateCommandQueue");
     }
-    s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), s->builtin_gemm = pdde_ocl_gemm_env();
+    s->fixed = 1, s->mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_", 0), s->builtin_gemm = pdde_ocl_gemm_env();
     s->embedding_back = pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED), s->embedding_sort = pgd_embedding_sort_env("PDDE_OPENCL_");
     *stream = s;
     return PDDE_OK;
@@ -758,7 +758,7 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
         /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1, PDDE_OPENCL_LN2=1: gpu_dispatch.h) */
-        .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_"),
+        .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_", 0),
         /* (reproducible, the CPU's sums: PDDE_OPENCL_EMBEDDING_BACK=atomic for the float atomics) */
         .embedding_back = s->fixed ? s->embedding_back : pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED),
         .embedding_sort = s->fixed ? s->embedding_sort : pgd_embedding_sort_env("PDDE_OPENCL_"),

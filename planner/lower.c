@@ -850,12 +850,13 @@ static pdde_status lower_shadows(lowering *L) {
 
 /* The graph fusions and where each is on by default: on a CUDA device in a graph that computes in bf16,
  * where a GPU run measured them faster than without and their conformance cases correct (GPT-2 124M bf16
- * on an H200, tools/bench/cuda_fusions.sh); PDDE_FUSE_GELU measured no faster, so it stays off; PDDE_FUSE_BGRAD and PDDE_FUSE_CE have not run on a GPU. Elsewhere
+ * on an H200, tools/bench/cuda_fusions.sh, cuda_gemm.sh and cuda_memk.sh); PDDE_FUSE_GELU measured no faster, so it
+ * stays off. Elsewhere
  * (the CPU, OpenCL, Level Zero, f32 and f16 graphs) they are off until a run there measures them. */
 static const struct { const char *name; bool cuda_bf16; } lower_fusions[] = {
     {"PDDE_FUSE_EPILOGUE", true}, {"PDDE_FUSE_GRAD", true}, {"PDDE_FUSE_ADD_LN", true}, {"PDDE_BF16_LOGITS", true},
-    {"PDDE_BF16_GRADS", true},    {"PDDE_ATT_LOWP", true},  {"PDDE_FUSE_GELU", false}, {"PDDE_FUSE_BGRAD", false},
-    {"PDDE_FUSE_CE", false},
+    {"PDDE_BF16_GRADS", true},    {"PDDE_ATT_LOWP", true},  {"PDDE_FUSE_GELU", false}, {"PDDE_FUSE_BGRAD", true},
+    {"PDDE_FUSE_CE", true},
 };
 
 PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16) {
@@ -1082,7 +1083,7 @@ static pdde_status lower_fuse_grad(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * A linear layer's bias gradient from its weight-gradient GEMM (PDDE_FUSE_BGRAD=1; off by default, lower_fusion_on). The
+ * A linear layer's bias gradient from its weight-gradient GEMM (PDDE_FUSE_BGRAD; on by default on CUDA in bf16, lower_fusion_on). The
  * bias gradient is a sum_to of the layer's output gradient dy to [N], the weight gradient a matmul op(A) B
  * whose B [K, N] is dy (through views and, under a compute dtype, its cast). Where both read one dy, the
  * matmul also writes B's column sums beside its values (PDDE_P_MATMUL_BGRAD) and the sum_to becomes
@@ -1424,7 +1425,7 @@ static int ce_forward_at(const fusion *F, int i, const pdde_tensor *b) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * The cross-entropy's backward in its forward (PDDE_FUSE_CE=1; off by default, lower_fusion_on). A
+ * The cross-entropy's backward in its forward (PDDE_FUSE_CE; on by default on CUDA in bf16, lower_fusion_on). A
  * cross_entropy_back reads the forward's logits and targets and the loss's gradient dloss; where dloss is
  * there before the forward runs (the loss's seed: a leaf), the forward takes dloss and the backward as
  * sources 2 and 3 and writes dlogits = (softmax - onehot) * dloss / count into the backward's memory too

@@ -133,12 +133,13 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_ATTENTION");
     const char *flash_b = "k_flash_rowdot k_flash_back_dq k_flash_back_dkv", *flash_b128 = "k_flash_rowdot k_flash_back_dq_d128 k_flash_back_dkv_d128";
-    /* the defaults: flash2 on q, k, v apart, flash on packed qkv */
+    /* the defaults: flash2 on q, k, v apart and on packed qkv (its packed kernels) */
     expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash2_fwd", "k_flash2_prep k_flash2_back");
     expect(ctx, NULL, 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128");
-    expect(ctx, NULL, 64, PDDE_BF16, 1, "k_flash_fwd", flash_b);
-    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", flash_b128);
-    /* named flash2: its packed kernels too */
+    expect(ctx, NULL, 64, PDDE_BF16, 1, "k_flash2_fwd_qkv", "k_flash2_prep k_flash2_back_qkv");
+    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128");
+    expect(ctx, "flash", 128, PDDE_BF16, 1, "k_flash_fwd_d128", flash_b128);
+    /* named flash2: the same */
     expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv", "k_flash2_prep k_flash2_back_qkv");
     expect(ctx, "flash2", 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128");
     expect(ctx, "flash2", 64, PDDE_BF16, 0, "k_flash2_fwd", "k_flash2_prep k_flash2_back");
@@ -186,5 +187,21 @@ int main(void) {
     unsetenv("PDDE_CUDA_ATTENTION");
     pdde_context_free(ctx);
     free(ptx), free(ptx75);
+    /* CUDA's memory-bound kernels: k_colsum2 and k_adamw_chunks by default, each "0" leaves one, "1" keeps it */
+    unsetenv("PDDE_CUDA_COLSUM2"), unsetenv("PDDE_CUDA_ADAMW_CHUNKS");
+    unsigned mk = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS);
+    CHECK(mk == (PGD_MEM_COLSUM2 | PGD_MEM_ADAMW_CHUNKS), "CUDA's memory kernels by default: bits %u", mk);
+    setenv("PDDE_CUDA_COLSUM2", "0", 1), setenv("PDDE_CUDA_ADAMW_CHUNKS", "1", 1);
+    mk = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS);
+    CHECK(mk == PGD_MEM_ADAMW_CHUNKS, "PDDE_CUDA_COLSUM2=0: bits %u", mk);
+    setenv("PDDE_CUDA_ADAMW_CHUNKS", "0", 1);
+    CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) == 0, "both 0: none");
+    unsetenv("PDDE_CUDA_COLSUM2"), unsetenv("PDDE_CUDA_ADAMW_CHUNKS");
+    /* the warp-per-row layernorm: off until a GPU run measures it, "1" takes it */
+    unsetenv("PDDE_CUDA_LN2");
+    CHECK(!(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2), "PDDE_CUDA_LN2 off by default");
+    setenv("PDDE_CUDA_LN2", "1", 1);
+    CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2, "PDDE_CUDA_LN2=1 takes it");
+    unsetenv("PDDE_CUDA_LN2");
     return test_finish();
 }

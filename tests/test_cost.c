@@ -712,7 +712,8 @@ static void fusions_restore(int on) {
  * a CUDA device in a bf16 graph (what a GPU run measured faster) and off on any other backend and in f32;
  * a variable "0" turns its fusion off on CUDA too, "1" on anywhere; PDDE_FUSE_GELU stays off by default. */
 static const char *const fusion_names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_BF16_LOGITS",
-                                           "PDDE_BF16_GRADS",    "PDDE_ATT_LOWP",  "PDDE_FUSE_GELU", "PDDE_FUSE_CE"};
+                                           "PDDE_BF16_GRADS",    "PDDE_ATT_LOWP",  "PDDE_FUSE_GELU", "PDDE_FUSE_CE",
+                                           "PDDE_FUSE_BGRAD"};
 enum { N_FUSIONS = sizeof fusion_names / sizeof fusion_names[0] };
 
 typedef struct { int ops, casts, adds, gelus; } program_counts;
@@ -796,6 +797,9 @@ static void test_fusion_defaults(void) {
     CHECK(cl.ops == cpu.ops && cl.casts == cpu.casts && cpu.ops == dflt_ops, "bf16 on OpenCL and the CPU: no fusion by default: %d, %d, %d ops",
           cl.ops, cpu.ops, dflt_ops);
     CHECK(cu.gelus == cl.gelus && cu.gelus > 0, "PDDE_FUSE_GELU stays off by default on CUDA: %d bias_gelu ops (OpenCL %d)", cu.gelus, cl.gelus);
+    double cu_ce_back = program_bytes(g[0], c, CUDA, "cross_entropy_back "), cl_ce_back = program_bytes(g[0], c, OPENCL, "cross_entropy_back ");
+    CHECK(cu_ce_back == 0 && cl_ce_back > 0, "PDDE_FUSE_CE is on by default on CUDA only: the loss's backward moves %.0f bytes there, %.0f on OpenCL",
+          cu_ce_back, cl_ce_back);
     /* a plan's programs (planner/simulate.c) lowered for the rank's cluster device the same way */
     int plan_cu = count_plan(g[0], c, CUDA), plan_cl = count_plan(g[0], c, OPENCL);
     CHECK(plan_cu < plan_cl, "a plan's program: %d ops on CUDA, %d on OpenCL", plan_cu, plan_cl);
@@ -817,7 +821,7 @@ static void test_fusion_defaults(void) {
     program_counts epi = count_program(g[0], c, OPENCL), epi32 = count_program(g[1], c, CPU);
     CHECK(epi.adds < cl.adds && epi32.adds < f32cl.adds, "PDDE_FUSE_EPILOGUE=1 on OpenCL (bf16) and the CPU (f32): %d, %d adds (without: %d, %d)",
           epi.adds, epi32.adds, cl.adds, f32cl.adds);
-    /* PDDE_FUSE_CE=1 (off by default everywhere): the cross-entropy's forward writes dlogits too and is priced with them
+    /* PDDE_FUSE_CE=1 (on by default only on CUDA in bf16): the cross-entropy's forward writes dlogits too and is priced with them
      * (the bytes of the backward it replaces, plus its 4-byte loss: the logits read once), the backward (it computes
      * nothing) nothing */
     double ce0 = program_bytes(g[1], c, CPU, "cross_entropy "), back0 = program_bytes(g[1], c, CPU, "cross_entropy_back ");

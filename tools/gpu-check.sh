@@ -19,7 +19,8 @@
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; f32 attention's tiled kernels; the host's
 #   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
 #   and on opencl where NVIDIA's OpenCL is there; memcheck.
-# GPU_CHECK_SKIP="step ..." leaves steps out by name; GPU_CHECK_ONLY="step ..." runs only those (and the build).
+# GPU_CHECK_SKIP="step ..." leaves steps out by name; GPU_CHECK_ONLY="step ..." runs only those (and the build);
+# GPU_CHECK_SWITCHES (and GPU_CHECK_SWITCH_CHECKS) add a step that checks and times switches still off by default.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
 set -u
@@ -137,6 +138,8 @@ test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda
 
 # ---- the whole conformance suite
 test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
+# the casts of a bf16 step counted on the GPU, and fused steps against unfused ones bit for bit (tests/test_casts.c)
+test_step test_casts 90 build/test_casts
 if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
     test_step test_backend_ops_opencl 120 build/test_backend_ops --backend opencl
 else
@@ -208,9 +211,9 @@ done < <(roofline_top)
 # (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
 gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
-# (flash2: the default for q, k, v apart; on the packed qkv only where named, until measured here)
+# (flash2, the default in both layouts, against flash on the packed qkv)
 gpt_run bf16_flash2 PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
-gpt_run bf16_flash2_packed PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_flash_packed PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
@@ -227,7 +230,7 @@ result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
        "bf16_unfused_tok_s=${tok[bf16_unfused]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
        "f32_tok_s=${tok[f32]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
 result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16_casts_kept]:-na}" \
-       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
+       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na} flash_packed_tok_s=${tok[bf16_flash_packed]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
 # ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
@@ -252,11 +255,19 @@ step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default old_defaults no_lt no
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
 # ---- the memory-bound kernels (tools/bench/cuda_memk.sh: the fused cross-entropy PDDE_FUSE_CE, the two-level column
-# sums PDDE_CUDA_COLSUM2, the chunked AdamW PDDE_CUDA_ADAMW_CHUNKS, all off by default): their conformance cases, then
-# GPT-2 124M bf16 steps with each against the defaults, and profiles of the ops they replace
-step memk 240 env RUNS="${GPU_CHECK_MEMK_RUNS-default fuse_ce colsum2 adamw_chunks all3 default_again}" bash tools/bench/cuda_memk.sh build
+# sums PDDE_CUDA_COLSUM2, the chunked AdamW PDDE_CUDA_ADAMW_CHUNKS, all on by default): their conformance cases, then
+# GPT-2 124M bf16 steps with each turned off against the defaults, and profiles of the ops they replace
+step memk 240 env RUNS="${GPU_CHECK_MEMK_RUNS-default no_fuse_ce no_colsum2 no_adamw_chunks none3 default_again}" bash tools/bench/cuda_memk.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_memk .*failed=0' "$out/step.out" || failed=1
+# ---- switches still off by default, named for this run (tools/bench/cuda_switches.sh: each one's conformance
+# cases, then GPT-2 steps with it against the defaults, in alternating order): GPU_CHECK_SWITCHES="name:VAR=1,..."
+# and GPU_CHECK_SWITCH_CHECKS="name:VAR=1,...:op"; without them the step is left out
+if [ -n "${GPU_CHECK_SWITCHES:-}" ]; then
+    step switches 300 env SWITCHES="$GPU_CHECK_SWITCHES" CHECKS="${GPU_CHECK_SWITCH_CHECKS:-}" bash tools/bench/cuda_switches.sh build
+    grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+    grep -q '^RESULT gpu_switches .*failed=0' "$out/step.out" || failed=1
+fi
 test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer
 test_step test_moe_device_cuda 90 env PDDE_CUDA_MOE=1 build/test_moe_device
 # NCCL (loaded at run time; found beside PyTorch) on device buffers: one rank on one GPU, two on two

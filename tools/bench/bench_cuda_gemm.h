@@ -14,9 +14,12 @@
  *                folds their casts)
  *   lt_bias      the same with a bias (the forward: cublasLt's bias is of D's dtype, so its f32 sum, then a cast)
  *   lt_bias_f32  the forward with its bias, f32 out (one cublasLtMatmul, BIAS epilogue)
- *   lt_bias_lowp PDDE_CUDA_LT_LOWP_BIAS=1: lt_bias offered to cublasLt as one matmul (the f32 bias, a bf16 D)
+ *   lt_bias_lowp PDDE_CUDA_LT_LOWP_BIAS=1: lt_bias as one cublasLtMatmul, its bias rounded to bf16 first (a cast kernel
+ *                of out elements, then BIAS with a bf16 bias and D: the work of torch's F.linear under autocast)
+ *   lt_bias_lowp_tn  the same with the weight stored [out, in], torch's layout (its peer F.linear runs in that layout)
  *   lt_gelu      fc's forward with PDDE_FUSE_GELU's epilogue (GELU_AUX_BIAS: X and gelu(X)), f32 out
- *   lt_gelu_lowp the same bf16 out under PDDE_CUDA_LT_LOWP_BIAS=1 (without it, the kernels after the f32 GEMM)
+ *   lt_gelu_lowp the same bf16 out under PDDE_CUDA_LT_LOWP_BIAS=1: the bias rounded to bf16, then GELU_AUX_BIAS
+ *                (without it, the kernels after the f32 GEMM)
  *   lt_dgelu     fcproj's input gradient times gelu'(X) (DGELU, X and the output bf16)
  *   lt_bf16_rall lt_bf16 under PDDE_CUDA_LT_REDUCTION=all (split-K partial sums reduced in bf16 allowed)
  *   lt_bf16_ws1  lt_bf16 under PDDE_CUDA_LT_WORKSPACE=1 (a 1 MiB workspace, not 32)
@@ -33,7 +36,8 @@
  * are rotated so that each call reads cold memory. Times: CUDA events around 10 calls, the median of 11
  * such runs (elsewhere, as --device opencl for a check of the code, host time after a sync).
  * Each shape and path also gets a RATIO line: torch's time for the same work (its peer: torch.matmul for a
- * bf16 output, F.linear for a bias, torch._addmm_activation (cublasLt's GELU_BIAS) for the GELU, the matmul and
+ * bf16 output, F.linear for a bias (a bf16 bias and the weight [out, in]: lt_bias_lowp_tn's work; lt_bias adds the f32
+ * bias and casts, lt_bias_lowp takes pdde's [in, out] weight), torch._addmm_activation (cublasLt's GELU_BIAS) for the GELU, the matmul and
  * gelu_backward for DGELU, mm with out_dtype f32 / addmm into f32 for the f32 outputs where that torch has them)
  * over pdde's: above 1, pdde is faster.
  * Totals weigh each shape by its calls a step; RESULT gpu_gemm: pdde_tflops (gemmex_f32, every shape), pdde_best_tflops
@@ -55,18 +59,19 @@ typedef struct {
 
 enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T,
        GP_GEMM1, GP_GEMM1_BF16, GP_F32_CAST, GP_LT_BIAS_F32, GP_LT_BIAS_LOWP, GP_LT_GELU, GP_LT_GELU_LOWP, GP_LT_DGELU, GP_LT_BF16_RALL,
-       GP_LT_BF16_WS1, GP_LT_BF16_TN, GP_COUNT };
+       GP_LT_BF16_WS1, GP_LT_BF16_TN, GP_LT_BIAS_LOWP_TN, GP_COUNT };
 static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "gemmex_bf16", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
                                                       "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned",
                                                       "gemm1_f32", "gemm1_bf16", "f32_cast", "lt_bias_f32", "lt_bias_lowp",
-                                                      "lt_gelu", "lt_gelu_lowp", "lt_dgelu", "lt_bf16_rall", "lt_bf16_ws1", "lt_bf16_tn"};
+                                                      "lt_gelu", "lt_gelu_lowp", "lt_dgelu", "lt_bf16_rall", "lt_bf16_ws1", "lt_bf16_tn",
+                                                      "lt_bias_lowp_tn"};
 /* the torch peer of each path (gemm_torch.py's keys): ms (bf16 out, pdde's layout), bias_ms, gelu_ms, dgelu_ms, f32_ms, acc_ms,
  * linear_ms (a forward without bias in torch's layout: the weight [out, in]) */
 enum { TP_MS, TP_BIAS, TP_GELU, TP_DGELU, TP_F32, TP_ACC, TP_LINEAR, TP_COUNT };
 static const char *const gemm_peer_names[TP_COUNT] = {"ms", "bias_ms", "gelu_ms", "dgelu_ms", "f32_ms", "acc_ms", "linear_ms"};
 static int gemm_peer(int path) {
     switch (path) {
-    case GP_LT_BIAS: case GP_LT_BIAS_T: case GP_LT_BIAS_F32: case GP_LT_BIAS_LOWP: return TP_BIAS;
+    case GP_LT_BIAS: case GP_LT_BIAS_T: case GP_LT_BIAS_F32: case GP_LT_BIAS_LOWP: case GP_LT_BIAS_LOWP_TN: return TP_BIAS;
     case GP_LT_GELU: case GP_LT_GELU_LOWP: return TP_GELU;
     case GP_LT_DGELU: return TP_DGELU;
     case GP_GEMMEX: case GP_GEMM1: case GP_LT_BGRAD: case GP_LT_BGRAD_T: return TP_F32;
@@ -133,11 +138,12 @@ static void gemm_leaf(pdde_tensor *t, pdde_dtype dt, int64_t r, int64_t c, void 
 /* ms a call of one path on shape s (0: the path does not take it or failed) */
 static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
     int p = path >= GP_LT_BF16_T && path <= GP_LT_BGRAD_T ? path - 4 : path == GP_GEMM1 ? GP_GEMMEX : path == GP_GEMM1_BF16 ? GP_GEMMEX_BF16 : path;
-    if (path == GP_LT_BIAS_LOWP) p = GP_LT_BIAS; /* (the same node: the switch differs) */
+    if (path == GP_LT_BIAS_LOWP || path == GP_LT_BIAS_LOWP_TN) p = GP_LT_BIAS; /* (the same node: the switch differs) */
     if (path == GP_LT_BF16_RALL || path == GP_LT_BF16_WS1 || path == GP_LT_BF16_TN) p = GP_LT_BF16;
-    if (path == GP_LT_BF16_TN && s->kind != 0) return 0;
-    gemm_shape flipped; /* (lt_bf16_tn: the same forward, its weight stored transposed) */
-    if (path == GP_LT_BF16_TN) flipped = *s, flipped.tb = !s->tb, s = &flipped;
+    int tn = path == GP_LT_BF16_TN || path == GP_LT_BIAS_LOWP_TN;
+    if (tn && s->kind != 0) return 0;
+    gemm_shape flipped; /* (lt_bf16_tn, lt_bias_lowp_tn: the same forward, its weight stored transposed) */
+    if (tn) flipped = *s, flipped.tb = !s->tb, s = &flipped;
     if (path == GP_LT_GELU_LOWP) p = GP_LT_GELU;
     int cast = p == GP_F32_CAST, bias_f32 = p == GP_LT_BIAS_F32, act = p == GP_LT_GELU ? PDDE_MATMUL_GELU : p == GP_LT_DGELU ? PDDE_MATMUL_DGELU : 0;
     if (cast && s->kind == 2) return 0;
@@ -305,7 +311,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     static const int def[] = {GP_GEMMEX, GP_F32_CAST, GP_GEMMEX_BF16},
                      lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BIAS_F32, GP_LT_GELU, GP_LT_DGELU, GP_LT_BF16_TN},
                      tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T}, single[] = {GP_GEMM1}, single_bf16[] = {GP_GEMM1_BF16},
-                     lowp_bias[] = {GP_LT_BIAS_LOWP, GP_LT_GELU_LOWP}, rall[] = {GP_LT_BF16_RALL}, ws1[] = {GP_LT_BF16_WS1};
+                     lowp_bias[] = {GP_LT_BIAS_LOWP, GP_LT_GELU_LOWP, GP_LT_BIAS_LOWP_TN}, rall[] = {GP_LT_BF16_RALL}, ws1[] = {GP_LT_BF16_WS1};
     printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
            c->batch, c->ctx, backend);
     /* (each: PDDE_CUDA_LT, _LT_TUNE, _GEMMEX_LOWP, _GEMM_SINGLE, _LT_LOWP_BIAS, _LT_REDUCTION, _LT_WORKSPACE) */
@@ -317,7 +323,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     if (gemm_run_paths(backend, env_def, s, n, def, 2, t) || gemm_run_paths(backend, env_ex, s, n, def + 2, 1, t) ||
         gemm_run_paths(backend, env_lt, s, n, lt, 8, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t) ||
         gemm_run_paths(backend, env_single, s, n, single, 1, t) || gemm_run_paths(backend, env_single_ex, s, n, single_bf16, 1, t) ||
-        gemm_run_paths(backend, env_lowp_bias, s, n, lowp_bias, 2, t) || gemm_run_paths(backend, env_rall, s, n, rall, 1, t) ||
+        gemm_run_paths(backend, env_lowp_bias, s, n, lowp_bias, 3, t) || gemm_run_paths(backend, env_rall, s, n, rall, 1, t) ||
         gemm_run_paths(backend, env_ws1, s, n, ws1, 1, t)) {
         printf("no %s device\n", backend);
         return;
@@ -328,8 +334,8 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     double flops_all = 0, ms_def = 0, ms_best = 0, ms_torch = 0, ms_lt = 0, ms_lt_t = 0, torch_flops = 0, ms_single = 0, ms_single_def = 0;
     /* the bf16-output shapes (forward, input gradients): each bf16-out path's total, where it ran every one of them */
     static const int bf16_paths[5] = {GP_F32_CAST, GP_LT_BF16, GP_GEMMEX_BF16, GP_GEMM1_BF16, GP_LT_BF16_T};
-    double ms_bf16[6] = {0}, ms_fbias[4] = {0}, ms_rall = 0, ms_rall_base = 0, ms_ws1 = 0, ms_ws_base = 0;
-    int miss_bf16[6] = {0}, miss_fbias[4] = {0};
+    double ms_bf16[6] = {0}, ms_fbias[5] = {0}, ms_rall = 0, ms_rall_base = 0, ms_ws1 = 0, ms_ws_base = 0;
+    int miss_bf16[6] = {0}, miss_fbias[5] = {0};
     printf("%-10s %6s %6s %6s %2s %2s %3s", "shape", "M", "N", "K", "ta", "tb", "x");
     for (int p = 0; p < GP_COUNT; p++) printf(" %14s", gemm_path_names[p]);
     printf(" %14s\n", "torch");
@@ -339,7 +345,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
         for (int p = 0; p < GP_COUNT; p++) {
             if (t[i][p] > 0) printf(" %6.3f/%6.1fT", t[i][p], fl / (t[i][p] * 1e-3) / 1e12);
             else printf(" %14s", "-");
-            int extra_work = p == GP_LT_GELU || p == GP_LT_GELU_LOWP || p == GP_LT_DGELU || p == GP_LT_BF16_TN; /* (not this GEMM's time) */
+            int extra_work = p == GP_LT_GELU || p == GP_LT_GELU_LOWP || p == GP_LT_DGELU || p == GP_LT_BF16_TN || p == GP_LT_BIAS_LOWP_TN; /* (not this GEMM's time) */
             if (t[i][p] > 0 && !extra_work && (best == 0 || t[i][p] < best)) best = t[i][p];
         }
         if (torch_ms[i] > 0) printf(" %6.3f/%6.1fT", torch_ms[i], fl / (torch_ms[i] * 1e-3) / 1e12);
@@ -356,9 +362,9 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
                        gemm_peer_names[k], tp, tp / t[i][p]);
         }
         if (s[i].kind == 0 && s[i].bias) { /* the biased forwards: a step's total on each bias path and torch's F.linear */
-            static const int bp[3] = {GP_LT_BIAS, GP_LT_BIAS_LOWP, GP_LT_BIAS_F32};
-            for (int q = 0; q < 4; q++) {
-                double v = q < 3 ? t[i][bp[q]] : peer[i][TP_BIAS];
+            static const int bp[4] = {GP_LT_BIAS, GP_LT_BIAS_LOWP, GP_LT_BIAS_F32, GP_LT_BIAS_LOWP_TN};
+            for (int q = 0; q < 5; q++) {
+                double v = q < 4 ? t[i][bp[q]] : peer[i][TP_BIAS];
                 if (v > 0) ms_fbias[q] += v * s[i].count;
                 else miss_fbias[q] = 1;
             }
@@ -398,19 +404,21 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     }
     printf("the bf16-output GEMMs (forward, input gradients) a step: f32 then cast %s ms, cublasLt %s ms (tuned %s), GemmStridedBatchedEx %s ms, "
            "GemmEx %s ms, torch.matmul %s ms\n", bf16_s[0], bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5]);
-    char fbias_s[4][32], rall_s[32] = "na", ws1_s[32] = "na";
+    char fbias_s[5][32], rall_s[32] = "na", ws1_s[32] = "na";
     if (ms_ws1 > 0) snprintf(ws1_s, sizeof ws1_s, "%.3f", ms_ws_base / ms_ws1);
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < 5; q++) {
         if (miss_fbias[q] || ms_fbias[q] <= 0) snprintf(fbias_s[q], sizeof fbias_s[q], "na");
         else snprintf(fbias_s[q], sizeof fbias_s[q], "%.2f", ms_fbias[q]);
     }
     if (ms_rall > 0) snprintf(rall_s, sizeof rall_s, "%.3f", ms_rall_base / ms_rall);
-    printf("the biased forwards a step: f32 sum then cast %s ms, one cublasLtMatmul into bf16 (PDDE_CUDA_LT_LOWP_BIAS=1) %s ms, into f32 %s ms, "
-           "torch F.linear %s ms; on lt_bf16 the gain of PDDE_CUDA_LT_REDUCTION=all %s, of a 1 MiB workspace %s\n", fbias_s[0], fbias_s[1],
-           fbias_s[2], fbias_s[3], rall_s, ws1_s);
+    printf("the biased forwards a step: f32 sum then cast %s ms, the bias rounded to bf16 and one cublasLtMatmul into bf16 "
+           "(PDDE_CUDA_LT_LOWP_BIAS=1) %s ms (the weight [out, in] as torch's: %s ms), into f32 %s ms, torch F.linear (a bf16 bias, "
+           "the weight [out, in]) %s ms; on lt_bf16 the gain of PDDE_CUDA_LT_REDUCTION=all %s, of a 1 MiB workspace %s\n", fbias_s[0],
+           fbias_s[1], fbias_s[3], fbias_s[2], fbias_s[4], rall_s, ws1_s);
     printf("RESULT gpu_gemm pdde_tflops=%.1f pdde_best_tflops=%.1f torch_tflops=%s ratio=%s best_ratio=%s lt_tune_gain=%s pdde_ms=%.2f "
            "pdde_best_ms=%.2f single_gain=%s bf16out_f32_cast_ms=%s bf16out_lt_ms=%s bf16out_lt_tuned_ms=%s bf16out_gemmex_ms=%s "
-           "bf16out_gemm1_ms=%s bf16out_torch_ms=%s fwd_bias_lt_cast_ms=%s fwd_bias_lt_lowp_ms=%s fwd_bias_lt_f32_ms=%s fwd_bias_torch_ms=%s "
-           "reduction_all_gain=%s workspace_1mib_gain=%s\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best, single_s, bf16_s[0],
-           bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5], fbias_s[0], fbias_s[1], fbias_s[2], fbias_s[3], rall_s, ws1_s);
+           "bf16out_gemm1_ms=%s bf16out_torch_ms=%s fwd_bias_lt_cast_ms=%s fwd_bias_lt_lowp_ms=%s fwd_bias_lt_lowp_tn_ms=%s fwd_bias_lt_f32_ms=%s "
+           "fwd_bias_torch_ms=%s reduction_all_gain=%s workspace_1mib_gain=%s\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best,
+           single_s, bf16_s[0], bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5], fbias_s[0], fbias_s[1], fbias_s[3], fbias_s[2], fbias_s[4], rall_s,
+           ws1_s);
 }

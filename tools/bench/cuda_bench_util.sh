@@ -1,4 +1,4 @@
-# Sourced by the CUDA bench scripts (cuda_fusions.sh, cuda_gemm.sh). The caller sets build, cap, log,
+# Sourced by the CUDA bench scripts (cuda_fusions.sh, cuda_gemm.sh, cuda_memk.sh, cuda_switches.sh). The caller sets build, cap, log,
 # tests and runs (the RESULT names of a test's and a training run's line: gpu_fusions_test, gpu_fusions_run)
 # and summary (of the last line: gpu_fusions).
 failed=0

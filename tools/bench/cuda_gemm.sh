@@ -3,7 +3,8 @@
 # conformance cases of the switches on the device: PDDE_FUSE_BGRAD's matmul with the bias gradient (the
 # k_colsum fallback, then cublasLt's BGRADA, then tuned), cublasLt's fused matmuls under PDDE_CUDA_LT_TUNE=1,
 # PDDE_CUDA_GEMMEX_LOWP=1's bf16-out GEMM (the bf16 logits), PDDE_CUDA_GEMM_SINGLE=1 (cublasGemmEx for a
-# batch of 1) on both, PDDE_CUDA_LT_LOWP_BIAS=1 (a bf16 output with its f32 bias in one cublasLtMatmul) and
+# batch of 1) on both, PDDE_CUDA_LT_LOWP_BIAS=1 (a bf16 output and its bias rounded to bf16 in one cublasLtMatmul;
+# matmul_bias and gelu_fused have cases that set it themselves, the runs named so set it on all of theirs) and
 # PDDE_CUDA_LT_REDUCTION=all (split-K partial sums reduced in bf16 allowed); PDDE_CUDA_LT_WORKSPACE=1 (a 1 MiB
 # workspace) in the --gemm table and a training run. Then `bench_cuda --gemm`: each GEMM
 # shape of the step (forward, input and weight gradients; with a bias, the GELU epilogues, bf16 and f32 out,

@@ -2,18 +2,18 @@
 # cuda_memk: the memory-bound kernels of a GPT-2 124M bf16 step on a CUDA GPU, each switch against the defaults in
 # one run. First their conformance cases on the device (test_backend_ops: cross_entropy_fused, colsum2,
 # adamw_chunks) and test_casts (PDDE_FUSE_CE=1: no cross_entropy_back, losses within 1e-5 of unfused); then
-# bench_cuda --gpt (B 8, T 1024, AdamW) with the defaults, with each switch on, with all three, and the defaults
-# again (the spread of two runs of one configuration); then PDDE_PROFILE=1 runs of the defaults and of all three,
+# bench_cuda --gpt (B 8, T 1024, AdamW) with the defaults, with each switch off, with all three off, and the defaults
+# again (the spread of two runs of one configuration); then PDDE_PROFILE=1 runs of the defaults and of all three off,
 # whose per-step times of the ops the switches replace are printed (the profiler synchronises after every kernel,
 # so these sum to more than a step).
 #
 #   bash tools/bench/cuda_memk.sh [BUILD]     (BUILD: the build folder, default build; built here)
-#   RUNS="default fuse_ce default_again" bash tools/bench/cuda_memk.sh   (only those training runs)
+#   RUNS="default no_fuse_ce default_again" bash tools/bench/cuda_memk.sh   (only those training runs)
 #
-# The switches (off by default until measured): PDDE_FUSE_CE=1 (lowering: the cross-entropy's forward writes
-# dlogits beside its loss, its backward a view: one read of the logits for both), PDDE_CUDA_COLSUM2=1 (bias
+# The switches (on by default on CUDA in bf16: an H200 measured them faster): PDDE_FUSE_CE (lowering: the
+# cross-entropy's forward writes dlogits beside its loss, its backward a view: one read of the logits for both), PDDE_CUDA_COLSUM2 (bias
 # gradients by k_colsum2: 16-byte loads, 4 rows in flight a thread, row chunks for ~8 blocks an SM, then a second
-# level), PDDE_CUDA_ADAMW_CHUNKS=1 (the multi-tensor AdamW by k_adamw_chunks: a block per 4096 elements of a
+# level), PDDE_CUDA_ADAMW_CHUNKS (the multi-tensor AdamW by k_adamw_chunks: a block per 4096 elements of a
 # tensor, 16-byte loads and stores). Each step is time-boxed (CAP seconds, default 75). Prints a RESULT line per
 # test, run and profile and ends with `RESULT gpu_memk ...`: tokens/s of each run and its ratio to the defaults'.
 set -u
@@ -29,10 +29,10 @@ done
 check casts X=0 "$build/test_casts"
 grep -E "cuda\): PDDE_FUSE_CE" "$log/casts.out" | head -3
 run default X=0
-run fuse_ce PDDE_FUSE_CE=1
-run colsum2 PDDE_CUDA_COLSUM2=1
-run adamw_chunks PDDE_CUDA_ADAMW_CHUNKS=1
-run all3 PDDE_FUSE_CE=1 PDDE_CUDA_COLSUM2=1 PDDE_CUDA_ADAMW_CHUNKS=1
+run no_fuse_ce PDDE_FUSE_CE=0
+run no_colsum2 PDDE_CUDA_COLSUM2=0
+run no_adamw_chunks PDDE_CUDA_ADAMW_CHUNKS=0
+run none3 PDDE_FUSE_CE=0 PDDE_CUDA_COLSUM2=0 PDDE_CUDA_ADAMW_CHUNKS=0
 run default_again X=0
 # NAME ENV...: a profiled run; the ms a step of the cross-entropy, its backward, sum_to and the AdamW update (steps:
 # the cross-entropy's calls, one a step)
@@ -52,10 +52,10 @@ profile() {
         }' "$log/prof_$name.out"
 }
 profile profile_default X=0
-profile profile_all3 PDDE_FUSE_CE=1 PDDE_CUDA_COLSUM2=1 PDDE_CUDA_ADAMW_CHUNKS=1
+profile profile_none3 PDDE_FUSE_CE=0 PDDE_CUDA_COLSUM2=0 PDDE_CUDA_ADAMW_CHUNKS=0
 base=${tok[default]:-0}
 out="RESULT gpu_memk default_tok_s=${tok[default]:-na} default_again_tok_s=${tok[default_again]:-na}"
-for n in fuse_ce colsum2 adamw_chunks all3; do
+for n in no_fuse_ce no_colsum2 no_adamw_chunks none3; do
     out+=" ${n}_tok_s=${tok[$n]:-na} ${n}_vs_default=$(ratio "${tok[$n]:-0}" "$base")"
 done
 echo "$out failed=$failed"
