@@ -889,6 +889,9 @@ static void graph_traffic(pdde_graph *g, double *bytes, double *flops) {
 /* PDDE_CUDA_LT_LOWP_BIAS as the run's environment set it ("0" where it did not): each case starts from it, and
  * b_matmul_bias_lowp and gelu_fused's p2 set it for theirs (cuda reads it when a session's stream is made) */
 static char g_lowp_bias_outside[8] = "0";
+/* PDDE_CUDA_LN2 and PDDE_OPENCL_LN2 as the run's environment set them, likewise (the layernorm2 cases set theirs): so
+ * `PDDE_CUDA_LN2=1 test_backend_ops --op layernorm` runs every layernorm case by the warp-per-row kernels */
+static char g_ln2_outside[2][8] = {"0", "0"};
 
 /* A case's bound on its forward NMSE: its own, or T_LOWP_BIAS where PDDE_CUDA_LT_LOWP_BIAS=1 adds its bias rounded to
  * a bf16 / f16 output (matmul_bias, gelu_fused under a compute dtype; the switch from outside or from the builder) */
@@ -924,7 +927,8 @@ static void run_case(const options *o, int ci, int device, int mode) {
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
-    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("LN2", "0");
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0");
+    setenv("PDDE_CUDA_LN2", g_ln2_outside[0], 1), setenv("PDDE_OPENCL_LN2", g_ln2_outside[1], 1);
     setenv("PDDE_CUDA_LT_LOWP_BIAS", g_lowp_bias_outside, 1);
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
@@ -1815,6 +1819,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof fusions / sizeof fusions[0]; i++) setenv(fusions[i], "0", 0);
     const char *lowp_bias = getenv("PDDE_CUDA_LT_LOWP_BIAS");
     if (lowp_bias) snprintf(g_lowp_bias_outside, sizeof g_lowp_bias_outside, "%s", lowp_bias);
+    for (int k = 0; k < 2; k++) {
+        const char *ln2 = getenv(k ? "PDDE_OPENCL_LN2" : "PDDE_CUDA_LN2");
+        if (ln2) snprintf(g_ln2_outside[k], sizeof g_ln2_outside[k], "%s", ln2);
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) o.backend = argv[++i];
         else if (!strcmp(argv[i], "--plugin") && i + 1 < argc) plugin = argv[++i];
