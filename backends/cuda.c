@@ -24,7 +24,10 @@
  * PDDE_CUDA_LT_REDUCTION=all lets it reduce a bf16 / f16 output's split-K partial sums in that dtype (both off until measured: below); PDDE_CUDA_LT_WORKSPACE=MiB sizes its workspace (each stream's);
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
- * PDDE_CUDA_COLSUM2=0 and PDDE_CUDA_ADAMW_CHUNKS=0 leave the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
+ * PDDE_CUDA_COLSUM2=0 and PDDE_CUDA_ADAMW_CHUNKS=0 leave the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h);
+ * PDDE_CUDA_CE1=1 takes its cross-entropy that stages each row in shared memory (k_ce_staged: a row of up to the
+ * device's opt-in shared memory, 227 KiB on sm_90); PDDE_CUDA_ADAMW_VEC=1 its AdamW by k_adamw_vec (and ADAMW_CHUNKS's
+ * grouping); PDDE_CUDA_GELU2=1 bias_gelu and its backward by k_bias_gelu2 (the three off until measured).
  * PDDE_CUDA_LN2=1 takes layernorm's warp-per-row kernels of cuda_norm.cuh (forward, dx, dgamma; gpu_dispatch.h; off until measured).
  */
 #ifndef PDDE_NO_CUDA
@@ -65,6 +68,9 @@ enum {
     PCU_ATTR_GLOBAL_MEMORY_BUS_WIDTH = 37,
     PCU_ATTR_CC_MAJOR = 75,
     PCU_ATTR_CC_MINOR = 76,
+    PCU_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+    PCU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    PCU_STATIC_SHARED_MAX = 48 * 1024, /* (dynamic shared memory past this needs the attribute above set) */
     PCU_JIT_INFO_LOG_BUFFER = 3,
     PCU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
     PCU_JIT_ERROR_LOG_BUFFER = 5,
@@ -119,6 +125,7 @@ typedef struct {
     pcu_result (*ModuleLoadDataEx)(pcu_mod *, const void *, unsigned, int *, void **);
     pcu_result (*ModuleUnload)(pcu_mod);
     pcu_result (*ModuleGetFunction)(pcu_fn *, pcu_mod, const char *);
+    pcu_result (*FuncSetAttribute)(pcu_fn, int, int);
     pcu_result (*LaunchKernel)(pcu_fn, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                pcu_cstream, void **, void **);
     pcu_result (*StreamCreate)(pcu_cstream *, unsigned);
@@ -158,6 +165,7 @@ static const struct { const char *name; size_t off; } pcu_syms[] = {
     PCU_SYM(ModuleLoadDataEx, "cuModuleLoadDataEx"),
     PCU_SYM(ModuleUnload, "cuModuleUnload"),
     PCU_SYM(ModuleGetFunction, "cuModuleGetFunction"),
+    PCU_SYM(FuncSetAttribute, "cuFuncSetAttribute"),
     PCU_SYM(LaunchKernel, "cuLaunchKernel"),
     PCU_SYM(StreamCreate, "cuStreamCreate"),
     PCU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
@@ -249,6 +257,7 @@ typedef struct {
     char name[128];
     uint64_t memory;
     int sm_count, cc_major, cc_minor, clock_khz, mem_clock_khz, bus_bits;
+    int shared_optin; /* the most shared memory a block may take, static and dynamic (0: not known) */
 } pcu_dev_info;
 
 typedef struct {
@@ -308,7 +317,7 @@ typedef struct {
     /* the dispatcher's switches (pcu_switches_read), read once when a session's stream is made (fixed), so that no
      * operation reads the environment; the default stream reads them at each operation */
     int fixed;
-    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS, PDDE_CUDA_LN2) */
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS, PDDE_CUDA_CE1, PDDE_CUDA_ADAMW_VEC, PDDE_CUDA_GELU2, PDDE_CUDA_LN2) */
     int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
     int lt_lowp_bias;     /* PDDE_CUDA_LT_LOWP_BIAS=1 (pclt_cb_gemm_epi) */
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
@@ -323,6 +332,7 @@ typedef struct {
     pcu_ctx cu_ctx;
     pcu_mod mod;
     pcu_fn fn[PGD_K_CUDA_COUNT];
+    atomic_int fn_shared[PGD_K_CUDA_COUNT]; /* the dynamic shared memory each kernel was allowed (the attribute; 0: the default 48 KiB) */
     pcublas_handle blas;
     pcu_cstream blas_stream; /* the stream last given to cublasSetStream (NULL: none yet) */
     pcu_stream *default_stream;
@@ -898,6 +908,7 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
         f->cu.DeviceGetAttribute(&in->clock_khz, PCU_ATTR_CLOCK_RATE, dv);
         f->cu.DeviceGetAttribute(&in->mem_clock_khz, PCU_ATTR_MEMORY_CLOCK_RATE, dv);
         f->cu.DeviceGetAttribute(&in->bus_bits, PCU_ATTR_GLOBAL_MEMORY_BUS_WIDTH, dv);
+        f->cu.DeviceGetAttribute(&in->shared_optin, PCU_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dv);
     }
     f->n_devices = count;
     pcu_load_cublas(f);
@@ -1313,10 +1324,11 @@ static pdde_status pcu_stream_wait_event(void *dev, void *stream, void *event) {
 
 /* REPLAY of a per-step operation: launch k's arguments set on the kept graph's next recorded kernel node
  * (of the same kernel), nothing enqueued; a mismatch marks the patch failed (the replay falls back). */
-static int pcu_graph_patch(pcu_dev *d, pcu_stream *s, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, void **params) {
+static int pcu_graph_patch(pcu_dev *d, pcu_stream *s, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned shared,
+                           void **params) {
     pcu_piece *p = &s->piece[s->gt.cur];
     if (s->patch_pos >= p->n_patch || p->patch[s->patch_pos].k != k || !d->fam->graph.KernelNodeSetParams) return s->patch_failed = 1, PDDE_OK;
-    pcu_kernel_node_params kp = {d->fn[k], {gx, gy, gz}, {bx, by, 1}, 0, params, NULL};
+    pcu_kernel_node_params kp = {d->fn[k], {gx, gy, gz}, {bx, by, 1}, shared, params, NULL};
     if (d->fam->graph.KernelNodeSetParams(p->exec, p->patch[s->patch_pos++].node, &kp) != PCU_SUCCESS) s->patch_failed = 1;
     else d->graph_patches++;
     return PDDE_OK;
@@ -1352,13 +1364,28 @@ static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned 
     pcu_stream *s = stream;
     void *params[32];
     pcu_ptr addr[32]; /* device addresses as CUdeviceptr */
+    unsigned shared = 0; /* (a PGD_LOCAL argument: the dynamic shared memory, not a parameter) */
     if (nargs > 32) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: too many kernel arguments");
     for (int i = 0; i < nargs; i++) {
+        if (args[i].is_ptr == PGD_ARG_LOCAL) {
+            shared = (unsigned)args[i].size, nargs = i;
+            break;
+        }
         if (args[i].is_ptr) addr[i] = pgd_addr(*(const pgd_ptr *)args[i].p);
         params[i] = args[i].is_ptr ? (void *)&addr[i] : (void *)args[i].p;
     }
-    if (s->patching) return pcu_graph_patch(d, s, k, gx, gy, gz, bx, by, params);
-    pcu_result r = d->fam->cu.LaunchKernel(d->fn[k], gx, gy, gz, bx, by, 1, 0, s->s, params, NULL);
+    if (shared > PCU_STATIC_SHARED_MAX && atomic_load(&d->fn_shared[k]) < (int)shared) {
+        /* (the attribute once a kernel, at the device's most less 1 KiB for the kernel's static shared memory) */
+        int allow = d->fam->info[d->index].shared_optin - 1024;
+        pcu_result ra = allow >= (int)shared ? d->fam->cu.FuncSetAttribute(d->fn[k], PCU_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, allow)
+                                             : PCU_ERROR_OUT_OF_MEMORY;
+        if (ra != PCU_SUCCESS)
+            return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: %s: %u bytes of dynamic shared memory refused (the device allows %d; error %d)",
+                              pgd_kernel_name(k), shared, allow, ra);
+        atomic_store(&d->fn_shared[k], allow);
+    }
+    if (s->patching) return pcu_graph_patch(d, s, k, gx, gy, gz, bx, by, shared, params);
+    pcu_result r = d->fam->cu.LaunchKernel(d->fn[k], gx, gy, gz, bx, by, 1, shared, s->s, params, NULL);
     if (r == PCU_SUCCESS && s->rec_patch) pcu_graph_record(d, s, k);
     if (r != PCU_SUCCESS) {
         const char *name = NULL;
@@ -1521,7 +1548,9 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
-        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS: on unless "0"; PDDE_CUDA_LN2: off unless "1") */
+        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, _ADAMW_CHUNKS: on unless "0"; _CE1, _ADAMW_VEC, _GELU2, _LN2: off unless "1") */
+        /* (the shared memory past the static of the kernels that take it: block_sum's and block_max's) */
+        .max_local = d->fam->info[d->index].shared_optin > 2048 ? (size_t)d->fam->info[d->index].shared_optin - 2048 : 0,
         .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,
     };
 }

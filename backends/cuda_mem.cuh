@@ -3,8 +3,11 @@
  * store_shadow, update_skipped, clip_factor), gpu_kernels.cl's kernels of the same names step for step.
  * tests/mem_emu.cpp runs them on the CPU.
  *  - k_ce_fused: the cross-entropy's loss and dlogits in one launch (lowering's PDDE_FUSE_CE).
+ *  - k_ce_staged: the same reading each row from device memory once, staged in dynamic shared memory.
  *  - k_colsum2: column sums of [R, Cn] in row chunks (a bias gradient), 4 columns a thread.
- *  - k_adamw_chunks: the multi-tensor AdamW with a block per chunk of a tensor. */
+ *  - k_adamw_chunks: the multi-tensor AdamW with a block per chunk of a tensor.
+ *  - k_adamw_vec: the same chunks taken by a few blocks a multiprocessor, more loads in flight.
+ *  - k_bias_gelu2: bias_gelu and its backward over rows, 4 columns a thread, 4 rows in flight. */
 
 /* 16 bytes of elements of type T (8 bf16 / f16, 4 f32) at p + i, as f32 through loader L */
 template <typename L>
@@ -88,6 +91,104 @@ extern "C" __global__ void k_ce_fused(const void *__restrict__ logits, const int
     if (ldt == 2) ce_fused_body<ld_bf16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt);
     else if (ldt == 1) ce_fused_body<ld_f16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt);
     else ce_fused_body<ld_f32>((const float *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt);
+}
+
+/* 16 bytes q as W values of type L::T, in f32 */
+template <typename L>
+__device__ __forceinline__ void unpack16(uint4 q, float *v) {
+    union { uint4 q; typename L::T e[16 / sizeof(typename L::T)]; } u;
+    u.q = q;
+    for (int k = 0; k < 16 / (int)sizeof(typename L::T); k++) v[k] = L::get(u.e, k);
+}
+template <typename L>
+__device__ __forceinline__ float max16(uint4 q) {
+    float v[16 / sizeof(typename L::T)], m = -INFINITY;
+    unpack16<L>(q, v);
+    for (int k = 0; k < 16 / (int)sizeof(typename L::T); k++) m = fmaxf(m, v[k]);
+    return m;
+}
+
+/* k_ce_fused's loss and dlogits reading each row from device memory once (PGD_MEM_CE1): a block per row copies it
+ * into row (the block's dynamic shared memory, V elements of the logits' dtype, 16-byte aligned) as it takes the
+ * maximum, 4 16-byte loads in flight a thread; then the sum of e^(x - m) and dlogits = (e^(x - m) / s - onehot) *
+ * dloss / count from there, 16-byte stores. Each thread reads back only the elements it wrote, so the row needs no
+ * barrier; thread 0 reads the target's logit from device memory. An ignored row writes zeros without reading. */
+template <typename L>
+__device__ __forceinline__ void ce_staged_body(const typename L::T *__restrict__ logits, const int *__restrict__ tgt,
+                                               const float *__restrict__ dloss, const float *__restrict__ cnt, float *__restrict__ part,
+                                               void *__restrict__ dx, long long rows, long long V, int ydt, typename L::T *row) {
+    const int W = 16 / (int)sizeof(typename L::T);
+    bool vec = V % W == 0 && (unsigned long long)logits % 16 == 0 && (unsigned long long)dx % 16 == 0;
+    long long nb = blockDim.x, nq = V / W;
+    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const typename L::T *lr = logits + r * V;
+        int t = tgt[r];
+        if (t < 0 || t >= V) { /* (the same for every thread of the block) */
+            float z[16 / sizeof(typename L::T)] = {};
+            if (vec)
+                for (long long q = threadIdx.x; q < nq; q += nb) store_vec<16 / sizeof(typename L::T)>(dx, r * V + q * W, z, ydt);
+            else
+                for (long long j = threadIdx.x; j < V; j += nb) store_out(dx, r * V + j, 0.0f, ydt);
+            if (threadIdx.x == 0) part[r] = 0.0f, part[rows + r] = 0.0f;
+            continue;
+        }
+        float m = -INFINITY;
+        const uint4 *src = (const uint4 *)lr;
+        uint4 *st = (uint4 *)row;
+        if (vec) {
+            long long q = threadIdx.x;
+            for (; q + 3 * nb < nq; q += 4 * nb) {
+                uint4 a0 = src[q], a1 = src[q + nb], a2 = src[q + 2 * nb], a3 = src[q + 3 * nb];
+                st[q] = a0, st[q + nb] = a1, st[q + 2 * nb] = a2, st[q + 3 * nb] = a3;
+                m = fmaxf(m, fmaxf(fmaxf(max16<L>(a0), max16<L>(a1)), fmaxf(max16<L>(a2), max16<L>(a3))));
+            }
+            for (; q < nq; q += nb) {
+                uint4 a = src[q];
+                st[q] = a;
+                m = fmaxf(m, max16<L>(a));
+            }
+        } else
+            for (long long j = threadIdx.x; j < V; j += nb) {
+                row[j] = lr[j];
+                m = fmaxf(m, L::get(row, j));
+            }
+        m = block_max(m);
+        float s = 0.0f;
+        if (vec)
+            for (long long q = threadIdx.x; q < nq; q += nb) {
+                float v[16 / sizeof(typename L::T)];
+                unpack16<L>(st[q], v);
+                for (int k = 0; k < W; k++) s += expf(v[k] - m);
+            }
+        else
+            for (long long j = threadIdx.x; j < V; j += nb) s += expf(L::get(row, j) - m);
+        s = block_sum(s);
+        if (threadIdx.x == 0) part[r] = logf(s) + m - L::get(lr, t), part[rows + r] = 1.0f;
+        float inv = 1.0f / s;
+        if (vec)
+            for (long long q = threadIdx.x; q < nq; q += nb) {
+                float v[16 / sizeof(typename L::T)];
+                unpack16<L>(st[q], v);
+                for (int k = 0; k < W; k++) v[k] = (expf(v[k] - m) * inv - (q * W + k == t ? 1.0f : 0.0f)) * scale;
+                store_vec<16 / sizeof(typename L::T)>(dx, r * V + q * W, v, ydt);
+            }
+        else
+            for (long long j = threadIdx.x; j < V; j += nb) store_out(dx, r * V + j, (expf(L::get(row, j) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
+    }
+}
+/* (k_ce_fused's arguments; launched with V elements of the logits' dtype of dynamic shared memory, at most 512 threads) */
+#ifndef CE_STAGED_ROW
+#define CE_STAGED_ROW(name) extern __shared__ uint4 name[]
+#endif
+extern "C" __global__ void __launch_bounds__(512) k_ce_staged(const void *__restrict__ logits, const int *__restrict__ tgt,
+                                                              const float *__restrict__ dloss, const float *__restrict__ cnt,
+                                                              float *__restrict__ part, void *__restrict__ dx, long long rows, long long V,
+                                                              int ydt, int ldt) {
+    CE_STAGED_ROW(ce_row);
+    if (ldt == 2) ce_staged_body<ld_bf16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt, (unsigned short *)ce_row);
+    else if (ldt == 1) ce_staged_body<ld_f16>((const unsigned short *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt, (unsigned short *)ce_row);
+    else ce_staged_body<ld_f32>((const float *)logits, tgt, dloss, cnt, part, dx, rows, V, ydt, (float *)ce_row);
 }
 
 /* x viewed as [R, Cn] (Cn a multiple of 4, x 16-byte aligned for f32, 8 for bf16 / f16): y[c, j] = scale * the
@@ -175,5 +276,104 @@ extern "C" __global__ void __launch_bounds__(256) k_adamw_chunks(float *base, fl
     for (long long i = iv + threadIdx.x; i < i1; i += blockDim.x) {
         adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
         if (sk) store_shadow(sh, i, p[i], sk);
+    }
+}
+
+/* AdamW on 4 elements at i whose parameter, gradient and moments were loaded (P, G, M, Vv): adamw_element's
+ * operations, the results stored 16 bytes at a time (and the copy 8) */
+__device__ __forceinline__ void adamw_quad(float4 P, float4 G, float4 M, float4 Vv, float *p, float *g, float *m, float *v, unsigned short *sh,
+                                           long long i, int sk, float f, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    float pe[4] = {P.x, P.y, P.z, P.w}, ge[4] = {G.x, G.y, G.z, G.w}, me[4] = {M.x, M.y, M.z, M.w}, ve[4] = {Vv.x, Vv.y, Vv.z, Vv.w};
+    for (int e = 0; e < 4; e++) adamw_element(pe + e, ge + e, me + e, ve + e, f, lr, b1, b2, eps, wd, bc1, bc2);
+    *(float4 *)(p + i) = make_float4(pe[0], pe[1], pe[2], pe[3]);
+    *(float4 *)(g + i) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *(float4 *)(m + i) = make_float4(me[0], me[1], me[2], me[3]);
+    *(float4 *)(v + i) = make_float4(ve[0], ve[1], ve[2], ve[3]);
+    if (sk) store_vec<4>(sh, i, pe, sk);
+}
+
+/* k_adamw_chunks's chunks and arithmetic (its arguments) by a grid of a few blocks a multiprocessor (PGD_MEM_ADAMW_VEC):
+ * block b takes chunks b, b + gridDim.x, ... in order, so the norm is read and the clip factor taken once a block,
+ * not once a chunk before its loads can start; each thread has 2 groups of 4 elements of the parameter, gradient
+ * and both moments in flight (8 16-byte loads), where k_adamw_chunks has 1; 3 blocks of 256 a multiprocessor (80
+ * registers a thread at most: the launch's grid). */
+extern "C" __global__ void __launch_bounds__(256, 3) k_adamw_vec(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t,
+                                                                 int count, float lr, float b1, float b2, float eps, float clip, float gscale,
+                                                                 float bc1, float bc2, int sdt) {
+    if (update_skipped(gnorm_sq)) return;
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    long long first = 0, nb = blockDim.x;
+    int k = 0;
+    for (long long c = blockIdx.x;; c += gridDim.x) {
+        for (; k < count; k++) { /* (c grows: the tensor of chunk c is k or one after it) */
+            long long nc = (t.n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+            if (c < first + nc) break;
+            first += nc;
+        }
+        if (k == count) return;
+        float wd = t.wd[k];
+        float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+        unsigned short *sh = (unsigned short *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+        int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+        long long i0 = (c - first) * ADAMW_CHUNK, i1 = i0 + ADAMW_CHUNK < t.n[k] ? i0 + ADAMW_CHUNK : t.n[k];
+        bool vec = (t.p[k] | t.g[k] | t.m[k] | t.v[k]) % 4 == 0 && (!sk || t.s[k] % 4 == 0) && (unsigned long long)base % 16 == 0 &&
+                   (unsigned long long)gbase % 16 == 0;
+        long long iv = vec ? i0 + (i1 - i0) / 4 * 4 : i0, i = i0 + (long long)threadIdx.x * 4;
+        for (; i + nb * 4 < iv; i += nb * 8) { /* (both groups' loads before either's arithmetic) */
+            long long j = i + nb * 4;
+            float4 P0 = *(float4 *)(p + i), G0 = *(float4 *)(g + i), M0 = *(float4 *)(m + i), V0 = *(float4 *)(v + i);
+            float4 P1 = *(float4 *)(p + j), G1 = *(float4 *)(g + j), M1 = *(float4 *)(m + j), V1 = *(float4 *)(v + j);
+            adamw_quad(P0, G0, M0, V0, p, g, m, v, sh, i, sk, f, lr, b1, b2, eps, wd, bc1, bc2);
+            adamw_quad(P1, G1, M1, V1, p, g, m, v, sh, j, sk, f, lr, b1, b2, eps, wd, bc1, bc2);
+        }
+        for (; i < iv; i += nb * 4)
+            adamw_quad(*(float4 *)(p + i), *(float4 *)(g + i), *(float4 *)(m + i), *(float4 *)(v + i), p, g, m, v, sh, i, sk, f, lr, b1, b2, eps,
+                       wd, bc1, bc2);
+        for (long long e = iv + threadIdx.x; e < i1; e += nb) {
+            adamw_element(p + e, g + e, m + e, v + e, f, lr, b1, b2, eps, wd, bc1, bc2);
+            if (sk) store_shadow(sh, e, p[e], sk);
+        }
+    }
+}
+
+/* bias_gelu (back 0) and its backward (back 1), k_bias_gelu's arguments and values, over x viewed as [n / nb, nb]
+ * (PGD_MEM_GELU2: nb a multiple of 4, x, bias and dy 16-byte aligned, y 8-byte for bf16 / f16 and 16 for f32): a
+ * thread takes 4 columns (its 4 biases loaded once: no index modulo a element) of rows blockIdx.y, + gridDim.y, ...,
+ * 4 rows' 16-byte loads in flight, y stored 8 (bf16, f16) or 16 (f32) bytes at once (58-62 registers: 4 blocks an SM). */
+extern "C" __global__ void __launch_bounds__(256) k_bias_gelu2(const float *__restrict__ x, const float *__restrict__ bias,
+                                                               const float *__restrict__ dy, void *__restrict__ y, long long n, long long nb,
+                                                               int back, int ydt) {
+    long long j = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4, rows = n / nb, step = gridDim.y, r = blockIdx.y;
+    if (j >= nb) return;
+    float4 B = *(const float4 *)(bias + j);
+    const float b[4] = {B.x, B.y, B.z, B.w};
+    for (; r + 3 * step < rows; r += 4 * step) {
+        float4 X[4], D[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) X[u] = *(const float4 *)(x + (r + u * step) * nb + j);
+        if (back)
+#pragma unroll
+            for (int u = 0; u < 4; u++) D[u] = *(const float4 *)(dy + (r + u * step) * nb + j);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float xv[4] = {X[u].x, X[u].y, X[u].z, X[u].w}, v[4];
+            if (back) {
+                float dv[4] = {D[u].x, D[u].y, D[u].z, D[u].w};
+                for (int k = 0; k < 4; k++) v[k] = gelu_back_f(xv[k] + b[k], dv[k]);
+            } else
+                for (int k = 0; k < 4; k++) v[k] = gelu_f(xv[k] + b[k]);
+            store_vec<4>(y, (r + u * step) * nb + j, v, ydt);
+        }
+    }
+    for (; r < rows; r += step) {
+        float4 X = *(const float4 *)(x + r * nb + j);
+        float xv[4] = {X.x, X.y, X.z, X.w}, v[4];
+        if (back) {
+            float4 D = *(const float4 *)(dy + r * nb + j);
+            float dv[4] = {D.x, D.y, D.z, D.w};
+            for (int k = 0; k < 4; k++) v[k] = gelu_back_f(xv[k] + b[k], dv[k]);
+        } else
+            for (int k = 0; k < 4; k++) v[k] = gelu_f(xv[k] + b[k]);
+        store_vec<4>(y, r * nb + j, v, ydt);
     }
 }

@@ -27,7 +27,10 @@
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
  * passes both, since a cl_mem has no address. */
 typedef struct { uint64_t base, off; } pgd_ptr;
-/* A kernel argument: its value and size; is_ptr marks a pgd_ptr. */
+/* A kernel argument: its value and size; is_ptr 1 marks a pgd_ptr, PGD_ARG_LOCAL a group's local (shared) memory of
+ * size bytes (PGD_LOCAL: OpenCL's __local argument, CUDA's dynamic shared memory; the last argument, and only where
+ * pgd_ctx.max_local holds it). */
+enum { PGD_ARG_LOCAL = 2 };
 typedef struct { const void *p; size_t size; int is_ptr; } pgd_arg;
 
 static inline uint64_t pgd_addr(pgd_ptr p) { return p.base ? p.base + p.off : 0; }
@@ -47,8 +50,9 @@ enum {
     PGD_K_MOE_LAYOUT, PGD_K_MOE_TOPK, PGD_K_MOE_GATE, PGD_K_MOE_DISPATCH, PGD_K_MOE_COMBINE, PGD_K_MOE_COMBINE_BACK_W,
     PGD_K_MOE_GEMM, PGD_K_MOE_GEMM_BACK_W, PGD_K_MOE_AUX_LOSS, PGD_K_MOE_AUX_LOSS_BACK,
     /* memory-bound kernels: the fused cross-entropy (lowering's PDDE_FUSE_CE), the column sums in two levels and the
-     * multi-tensor AdamW in chunks (the backends' switches: pgd_ctx.mem_kernels) */
-    PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS,
+     * multi-tensor AdamW in chunks, the fused cross-entropy staging each row in local memory (the backends' switches:
+     * pgd_ctx.mem_kernels) */
+    PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS, PGD_K_CE_STAGED,
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
     PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS, PGD_K_EMBEDDING_KEYS,
     PGD_K_EMBEDDING_RADIX_COUNT, PGD_K_EMBEDDING_RADIX_SCAN, PGD_K_EMBEDDING_RADIX_SCATTER,
@@ -69,7 +73,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     /* Mixture-of-Experts */
     "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
-    "k_ce_fused", "k_colsum2", "k_adamw_chunks",
+    "k_ce_fused", "k_colsum2", "k_adamw_chunks", "k_ce_staged",
     "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows", "k_embedding_keys",
     "k_embedding_radix_count", "k_embedding_radix_scan", "k_embedding_radix_scatter",
     "k_layernorm2", "k_layernorm_back2", "k_layernorm_gamma2",
@@ -82,6 +86,7 @@ enum {
     PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_FLASH_F32_FWD, PGD_K_FLASH_F32_FWD_D128, PGD_K_FLASH_F32_BACK_DQ, PGD_K_FLASH_F32_BACK_DQ_D128, PGD_K_FLASH_F32_BACK_DKV,
     PGD_K_FLASH_F32_BACK_DKV_D128, PGD_K_FLASH_F32_ZERO_DQ, PGD_K_FLASH_F32_BACK2, PGD_K_FLASH_F32_BACK2_D128,
+    PGD_K_ADAMW_VEC, PGD_K_BIAS_GELU2, /* (PGD_MEM_ADAMW_VEC, PGD_MEM_GELU2) */
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
@@ -89,6 +94,7 @@ static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] =
     "k_flash2_fwd", "k_flash2_fwd_qkv",
     "k_flash_f32_fwd", "k_flash_f32_fwd_d128", "k_flash_f32_back_dq", "k_flash_f32_back_dq_d128", "k_flash_f32_back_dkv",
     "k_flash_f32_back_dkv_d128", "k_flash_f32_zero_dq", "k_flash_f32_back2", "k_flash_f32_back2_d128",
+    "k_adamw_vec", "k_bias_gelu2",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -175,27 +181,36 @@ typedef struct {
                       pgd_ptr bgrad);
     /* the memory-bound kernels it takes instead of the plain ones (PGD_MEM_* bits; 0: none): pgd_mem_kernels_env */
     unsigned mem_kernels;
+    size_t max_local; /* bytes of local memory a group may take by a PGD_LOCAL argument (0: none) */
     int embedding_back; /* PGD_EMB_*: how the embedding backward adds dy into the table's gradient */
     int embedding_sort; /* PGD_EMB_SORT_*: how PGD_EMB_SORTED sorts the ids (0: by the ids' count and the device) */
 } pgd_ctx;
 
 /* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
- * loads in flight; a backend gives its defaults (CUDA: both, measured faster on an H200 by tools/bench/cuda_memk.sh;
- * OpenCL: neither, until a GPU run measures them there); k_layernorm2, k_layernorm_back2 and k_layernorm_gamma2 for
- * layernorm (pgd_ln2_on: a row in a warp's registers, read once; no backend's default until a GPU run measures it).
- * The variables turn each on ("1") or off ("0") */
-enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_LN2 = 16 };
-/* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS and <prefix>LN2 (prefix: the backend's,
- * as PDDE_CUDA_) */
+ * loads in flight; k_ce_staged for the fused cross-entropy (each row read from device memory once, where it fits in
+ * pgd_ctx.max_local); a backend gives its defaults (CUDA: the first two, measured faster on an H200 by
+ * tools/bench/cuda_memk.sh; OpenCL: none, until a GPU run measures them there) and its variables turn each on ("1")
+ * or off ("0"). CUDA's kernels only: PGD_MEM_ADAMW_VEC, k_adamw_chunks's chunks by k_adamw_vec (a few blocks a
+ * multiprocessor, more loads in flight; PDDE_CUDA_ADAMW_VEC=1 sets it with PGD_MEM_ADAMW_CHUNKS); PGD_MEM_GELU2,
+ * bias_gelu and its backward by k_bias_gelu2 (16-byte loads, 4 rows in flight). PGD_MEM_LN2: layernorm by k_layernorm2,
+ * k_layernorm_back2 and k_layernorm_gamma2 (pgd_ln2_on: a row in a warp's registers, read once; off on every backend
+ * until a GPU run measures it) */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8, PGD_MEM_GELU2 = 16, PGD_MEM_LN2 = 32 };
+/* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS, <prefix>CE1, <prefix>LN2,
+ * PDDE_CUDA_ADAMW_VEC and PDDE_CUDA_GELU2 (prefix: the backend's, as PDDE_CUDA_; "1" sets a switch's bit and those it
+ * takes with it, "0" clears its own) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults) {
-    static const struct { const char *name; unsigned bit; } sw[] = {
-        {"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}, {"LN2", PGD_MEM_LN2}};
+    static const struct { const char *name; unsigned bit, with; int cuda_only; } sw[] = {
+        {"COLSUM2", PGD_MEM_COLSUM2, 0, 0}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS, 0, 0}, {"CE1", PGD_MEM_CE1, 0, 0},
+        {"ADAMW_VEC", PGD_MEM_ADAMW_VEC, PGD_MEM_ADAMW_CHUNKS, 1}, {"GELU2", PGD_MEM_GELU2, 0, 1},
+        {"LN2", PGD_MEM_LN2, 0, 0}};
     unsigned bits = defaults;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
+        if (sw[i].cuda_only && strcmp(prefix, "PDDE_CUDA_")) continue;
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix, sw[i].name);
         const char *v = getenv(name);
-        if (v && !strcmp(v, "1")) bits |= sw[i].bit;
+        if (v && !strcmp(v, "1")) bits |= sw[i].bit | sw[i].with;
         if (v && !strcmp(v, "0")) bits &= ~sw[i].bit;
     }
     return bits;
@@ -265,6 +280,7 @@ enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
 #define PGD_P(v) {&(v), sizeof(v), 1}
+#define PGD_LOCAL(bytes) {NULL, (bytes), PGD_ARG_LOCAL}
 
 static inline pgd_ptr pgd_ptr_of(const pdde_tensor *t) { return (pgd_ptr){(uintptr_t)t->data, t->offset}; }
 static const pgd_ptr pgd_null = {0, 0};
@@ -940,7 +956,8 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
 }
 
 /* The loss; where the node also writes dlogits into its source 3 (lowering's PDDE_FUSE_CE), k_ce_fused reads each
- * row once for both, after the count of valid targets that scales them. */
+ * row once for both (and again, mostly from cache, for dlogits), after the count of valid targets that scales them;
+ * with PGD_MEM_CE1, k_ce_staged instead where a row fits in the group's local memory (at most 512 items a group). */
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1];
     int64_t rows, V;
@@ -956,7 +973,13 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     if (ddt >= 0) {
         pgd_ptr cnt = pgd_at(part, (int64_t)part_bytes), pd = pgd_ptr_of(node->src[2]), px = pgd_ptr_of(node->src[3]);
         e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
-        if (!e)
+        size_t row_bytes = ((size_t)V * pdde_dtype_size(lg->dtype) + 15) & ~(size_t)15;
+        if (!e && (g->mem_kernels & PGD_MEM_CE1) && row_bytes <= g->max_local) {
+            unsigned bx = pgd_row_block(g, V);
+            e = pgd_launch(g, PGD_K_CE_STAGED, pgd_rows_grid(rows), 1, 1, bx < 512 ? bx : 512, 1,
+                           PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(part), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ddt),
+                                    PGD_A(ldt), PGD_LOCAL(row_bytes)));
+        } else if (!e)
             e = pgd_row_launch(g, PGD_K_CE_FUSED, rows, V,
                                PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(part), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ddt),
                                         PGD_A(ldt)));
@@ -1460,6 +1483,14 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         pgd_ptr px = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
         pgd_ptr pdy = back ? pgd_ptr_of(node->src[2]) : pgd_null;
         int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        if ((g->mem_kernels & PGD_MEM_GELU2) && nb % 4 == 0 && n % nb == 0 && (pgd_addr(px) | pgd_addr(pb) | pgd_addr(pdy)) % 16 == 0 &&
+            pgd_addr(py) % (ydt ? 8 : 16) == 0) { /* (a block of 256 threads: 1024 columns; rows split for 4 blocks a compute
+                                                   * unit, as many as fit at its 64 registers a thread) */
+            int64_t rows = n / nb, gx = (nb / 4 + 255) / 256, gy = (int64_t)(g->units ? g->units : 1) * 4 / gx;
+            gy = gy < 1 ? 1 : gy > rows ? rows : gy > 65535 ? 65535 : gy;
+            return pgd_launch(g, PGD_K_BIAS_GELU2, (unsigned)gx, (unsigned)gy, 1, 256, 1,
+                              PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
+        }
         return pgd_launch_1d(g, PGD_K_BIAS_GELU, n,
                              PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
     }
@@ -1726,7 +1757,11 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
             int32_t cnt = count;
-            if (g->mem_kernels & PGD_MEM_ADAMW_CHUNKS) /* (a group per chunk of PGD_ADAMW_CHUNK elements of a tensor) */
+            if (g->mem_kernels & PGD_MEM_ADAMW_VEC) /* (3 groups a compute unit, as many as fit: or one a chunk where fewer) */
+                e = pgd_launch(g, PGD_K_ADAMW_VEC, (unsigned)(chunks < (int64_t)g->units * 3 ? chunks : (int64_t)g->units * 3), 1, 1, 256, 1,
+                               PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(cnt), PGD_A(lr), PGD_A(b1), PGD_A(b2),
+                                        PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
+            else if (g->mem_kernels & PGD_MEM_ADAMW_CHUNKS) /* (a group per chunk of PGD_ADAMW_CHUNK elements of a tensor) */
                 e = pgd_launch(g, PGD_K_ADAMW_CHUNKS, (unsigned)chunks, 1, 1, 256, 1,
                                PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(cnt), PGD_A(lr), PGD_A(b1), PGD_A(b2),
                                         PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));

@@ -687,6 +687,49 @@ __kernel void k_ce_fused(PTR(const void, logits), PTR(const int, tgt), PTR(const
     }
 }
 
+/* The loss and dlogits reading each row from device memory once (PGD_MEM_CE1; cuda_mem.cuh's k_ce_staged): the
+ * group copies the row into row (local memory of V elements of the logits' dtype) as it takes the maximum, then the
+ * sum of exp(x - m) and dlogits = (exp(x - m) / s - onehot) * dloss / count from there; each item reads back only the
+ * elements it wrote. An ignored row computes too and writes zeros (every item reaches every barrier: k_ce_back). */
+static float local_in(__local const void *x, long i, int xdt) {
+    if (xdt == 2) return as_float((uint)((__local const ushort *)x)[i] << 16);
+    if (xdt == 1) return f16_to_f32(((__local const ushort *)x)[i]);
+    return ((__local const float *)x)[i];
+}
+__kernel void k_ce_staged(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
+                          PTR(float, part), PTR(void, dx), long rows, long V, int ydt, int ldt, __local void *row) {
+    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, part); BIND(void, dx);
+    __local float sh[MAX_GROUP];
+    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;
+    ROWS_LOOP(r, rows) {
+        long lr = r * V;
+        int t = tgt[r];
+        int ok = t >= 0 && t < V;
+        float m = -INFINITY;
+        if (ldt == 0)
+            COLS_LOOP(j, V) {
+                float x = ((__global const float *)logits)[lr + j];
+                ((__local float *)row)[j] = x;
+                m = fmax(m, x);
+            }
+        else
+            COLS_LOOP(j, V) {
+                ((__local ushort *)row)[j] = ((__global const ushort *)logits)[lr + j];
+                m = fmax(m, local_in(row, j, ldt));
+            }
+        m = group_max(m, sh);
+        float s = 0.0f;
+        COLS_LOOP(j, V) s += exp(local_in(row, j, ldt) - m);
+        s = group_sum(s, sh);
+        if (get_local_id(0) == 0) {
+            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : 0.0f;
+            part[rows + r] = ok ? 1.0f : 0.0f;
+        }
+        float inv = 1.0f / s;
+        COLS_LOOP(j, V) store_out(dx, lr + j, ok ? (exp(local_in(row, j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale : 0.0f, ydt);
+    }
+}
+
 /* ---- embedding -------------------------------------------------------------------------------- */
 
 __kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {

@@ -697,6 +697,50 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    "/* The loss and dlogits reading each row from device memory once (PGD_MEM_CE1; cuda_mem.cuh's k_ce_staged): the\n"
+    " * group copies the row into row (local memory of V elements of the logits' dtype) as it takes the maximum, then the\n"
+    " * sum of exp(x - m) and dlogits = (exp(x - m) / s - onehot) * dloss / count from there; each item reads back only the\n"
+    " * elements it wrote. An ignored row computes too and writes zeros (every item reaches every barrier: k_ce_back). */\n"
+    "static float local_in(__local const void *x, long i, int xdt) {\n"
+    "    if (xdt == 2) return as_float((uint)((__local const ushort *)x)[i] << 16);\n"
+    "    if (xdt == 1) return f16_to_f32(((__local const ushort *)x)[i]);\n"
+    "    return ((__local const float *)x)[i];\n"
+    "}\n"
+    "__kernel void k_ce_staged(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),\n"
+    "                          PTR(float, part), PTR(void, dx), long rows, long V, int ydt, int ldt, __local void *row) {\n"
+    "    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, part); BIND(void, dx);\n"
+    "    __local float sh[MAX_GROUP];\n"
+    ,
+    "    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;\n"
+    "    ROWS_LOOP(r, rows) {\n"
+    "        long lr = r * V;\n"
+    "        int t = tgt[r];\n"
+    "        int ok = t >= 0 && t < V;\n"
+    "        float m = -INFINITY;\n"
+    "        if (ldt == 0)\n"
+    "            COLS_LOOP(j, V) {\n"
+    "                float x = ((__global const float *)logits)[lr + j];\n"
+    "                ((__local float *)row)[j] = x;\n"
+    "                m = fmax(m, x);\n"
+    "            }\n"
+    "        else\n"
+    "            COLS_LOOP(j, V) {\n"
+    "                ((__local ushort *)row)[j] = ((__global const ushort *)logits)[lr + j];\n"
+    "                m = fmax(m, local_in(row, j, ldt));\n"
+    "            }\n"
+    "        m = group_max(m, sh);\n"
+    "        float s = 0.0f;\n"
+    "        COLS_LOOP(j, V) s += exp(local_in(row, j, ldt) - m);\n"
+    "        s = group_sum(s, sh);\n"
+    "        if (get_local_id(0) == 0) {\n"
+    "            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : 0.0f;\n"
+    "            part[rows + r] = ok ? 1.0f : 0.0f;\n"
+    "        }\n"
+    "        float inv = 1.0f / s;\n"
+    "        COLS_LOOP(j, V) store_out(dx, lr + j, ok ? (exp(local_in(row, j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale : 0.0f, ydt);\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "/* ---- embedding -------------------------------------------------------------------------------- */\n"
     "\n"
     "__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {\n"
@@ -725,7 +769,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, n) {\n"
     "        long r = i / C, j = i - r * C;\n"
     "        int id = ids[r];\n"
-    ,
     "        if (id >= 0 && id < V) atomic_add_f(&out[(long)id * C + j], dy[i]);\n"
     "    }\n"
     "}\n"
@@ -756,6 +799,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* The same keys by one item, a counting sort (a CPU device, where a group runs as a loop: its n_ids + V\n"
     " * steps beat the network's n log^2 n); cnt: V + 1 counters, the last for the ids outside [0, V). */\n"
     "__kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(int, cnt), long n_ids, long V) {\n"
+    ,
     "    BIND(const int, ids); BIND(ulong, keys); BIND(int, cnt);\n"
     "    if (get_global_id(0) != 0) return;\n"
     "    for (long v = 0; v <= V; v++) cnt[v] = 0;\n"
@@ -798,7 +842,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    long l = get_local_id(0), L = get_local_size(0), t = get_global_id(0), T = get_global_size(0);\n"
     "    for (int d = 0; d < RADIX_DIGITS; d++) c[d * L + l] = 0;\n"
     "    long end = (t + 1) * chunk < n_ids ? (t + 1) * chunk : n_ids;\n"
-    ,
     "    for (long i = t * chunk; i < end; i++) c[radix_digit(keys[i], V, shift) * L + l]++;\n"
     "    for (int d = 0; d < RADIX_DIGITS; d++) cnt[d * T + t] = c[d * L + l];\n"
     "}\n"
@@ -834,6 +877,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    for (int d = 0; d < RADIX_DIGITS; d++) c[d * L + l] = cnt[d * T + t];\n"
     "    long end = (t + 1) * chunk < n_ids ? (t + 1) * chunk : n_ids;\n"
     "    for (long i = t * chunk; i < end; i++) {\n"
+    ,
     "        ulong key = keys[i];\n"
     "        out[c[radix_digit(key, V, shift) * L + l]++] = key;\n"
     "    }\n"
@@ -880,7 +924,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    if (absu < 0x38800000u) {\n"
     "        if (absu < 0x33000000u) return (ushort)sign;\n"
     "        uint mant = (absu & 0x7fffffu) | 0x800000u;\n"
-    ,
     "        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */\n"
     "        uint hv = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);\n"
     "        if (rem > mid || (rem == mid && (hv & 1))) hv++;\n"
@@ -921,6 +964,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    switch (sdt) {\n"
     "    case DT_F32: v = ((__global const float *)src)[i]; break;\n"
     "    case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;\n"
+    ,
     "    case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;\n"
     "    case DT_I32: v = (float)((__global const int *)src)[i]; break;\n"
     "    default: v = (float)((__global const long *)src)[i]; break;\n"
@@ -966,7 +1010,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, n) {\n"
     "        float gi = g[i] * f + wd * p[i];\n"
     "        float v = gi;\n"
-    ,
     "        if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }\n"
     "        p[i] -= lr * v;\n"
     "        g[i] = 0.0f;\n"
@@ -1004,6 +1047,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define GT 64\n"
     "#define GK 16\n"
     "/* One 64x64 tile of C = op(A) op(B), its corner at (m0, n0): op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n)\n"
+    ,
     " * = tb ? B[n*K+k] : B[k*N+n]; As and Bs the group's local tiles. k_gemm's and the grouped GEMM's block. */\n"
     "static void gemm_tile(__global const float *Ab, __global const float *Bb, __global float *Cb, int M, int N, int K, int ta, int tb,\n"
     "                      int m0, int n0, __local float (*As)[GT + 4], __local float (*Bs)[GT + 4]) {\n"
@@ -1054,7 +1098,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "              get_group_id(1) * GT, get_group_id(0) * GT, As, Bs);\n"
     "}\n"
     "\n"
-    ,
     "/* ---- fused causal attention ------------------------------------------------------------------- */\n"
     "\n"
     "/* q, k, v [BH, T, D] (D <= PGD_ATT_DMAX, which backends/gpu_dispatch.h checks); an item per row.\n"
@@ -1082,6 +1125,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
     "                          long D, float scale, long H) {\n"
+    ,
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long i = r % T;\n"
@@ -1129,7 +1173,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long j = 0; j <= i; j++) {\n"
     "            __global const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
-    ,
     "            for (long d = 0; d < D; d++) s += qr[d] * kj[d], dp += dor[d] * vj[d];\n"
     "            float ds = exp(s * scale - lse) * (dp - dot);\n"
     "            for (long d = 0; d < D; d++) dq[d] += ds * kj[d];\n"
@@ -1156,6 +1199,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);\n"
     "            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];\n"
     "        }\n"
+    ,
     "        for (long d = 0; d < D; d++) out[att_out(r, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(r, 2, rows, T, D, H) + d] = dv[d];\n"
     "    }\n"
     "}\n"
@@ -1198,7 +1242,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    int k = 0;\n"
     "    for (; k < count; k++) {\n"
     "        long nc = (t.n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;\n"
-    ,
     "        if (c < first + nc) break;\n"
     "        first += nc;\n"
     "    }\n"
@@ -1230,6 +1273,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the\n"
     " * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P\n"
+    ,
     " * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */\n"
     "__kernel void k_att_softmax(PTR(const float, s), PTR(void, p), PTR(float, lse), long rows, long T, float scale, long ls,\n"
     "                            int from_lse, int pdt) {\n"
@@ -1280,7 +1324,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* Rows [r0, r0 + n) of a packed attention's tensor (which 0, 1, 2: q, k, v of qkv or dq, dk, dv of its\n"
     " * gradient; -1: y or dy) to a [n, D] block (to_flat) or back; elements of esz bytes (2 or 4). */\n"
     "__kernel void k_att_repack(PTR(void, packed), PTR(void, flat), long r0, long n, long T, long D, long H, int which, int esz,\n"
@@ -1304,6 +1347,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define FK 16 /* rows a tile in group memory */\n"
     "\n"
     "static float ld_qkv(__global const void *p, long i, int bf16) {\n"
+    ,
     "    return bf16 ? as_float((uint)((__global const ushort *)p)[i] << 16) : ((__global const float *)p)[i];\n"
     "}\n"
     "\n"
@@ -1348,7 +1392,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "    if (!live) return;\n"
     "    __global float *yr = y + att_y(base + i, T, D, H);\n"
-    ,
     "    for (long d = 0; d < D; d++) yr[d] = acc[d] / lsum;\n"
     "    y[att_lse(base + i, BH * T, T, D, H)] = m + log(lsum);\n"
     "}\n"
@@ -1377,6 +1420,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    for (long d = 0; d < D; d++) {\n"
     "        qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;\n"
     "        dor[d] = live ? dy[yo + d] : 0.0f;\n"
+    ,
     "        dq[d] = 0.0f;\n"
     "    }\n"
     "    float lse = live ? y[att_lse(base + i, BH * T, T, D, H)] : 0.0f, dot = live ? rowdot[base + i] : 0.0f;\n"
@@ -1419,7 +1463,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        if (l < FK) {\n"
     "            long i = i0 + l;\n"
     "            lses[l] = i < T ? y[att_lse(base + i, rows, T, D, H)] : 0.0f;\n"
-    ,
     "            dots[l] = i < T ? rowdot[base + i] : 0.0f;\n"
     "        }\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -1443,6 +1486,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    name(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale,  \\\n"
     "         int bf16, long H) {                                                                                                \\\n"
     "        BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);                                      \\\n"
+    ,
     "        __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                           \\\n"
     "        flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);                                                            \\\n"
     "    }\n"
@@ -1473,7 +1517,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);                             \\\n"
     "    }\n"
     "FLASH_BACK_DKV_KERNEL(k_flash_back_dkv)\n"
-    ,
     "FLASH_BACK_DKV_KERNEL(k_flash_back_dkv_d128)\n"
     "\n"
     "/* ---- Mixture-of-Experts (backends/gpu_moe.h; mirrored in cuda_kernels.cu) ----------------------------\n"
@@ -1504,6 +1547,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        }\n"
     "    }\n"
     "    barrier(CLK_GLOBAL_MEM_FENCE);\n"
+    ,
     "    if (!row) return;\n"
     "    for (long i = lid; i < nk; i += L)\n"
     "        if (idx[i] < 0 || idx[i] >= E) row[i] = -1;\n"
@@ -1557,7 +1601,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float mm = -INFINITY, z = 0.0f;\n"
     "    if (!sig) {\n"
     "        for (int c = 0; c < k; c++) mm = l[id[c]] > mm ? l[id[c]] : mm;\n"
-    ,
     "        for (int c = 0; c < k; c++) z += exp(l[id[c]] - mm);\n"
     "    } else {\n"
     "        for (int c = 0; c < k; c++) z += 1.0f / (1.0f + exp(-l[id[c]]));\n"
@@ -1588,6 +1631,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            for (int c = 0; c < k && ok; c++) wdw += moe_gate_s(l[id[c]], m, sig) / den * d[c];\n"
     "            for (int e = 0; e < E; e++) dl[e] = ok && !sig && !norm ? -(exp(l[e] - m) / den) * wdw : 0.0f;\n"
     "            for (int c = 0; c < k && ok; c++) {\n"
+    ,
     "                float s = moe_gate_s(l[id[c]], m, sig), w = s / den;\n"
     "                if (!sig && norm) dl[id[c]] += w * (d[c] - wdw);\n"
     "                else if (!sig) dl[id[c]] += d[c] * w;\n"
@@ -1633,7 +1677,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        float d = 0.0f;\n"
     "        if (r >= 0)\n"
     "            for (long i = 0; i < C; i++) d += load_in(dy, (ch / k) * C + i, ddt) * load_in(ye, (long)r * C + i, edt);\n"
-    ,
     "        dw[ch] = d;\n"
     "    }\n"
     "}\n"
@@ -1665,6 +1708,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* The grouped weight gradient: dW_e [K, N] = A_e^T B_e over expert e's rows (A [R, K], B [R, N]; zero for\n"
+    ,
     " * an expert without rows). Groups: 64 x 64 tiles of dW_e (x: columns, y: rows), z: the expert. */\n"
     "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void\n"
     "k_moe_gemm_back_w(PTR(const float, A), PTR(const float, B), PTR(float, dW), PTR(const int, off), PTR(const int, rows), int S, int K,\n"
@@ -1707,7 +1751,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        float m, z, pf = 0.0f;\n"
     "        moe_softmax_mz(l, E, &m, &z);\n"
     "        for (int e = 0; e < E; e++) pf += exp(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);\n"
-    ,
     "        for (int e = 0; e < E; e++) d[n * E + e] = dl * (exp(l[e] - m) / z) * ((total > 0.0f ? (float)cnt[e] / total : 0.0f) - pf);\n"
     "    }\n"
     "}\n"

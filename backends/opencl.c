@@ -135,6 +135,7 @@ typedef struct {
     cl_kernel k[PGD_K_COUNT];
     pdde_ocl_arg args[PGD_K_COUNT][PDDE_OCL_ARGS]; /* (under lock) */
     size_t wg;            /* the largest group of the row kernels: a power of two */
+    size_t max_local;     /* the local memory k_ce_staged may take by its __local argument (past its own; 0: none) */
     int item_per_element; /* the program was built with PGD_ITEM_PER_ELEMENT */
     pdde_ocl_stream def;  /* the stream used when the core passes NULL */
     pthread_mutex_t lock; /* clSetKernelArg + enqueue of one kernel is one critical section */
@@ -373,6 +374,11 @@ static pdde_status pdde_ocl_build(pdde_ocl_family *f, pdde_ocl_device *d) {
     size_t want = (d->type & CL_DEVICE_TYPE_GPU) ? 1024 : 64;
     d->wg = 1;
     while (d->wg * 2 <= want && d->wg * 2 <= wg) d->wg *= 2;
+    cl_ulong local = 0, used = 0;
+    if (f->cl.clGetDeviceInfo(d->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL) != CL_SUCCESS ||
+        f->cl.clGetKernelWorkGroupInfo(d->k[PGD_K_CE_STAGED], d->id, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used, NULL) != CL_SUCCESS)
+        local = used = 0;
+    d->max_local = local > used + 1024 ? (size_t)(local - used - 1024) : 0;
     return PDDE_OK;
 }
 
@@ -664,7 +670,10 @@ static int pdde_ocl_cb_launch(void *impl, void *stream, int k, unsigned gx, unsi
     cl_uint n = 0;
     pthread_mutex_lock(&d->lock); /* the kernel object is shared: its arguments and the enqueue go together */
     for (int i = 0; i < nargs && e == CL_SUCCESS; i++) {
-        if (args[i].is_ptr) {
+        if (args[i].is_ptr == PGD_ARG_LOCAL) { /* (local memory of that size: not a value the cache can hold) */
+            if (n < PDDE_OCL_ARGS) d->args[k][n].size = 0;
+            e = cl->clSetKernelArg(kern, n++, args[i].size, NULL);
+        } else if (args[i].is_ptr) {
             const pgd_ptr *p = args[i].p;
             cl_mem m = (cl_mem)(uintptr_t)p->base; /* NULL gives the kernel a null pointer */
             cl_ulong off = p->off;
@@ -757,8 +766,8 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .copy = pdde_ocl_cb_copy,
         /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
-        /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1, PDDE_OPENCL_LN2=1: gpu_dispatch.h) */
-        .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_", 0),
+        /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1, PDDE_OPENCL_CE1=1, PDDE_OPENCL_LN2=1: gpu_dispatch.h) */
+        .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_", 0), .max_local = d->max_local,
         /* (reproducible, the CPU's sums: PDDE_OPENCL_EMBEDDING_BACK=atomic for the float atomics) */
         .embedding_back = s->fixed ? s->embedding_back : pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED),
         .embedding_sort = s->fixed ? s->embedding_sort : pgd_embedding_sort_env("PDDE_OPENCL_"),

@@ -53,7 +53,7 @@ static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur, 0, 0}; }
 #define __global__
 #define __forceinline__ inline
 #define __restrict__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define threadIdx emu_thread()
 #define blockIdx emu_block

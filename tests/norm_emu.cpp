@@ -26,8 +26,6 @@
 
 /* ---- what cuda_norm.cuh takes from CUDA and from cuda_kernels.cu ------------------------------ */
 
-#undef __launch_bounds__
-#define __launch_bounds__(...)
 /* a barrier that waits for every thread of the block (cuda_emu.h's is one yield: enough only where every thread
  * yields alike) */
 static unsigned bar_arrived, bar_generation;

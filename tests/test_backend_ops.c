@@ -382,12 +382,38 @@ static pdde_tensor *b_colsum2(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, x, w, 0, 0), b), P(g, "w2", 2, c->p[1], 7, 0, 0), 0, 0);
 }
 
+/* cross_entropy_staged: cross_entropy_fused's cases by k_ce_staged (PDDE_*_CE1=1, set for the case: each row staged in
+ * local memory, read from device memory once) */
+static pdde_tensor *b_cross_entropy_staged(pdde_graph *g, const op_case *c) {
+    mem_kernels("CE1", "1");
+    return b_cross_entropy_fused(g, c);
+}
+
 /* adamw_chunks: AdamW steps by k_adamw_chunks (PDDE_*_ADAMW_CHUNKS=1, set for the case): ln_gelu_mlp with p = {1
  * (AdamW), compute dtype (0: f32; bf16: the weights' copies rewritten too), C, F, V}: C x F past one chunk of 4096 */
 static pdde_tensor *b_adamw_chunks(pdde_graph *g, const op_case *c) {
     mem_kernels("ADAMW_CHUNKS", "1");
     if (c->p[1]) pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[1]);
     return ln_gelu_mlp(g, c->p[2], c->p[3], c->p[4]);
+}
+
+/* adamw_vec: adamw_chunks's steps by CUDA's k_adamw_vec (PDDE_CUDA_ADAMW_VEC=1, set for the case; the other backends
+ * take their k_adamw_chunks or k_adamw_multi) */
+static pdde_tensor *b_adamw_vec(pdde_graph *g, const op_case *c) {
+    mem_kernels("ADAMW_VEC", "1");
+    return b_adamw_chunks(g, c);
+}
+
+/* bias_gelu2: bias_gelu by CUDA's k_bias_gelu2 (PDDE_CUDA_GELU2=1, set for the case; bias widths that are multiples
+ * of 4, else k_bias_gelu; the other backends take theirs): b_bias_gelu's cases, or with p0 = 0, {0, R, F}: under bf16
+ * with PDDE_BF16_GRADS=1, x [R, 13] @ w1 [13, F], bias_gelu, @ w2 [F, 7] (the forward and backward write bf16) */
+static pdde_tensor *b_bias_gelu2(pdde_graph *g, const op_case *c) {
+    mem_kernels("GELU2", "1");
+    if (c->p[0]) return b_bias_gelu(g, c);
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, c->p[2], 0, 0), *b1 = P(g, "b1", 1, c->p[2], 0, 0, 0), *w2 = P(g, "w2", 2, c->p[2], 7, 0, 0);
+    return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, P(g, "x", 2, c->p[1], 13, 0, 0), w1, 0, 0), b1), w2, 0, 0);
 }
 
 /* layernorm2: layernorm by the warp-per-row kernels (PDDE_*_LN2=1, set for the case: k_layernorm2, k_layernorm_back2,
@@ -662,6 +688,30 @@ static const op_case cases[] = {
     {"matmul_bias", b_matmul_bias_lowp, {0, 19, 32, 48, 0, PDDE_F16}, 1, T_LOWP_BIAS},
     {"matmul_bias", b_matmul_bias_lowp, {0, 33, 19, 37, 0, PDDE_BF16}, 1, T_LOWP_BIAS},
     {"gelu_fused", b_mlp_gelu, {0, 1, 1}, 3, T_LOWP_BIAS},
+    /* cross_entropy_fused's cases by k_ce_staged {N, C, V, compute dtype, all targets ignored, f32 logits}: the element
+     * path, 16-byte loads, every target ignored, an f32 row past CUDA's 48 KiB of shared memory without the attribute,
+     * the GPT-2 vocabulary in bf16 (these and those below last in the table: a case's inputs are seeded by its index) */
+    {"cross_entropy_staged", b_cross_entropy_staged, {9, 0, 37, 0}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {33, 0, 1000, 0}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {4, 0, 7, 0, 1}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {3, 0, 20000, 0}, 1, T_DEF},
+    {"cross_entropy_staged", b_cross_entropy_staged, {33, 7, 1000, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_staged", b_cross_entropy_staged, {5, 11, 304, PDDE_F16}, 1, T_LOWP},
+    {"cross_entropy_staged", b_cross_entropy_staged, {17, 9, 96, PDDE_BF16, 0, 1}, 1, T_LOWP},
+    {"cross_entropy_staged", b_cross_entropy_staged, {4, 8, 50304, PDDE_BF16}, 1, T_LOWP},
+    /* AdamW by k_adamw_vec {1, compute dtype, C, F, V}: w1 of 2 and 6 chunks (T_LOWP: with these cases' inputs, three
+     * Adam steps carry the backends' f32 round-off of the backward to an NMSE near 1e-7 even where every backend runs
+     * k_adamw_multi, and a bf16 case's to 1e-3; tests/mem_emu.cpp checks the kernel and its bf16 copies bit for bit) */
+    {"adamw_vec", b_adamw_vec, {1, 0, 13, 331, 7}, 3, T_LOWP},
+    {"adamw_vec", b_adamw_vec, {1, 0, 24, 1000, 9}, 3, T_LOWP},
+    /* bias_gelu by k_bias_gelu2 {ndim, shape..}: past 4 rows a thread and 1024 columns a block, a width not a multiple
+     * of 4 (declined); {0, R, F}: bf16 outputs */
+    {"bias_gelu2", b_bias_gelu2, {2, 1031, 1028}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {3, 2, 3, 256}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {2, 131, 257}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {2, 9, 3072}, 1, T_DEF},
+    {"bias_gelu2", b_bias_gelu2, {0, 1031, 20}, 1, T_LOWP},
+    {"bias_gelu2", b_bias_gelu2, {0, 33, 3072}, 1, T_LOWP},
     /* layernorm by the warp-per-row kernels {form, R, C}: C a multiple of 4 (16-byte loads) or not, R not a multiple of
      * a group's rows, several groups (dgamma's partial sums), C = 1, C = 768 (the most a warp holds), 769 (declined).
      * (Last, as those above.) */
@@ -927,7 +977,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
-    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0");
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0"), mem_kernels("ADAMW_VEC", "0"), mem_kernels("GELU2", "0");
     setenv("PDDE_CUDA_LN2", g_ln2_outside[0], 1), setenv("PDDE_OPENCL_LN2", g_ln2_outside[1], 1);
     setenv("PDDE_CUDA_LT_LOWP_BIAS", g_lowp_bias_outside, 1);
     pdde_tensor *y = c->build(g, c);
@@ -1007,7 +1057,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
         /* (the built-in GPU backends take the fused form; a plugin may not, and then runs the two apart) */
         bool builtin_gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
-        if (c->build == b_cross_entropy_fused && mode == 1 && (builtin_gpu || g_ce_fused))
+        if ((c->build == b_cross_entropy_fused || c->build == b_cross_entropy_staged) && mode == 1 && (builtin_gpu || g_ce_fused))
             CHECK(g_ce_back == 0 && g_ce_fused == 1, "%s %s on %s: %d cross_entropy_back nodes compute apart, %d fused on the device (PDDE_FUSE_CE=1)",
                   label, what, props.backend, g_ce_back, g_ce_fused);
         if (c->build == b_moe && moe_kernels_on(props.backend))

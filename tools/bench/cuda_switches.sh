@@ -11,7 +11,8 @@
 #
 # CHECKS: NAME:VAR=V[,VAR=V...]:OP (OP empty: the whole suite) runs `test_backend_ops --backend cuda --op OP` under
 # those variables. SWITCHES: NAME:VAR=V[,VAR=V...]; DTYPE=f32 among them times an f32 step instead of bf16 (the
-# defaults in that dtype are then timed too, as default_f32). Each command is time-boxed (CAP seconds, default 75).
+# defaults in that dtype are then timed too, as default_f32). PASSES=1 runs the order once and the defaults once more
+# at its end (2 by default: the order, then its reverse). Each command is time-boxed (CAP seconds, default 75).
 # Prints a RESULT line per test and run, and last `RESULT gpu_switches default_ms=.. NAME_ms=.. NAME_vs_default=..`
 # (above 1: the switch is faster) ... failed=N.
 set -u
@@ -54,10 +55,12 @@ order=() # (the defaults, each switch, the defaults in f32 where one is f32; the
 order+=(-1)
 for i in "${!names[@]}"; do order+=("$i"); done
 [ $f32 = 1 ] && order+=(-2)
-for pass in 1 2; do
-    seq=("${order[@]}")
-    [ $pass = 2 ] && mapfile -t seq < <(printf '%s\n' "${order[@]}" | tac)
-    for i in "${seq[@]}"; do
+passes=${PASSES:-2}
+[ "$passes" = 1 ] && order+=(-1)
+for pass in $(seq "$passes"); do
+    runs_now=("${order[@]}")
+    [ "$pass" = 2 ] && mapfile -t runs_now < <(printf '%s\n' "${order[@]}" | tac)
+    for i in "${runs_now[@]}"; do
         case $i in
             -1) step_run default ;;
             -2) step_run default_f32 DTYPE=f32 ;;
