@@ -29,6 +29,7 @@
  * PDDE_CUDA_CE1=1 takes its cross-entropy that stages each row in shared memory (k_ce_staged: a row of up to the
  * device's opt-in shared memory, 227 KiB on sm_90); PDDE_CUDA_ADAMW_VEC=1 its AdamW by k_adamw_vec (and ADAMW_CHUNKS's
  * grouping); PDDE_CUDA_GELU2=1 bias_gelu and its backward by k_bias_gelu2 (the three off until measured).
+ * PDDE_CUDA_LN2=1 takes layernorm's warp-per-row kernels of cuda_norm.cuh (forward, dx, dgamma; gpu_dispatch.h; off until measured).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -317,7 +318,7 @@ typedef struct {
     /* the dispatcher's switches (pcu_switches_read), read once when a session's stream is made (fixed), so that no
      * operation reads the environment; the default stream reads them at each operation */
     int fixed;
-    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS, PDDE_CUDA_CE1, PDDE_CUDA_ADAMW_VEC, PDDE_CUDA_GELU2) */
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_CUDA_COLSUM2, PDDE_CUDA_ADAMW_CHUNKS, PDDE_CUDA_CE1, PDDE_CUDA_ADAMW_VEC, PDDE_CUDA_GELU2, PDDE_CUDA_LN2) */
     int gemmex_lowp;      /* PDDE_CUDA_GEMMEX_LOWP=1 */
     int lt_lowp_bias;     /* PDDE_CUDA_LT_LOWP_BIAS=1 (pclt_cb_gemm_epi) */
     int gemm_single;      /* PDDE_CUDA_GEMM_SINGLE=1 */
@@ -1550,7 +1551,7 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128, .flash2_variant = s->flash2_variant,
-        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, _ADAMW_CHUNKS: on unless "0"; _CE1, _ADAMW_VEC, _GELU2: off unless "1") */
+        .mem_kernels = s->mem_kernels, /* (PDDE_CUDA_COLSUM2, _ADAMW_CHUNKS: on unless "0"; _CE1, _ADAMW_VEC, _GELU2, _LN2: off unless "1") */
         /* (the shared memory past the static of the kernels that take it: block_sum's and block_max's) */
         .max_local = d->fam->info[d->index].shared_optin > 2048 ? (size_t)d->fam->info[d->index].shared_optin - 2048 : 0,
         .embedding_back = s->embedding_back, .embedding_sort = s->embedding_sort,

@@ -56,6 +56,8 @@ enum {
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
     PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS, PGD_K_EMBEDDING_KEYS,
     PGD_K_EMBEDDING_RADIX_COUNT, PGD_K_EMBEDDING_RADIX_SCAN, PGD_K_EMBEDDING_RADIX_SCATTER,
+    /* layernorm with a warp (32 items) per row (pgd_ctx.mem_kernels PGD_MEM_LN2) */
+    PGD_K_LAYERNORM2, PGD_K_LAYERNORM_BACK2, PGD_K_LAYERNORM_GAMMA2,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -74,6 +76,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_ce_fused", "k_colsum2", "k_adamw_chunks", "k_ce_staged",
     "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows", "k_embedding_keys",
     "k_embedding_radix_count", "k_embedding_radix_scan", "k_embedding_radix_scatter",
+    "k_layernorm2", "k_layernorm_back2", "k_layernorm_gamma2",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -195,15 +198,18 @@ typedef struct {
  * tools/bench/cuda_memk.sh; OpenCL: none, until a GPU run measures them there) and its variables turn each on ("1")
  * or off ("0"). CUDA's kernels only: PGD_MEM_ADAMW_VEC, k_adamw_chunks's chunks by k_adamw_vec (a few blocks a
  * multiprocessor, more loads in flight; PDDE_CUDA_ADAMW_VEC=1 sets it with PGD_MEM_ADAMW_CHUNKS); PGD_MEM_GELU2,
- * bias_gelu and its backward by k_bias_gelu2 (16-byte loads, 4 rows in flight) */
-enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8, PGD_MEM_GELU2 = 16 };
-/* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS, <prefix>CE1, PDDE_CUDA_ADAMW_VEC
- * and PDDE_CUDA_GELU2 (prefix: the backend's, as PDDE_CUDA_; "1" sets a switch's bit and those it takes with it, "0"
- * clears its own) */
+ * bias_gelu and its backward by k_bias_gelu2 (16-byte loads, 4 rows in flight). PGD_MEM_LN2: layernorm by k_layernorm2,
+ * k_layernorm_back2 and k_layernorm_gamma2 (pgd_ln2_on: a row in a warp's registers, read once; off on every backend
+ * until a GPU run measures it) */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8, PGD_MEM_GELU2 = 16, PGD_MEM_LN2 = 32 };
+/* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS, <prefix>CE1, <prefix>LN2,
+ * PDDE_CUDA_ADAMW_VEC and PDDE_CUDA_GELU2 (prefix: the backend's, as PDDE_CUDA_; "1" sets a switch's bit and those it
+ * takes with it, "0" clears its own) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults) {
     static const struct { const char *name; unsigned bit, with; int cuda_only; } sw[] = {
         {"COLSUM2", PGD_MEM_COLSUM2, 0, 0}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS, 0, 0}, {"CE1", PGD_MEM_CE1, 0, 0},
-        {"ADAMW_VEC", PGD_MEM_ADAMW_VEC, PGD_MEM_ADAMW_CHUNKS, 1}, {"GELU2", PGD_MEM_GELU2, 0, 1}};
+        {"ADAMW_VEC", PGD_MEM_ADAMW_VEC, PGD_MEM_ADAMW_CHUNKS, 1}, {"GELU2", PGD_MEM_GELU2, 0, 1},
+        {"LN2", PGD_MEM_LN2, 0, 0}};
     unsigned bits = defaults;
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
         if (sw[i].cuda_only && strcmp(prefix, "PDDE_CUDA_")) continue;
@@ -921,11 +927,45 @@ static int pgd_rows(const pdde_tensor *x, int64_t *rows, int64_t *C) {
     return *rows > 0 && *C > 0;
 }
 
+/* layernorm's warp-per-row kernels (PGD_MEM_LN2): rows of at most PGD_LN2_CMAX columns, a row a warp (32 items), 8
+ * warps a group (fewer where the device's row groups are smaller: 2 on a CPU); elsewhere the group-per-row kernels run */
+#define PGD_LN2_CMAX 768 /* (LN2_CMAX in both kernel sources: 6 groups of 4 columns a lane) */
+static int pgd_ln2_on(const pgd_ctx *g, int64_t C) { return (g->mem_kernels & PGD_MEM_LN2) && C <= PGD_LN2_CMAX && g->max_block >= 32; }
+static unsigned pgd_ln2_warps(const pgd_ctx *g) { return g->max_block >= 256 ? 8u : g->max_block / 32; }
+static unsigned pgd_ln2_grid(const pgd_ctx *g, int64_t rows) {
+    int64_t n = (rows + pgd_ln2_warps(g) - 1) / pgd_ln2_warps(g);
+    return n > 65535 ? 65535u : (unsigned)n;
+}
+
+/* dgamma by k_layernorm_gamma2: groups of at least 8 rows a warp, up to 2 groups a compute unit (the partial sums
+ * [groups, C] few, so that k_colsum, which sums them with 32 columns a group, has short columns), dgamma directly
+ * from one group */
+static int pgd_gamma_back_ln2(const pgd_ctx *g, pdde_tensor *node, int64_t rows, int64_t C, float eps) {
+    int64_t warps = pgd_ln2_warps(g), groups = (rows + 8 * warps - 1) / (8 * warps), cap = (int64_t)(g->units ? g->units : 1) * 2;
+    if (groups > cap) groups = cap;
+    if (groups > 65535) groups = 65535;
+    int64_t rpb = (rows + groups - 1) / groups;
+    groups = (rows + rpb - 1) / rpb;
+    pgd_ptr px = pgd_ptr_of(node->src[0]), pdy = pgd_ptr_of(node->src[1]), pg = pgd_ptr_of(node), part = pg;
+    if (groups > 1) {
+        int e = g->scratch(g->impl, g->stream, (size_t)(groups * C) * sizeof(float), &part);
+        if (e) return e;
+    }
+    int e = pgd_launch(g, PGD_K_LAYERNORM_GAMMA2, (unsigned)groups, 1, 1, 32 * (unsigned)warps, 1,
+                       PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rpb)));
+    if (e || groups == 1) return e;
+    float one = 1.0f;
+    int32_t part_dt = (int32_t)PDDE_F32;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(groups), PGD_A(C), PGD_A(one), PGD_A(groups), PGD_A(part_dt)));
+}
+
 static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     pdde_tensor *x = node->src[0], *dy = node->src[1];
     int64_t rows, C;
     if (!pgd_rows(x, &rows, &C)) return g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)pgd_numel(node));
     float eps = pdde_op_f32(node, PDDE_P_NORM_EPS), one = 1.0f;
+    if (!rms && pgd_ln2_on(g, C)) return pgd_gamma_back_ln2(g, node, rows, C, eps);
     int64_t chunks = pgd_row_chunks(g, rows, C), rpc = (rows + chunks - 1) / chunks;
     /* scratch: the row statistics [rows][2], then the chunk sums [chunks][C] when the rows are split */
     size_t stats_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
@@ -1502,6 +1542,10 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
         int add_in = pdde_op_i32(node, PDDE_P_NORM_ADD_IN) != 0; /* (x + src 3, the sum beside y: PDDE_FUSE_ADD_LN) */
         pgd_ptr pres = add_in ? pgd_ptr_of(node->src[3]) : pgd_null, psum = add_in ? pgd_at(py, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
+        if (pgd_ln2_on(g, C))
+            return pgd_launch(g, PGD_K_LAYERNORM2, pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
+                                       PGD_P(pres), PGD_P(psum)));
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
                                        PGD_P(pres), PGD_P(psum)));
@@ -1515,6 +1559,10 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         pgd_ptr pres = pgd_opt_src(node, 3); /* (layernorm: the other gradient of x, added: PDDE_FUSE_ADD_LN) */
         int32_t cdt = node->op == PDDE_OP_LAYERNORM_BACK ? pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) : 0; /* (PDDE_BF16_GRADS) */
         pgd_ptr pcp = cdt ? pgd_at(pdx, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
+        if (node->op == PDDE_OP_LAYERNORM_BACK && pgd_ln2_on(g, C))
+            return pgd_launch(g, PGD_K_LAYERNORM_BACK2, pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),
+                                       PGD_P(pcp), PGD_A(cdt)));
         if (node->op == PDDE_OP_LAYERNORM_BACK)
             return pgd_row_launch(g, PGD_K_LAYERNORM_BACK, rows, C,
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),

@@ -12,8 +12,8 @@
  * Tensors live at (cl_mem = node->data, byte offset = node->offset); kernels take both (no
  * sub-buffers: their origins have alignment limits).
  *
- * PDDE_OPENCL_COLSUM2=1 and PDDE_OPENCL_ADAMW_CHUNKS=1 take the column sums and AdamW kernels that the CUDA
- * backend's switches of the same names take (backends/gpu_dispatch.h), so that CI runs them on PoCL.
+ * PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1 and PDDE_OPENCL_LN2=1 take the column sums, AdamW and layernorm
+ * kernels that the CUDA backend's switches of the same names take (backends/gpu_dispatch.h), so that CI runs them on PoCL.
  * Debug hook: PDDE_OPENCL_DEBUG_SOURCE, read when the family is created, is appended to the kernel
  * source, so a test can make the build fail and check the PDDE_ERR_BUILD path. */
 #if defined(__has_include)
@@ -102,7 +102,7 @@ typedef struct {
     /* a session's stream: the dispatcher's switches read once, when it is made (no operation reads the environment),
      * and whether the device's kernels are built (the default stream checks both at each operation) */
     int fixed, prepared;
-    unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS) */
+    unsigned mem_kernels; /* PGD_MEM_* (PDDE_OPENCL_COLSUM2, PDDE_OPENCL_ADAMW_CHUNKS, PDDE_OPENCL_LN2) */
     int embedding_back;   /* PGD_EMB_* (PDDE_OPENCL_EMBEDDING_BACK; sorted by default) */
     int embedding_sort;   /* PGD_EMB_SORT_* (PDDE_OPENCL_EMBEDDING_SORT; by the ids' count by default) */
     int builtin_gemm;     /* PDDE_OPENCL_GEMM=builtin: k_gemm rather than CLBlast */
@@ -766,7 +766,7 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .copy = pdde_ocl_cb_copy,
         /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
-        /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1, PDDE_OPENCL_CE1=1: gpu_dispatch.h) */
+        /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1, PDDE_OPENCL_CE1=1, PDDE_OPENCL_LN2=1: gpu_dispatch.h) */
         .mem_kernels = s->fixed ? s->mem_kernels : pgd_mem_kernels_env("PDDE_OPENCL_", 0), .max_local = d->max_local,
         /* (reproducible, the CPU's sums: PDDE_OPENCL_EMBEDDING_BACK=atomic for the float atomics) */
         .embedding_back = s->fixed ? s->embedding_back : pgd_embedding_back_env("PDDE_OPENCL_", PGD_EMB_SORTED),

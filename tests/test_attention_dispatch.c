@@ -7,7 +7,8 @@
  * flash2 takes flash2's packed kernels (k_flash2_*_qkv); named flash takes flash in both layouts; f32
  * q, k, v take the unfused path by default and the f32 tiled kernels (k_flash_f32_*) where flash or
  * flash2 is named (by PDDE_CUDA_ATTENTION or PDDE_ATTENTION; flash2: the one-pass backward after dq is
- * zeroed), with their own grid (backends/flash_f32_tiles.h). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
+ * zeroed), with their own grid (backends/flash_f32_tiles.h). Also a layernorm's kernels with and without PGD_MEM_LN2 (the
+ * warp-per-row kernels, rows up to 768 wide). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
  * many parameters as the launch passes, each of the launch's size. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
@@ -130,6 +131,32 @@ static void expect(pdde_context *ctx, const char *env, int D, pdde_dtype dt, int
     pdde_graph_free(g);
 }
 
+/* The kernels of the layernorm graph x [R, C] (forward, dx, dgamma) with the memory-bound kernels mk (PGD_MEM_*), as
+ * "forward | dx | dgamma" */
+static void layernorm_kernels(pdde_context *ctx, int64_t R, int64_t C, unsigned mk, char *out, size_t cap) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){R, C}, 0.0f);
+    pdde_tensor *y = pdde_layernorm(g, x, pdde_param(g, "gamma", 1, (int64_t[]){C}, 1.0f), pdde_param(g, "beta", 1, (int64_t[]){C}, 0.0f), 1e-5f);
+    pdde_backward(g, pdde_sum(g, y, -1, 0));
+    pgd_ctx c = {.ctx = ctx, .name = "cuda", .units = 132, .max_block = 1024, .launch = rec_launch, .scratch = rec_scratch,
+                 .fill32 = rec_fill32, .mem_kernels = mk};
+    static const pdde_op ops[3] = {PDDE_OP_LAYERNORM, PDDE_OP_LAYERNORM_BACK, PDDE_OP_LAYERNORM_BACK_GAMMA};
+    size_t len = 0;
+    out[0] = 0;
+    for (int o = 0; o < 3; o++)
+        for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
+            pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
+            if (t->op != ops[o]) continue;
+            n_launched = 0;
+            CHECK(pgd_compute(&c, t) == 0, "the dispatcher failed: %s", pdde_last_error(ctx));
+            len += (size_t)snprintf(out + len, cap - len, "%s", o ? " |" : "");
+            for (int j = 0; j < n_launched && len + 40 < cap; j++) len += (size_t)snprintf(out + len, cap - len, " %s", pgd_kernel_name(launched[j]));
+            break;
+        }
+    pdde_graph_free(g);
+}
+
 int main(void) {
     size_t n = 0;
     for (int i = 0; pdde_cuda_ptx_mma_parts[i]; i++) n += strlen(pdde_cuda_ptx_mma_parts[i]);
@@ -237,6 +264,14 @@ int main(void) {
     expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs");
     flash2_variant = 0;
     unsetenv("PDDE_CUDA_ATTENTION");
+    /* layernorm: the warp-per-row kernels under PGD_MEM_LN2 (rows up to 768 wide), their launches' arguments the PTX's */
+    char got[512];
+    layernorm_kernels(ctx, 8192, 768, PGD_CUDA_MEM_KERNELS | PGD_MEM_LN2, got, sizeof got);
+    CHECK(!strcmp(got, " k_layernorm2 | k_layernorm_back2 | k_layernorm_gamma2 k_colsum"), "PGD_MEM_LN2, [8192, 768]: %s", got);
+    layernorm_kernels(ctx, 8192, 769, PGD_CUDA_MEM_KERNELS | PGD_MEM_LN2, got, sizeof got);
+    CHECK(!strcmp(got, " k_layernorm | k_layernorm_back | k_row_stats k_gamma_back k_colsum"), "PGD_MEM_LN2, [8192, 769]: %s", got);
+    layernorm_kernels(ctx, 8192, 768, PGD_CUDA_MEM_KERNELS, got, sizeof got);
+    CHECK(!strcmp(got, " k_layernorm | k_layernorm_back | k_row_stats k_gamma_back k_colsum"), "the defaults, [8192, 768]: %s", got);
     pdde_context_free(ctx);
     free(ptx), free(ptx75);
     /* CUDA's memory-bound kernels: k_colsum2 and k_adamw_chunks by default, each "0" leaves one, "1" keeps it */
@@ -249,5 +284,11 @@ int main(void) {
     setenv("PDDE_CUDA_ADAMW_CHUNKS", "0", 1);
     CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) == 0, "both 0: none");
     unsetenv("PDDE_CUDA_COLSUM2"), unsetenv("PDDE_CUDA_ADAMW_CHUNKS");
+    /* the warp-per-row layernorm: off until a GPU run measures it, "1" takes it */
+    unsetenv("PDDE_CUDA_LN2");
+    CHECK(!(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2), "PDDE_CUDA_LN2 off by default");
+    setenv("PDDE_CUDA_LN2", "1", 1);
+    CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2, "PDDE_CUDA_LN2=1 takes it");
+    unsetenv("PDDE_CUDA_LN2");
     return test_finish();
 }

@@ -416,6 +416,36 @@ static pdde_tensor *b_bias_gelu2(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, P(g, "x", 2, c->p[1], 13, 0, 0), w1, 0, 0), b1), w2, 0, 0);
 }
 
+/* layernorm2: layernorm by the warp-per-row kernels (PDDE_*_LN2=1, set for the case: k_layernorm2, k_layernorm_back2,
+ * k_layernorm_gamma2); p = {form, R, C}, x [R, C]: form 0 the plain layernorm; 1 layernorm_res's (the backward adds x's
+ * other gradient); 2 layernorm_add's (the forward adds r and writes the sum); 3 layernorm_copy's (x [R, 13] @ w1 under
+ * bf16 with PDDE_BF16_GRADS=1: the backward also writes dx's bf16 copy); 4 under bf16, the layernorm's output the
+ * matmul's operand (written in bf16). C above 768 is declined (the group-per-row kernels run). */
+static pdde_tensor *b_layernorm2(pdde_graph *g, const op_case *c) {
+    mem_kernels("LN2", "1");
+    int64_t R = c->p[1], C = c->p[2];
+    pdde_tensor *gamma = P(g, "gamma", 1, C, 0, 0, 0), *beta = P(g, "beta", 1, C, 0, 0, 0);
+    if (c->p[0] == 0) return pdde_layernorm(g, P(g, "x", 2, R, C, 0, 0), gamma, beta, 1e-5f);
+    setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    if (c->p[0] == 1) {
+        pdde_tensor *x = P(g, "x", 2, R, C, 0, 0);
+        return pdde_add(g, pdde_layernorm(g, x, gamma, beta, 1e-5f), pdde_scale(g, x, 0.5f));
+    }
+    if (c->p[0] == 2) {
+        pdde_tensor *s = pdde_add(g, P(g, "x", 2, R, C, 0, 0), P(g, "r", 2, R, C, 0, 0));
+        return pdde_add(g, pdde_layernorm(g, s, gamma, beta, 1e-5f), pdde_scale(g, s, 0.5f));
+    }
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    if (c->p[0] == 3) {
+        setenv("PDDE_BF16_GRADS", "1", 1);
+        pdde_tensor *h = pdde_matmul(g, P(g, "x", 2, R, 13, 0, 0), P(g, "w1", 2, 13, C, 0, 0), 0, 0);
+        pdde_tensor *y = pdde_layernorm(g, h, gamma, beta, 1e-5f);
+        return pdde_matmul(g, pdde_add(g, y, pdde_scale(g, h, 0.5f)), P(g, "w2", 2, C, 7, 0, 0), 0, 0);
+    }
+    pdde_tensor *y = pdde_layernorm(g, P(g, "x", 2, R, C, 0, 0), gamma, beta, 1e-5f);
+    return pdde_matmul(g, y, P(g, "w", 2, C, 7, 0, 0), 0, 0);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -682,6 +712,21 @@ static const op_case cases[] = {
     {"bias_gelu2", b_bias_gelu2, {2, 9, 3072}, 1, T_DEF},
     {"bias_gelu2", b_bias_gelu2, {0, 1031, 20}, 1, T_LOWP},
     {"bias_gelu2", b_bias_gelu2, {0, 33, 3072}, 1, T_LOWP},
+    /* layernorm by the warp-per-row kernels {form, R, C}: C a multiple of 4 (16-byte loads) or not, R not a multiple of
+     * a group's rows, several groups (dgamma's partial sums), C = 1, C = 768 (the most a warp holds), 769 (declined).
+     * (Last, as those above.) */
+    {"layernorm2", b_layernorm2, {0, 1031, 64}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 7, 33}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 2, 1}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 300, 768}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 5, 769}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {1, 1031, 36}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {1, 7, 33}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {2, 300, 100}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {2, 7, 33}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {3, 9, 132}, 1, T_LOWP},
+    {"layernorm2", b_layernorm2, {3, 9, 131}, 1, T_LOWP},
+    {"layernorm2", b_layernorm2, {4, 33, 64}, 1, T_LOWP},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -894,6 +939,9 @@ static void graph_traffic(pdde_graph *g, double *bytes, double *flops) {
 /* PDDE_CUDA_LT_LOWP_BIAS as the run's environment set it ("0" where it did not): each case starts from it, and
  * b_matmul_bias_lowp and gelu_fused's p2 set it for theirs (cuda reads it when a session's stream is made) */
 static char g_lowp_bias_outside[8] = "0";
+/* PDDE_CUDA_LN2 and PDDE_OPENCL_LN2 as the run's environment set them, likewise (the layernorm2 cases set theirs): so
+ * `PDDE_CUDA_LN2=1 test_backend_ops --op layernorm` runs every layernorm case by the warp-per-row kernels */
+static char g_ln2_outside[2][8] = {"0", "0"};
 
 /* A case's bound on its forward NMSE: its own, or T_LOWP_BIAS where PDDE_CUDA_LT_LOWP_BIAS=1 adds its bias rounded to
  * a bf16 / f16 output (matmul_bias, gelu_fused under a compute dtype; the switch from outside or from the builder) */
@@ -930,6 +978,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
     setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
     mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0"), mem_kernels("ADAMW_VEC", "0"), mem_kernels("GELU2", "0");
+    setenv("PDDE_CUDA_LN2", g_ln2_outside[0], 1), setenv("PDDE_OPENCL_LN2", g_ln2_outside[1], 1);
     setenv("PDDE_CUDA_LT_LOWP_BIAS", g_lowp_bias_outside, 1);
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
@@ -1821,6 +1870,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof fusions / sizeof fusions[0]; i++) setenv(fusions[i], "0", 0);
     const char *lowp_bias = getenv("PDDE_CUDA_LT_LOWP_BIAS");
     if (lowp_bias) snprintf(g_lowp_bias_outside, sizeof g_lowp_bias_outside, "%s", lowp_bias);
+    for (int k = 0; k < 2; k++) {
+        const char *ln2 = getenv(k ? "PDDE_OPENCL_LN2" : "PDDE_CUDA_LN2");
+        if (ln2) snprintf(g_ln2_outside[k], sizeof g_ln2_outside[k], "%s", ln2);
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) o.backend = argv[++i];
         else if (!strcmp(argv[i], "--plugin") && i + 1 < argc) plugin = argv[++i];
