@@ -56,8 +56,11 @@ enum {
     /* the reproducible embedding backward (pgd_ctx.embedding_back) */
     PGD_K_EMBEDDING_SORT, PGD_K_EMBEDDING_COUNT_SORT, PGD_K_EMBEDDING_BACK_ROWS, PGD_K_EMBEDDING_KEYS,
     PGD_K_EMBEDDING_RADIX_COUNT, PGD_K_EMBEDDING_RADIX_SCAN, PGD_K_EMBEDDING_RADIX_SCATTER,
-    /* layernorm with a warp (32 items) per row (pgd_ctx.mem_kernels PGD_MEM_LN2) */
-    PGD_K_LAYERNORM2, PGD_K_LAYERNORM_BACK2, PGD_K_LAYERNORM_GAMMA2,
+    /* layernorm with a warp (32 items) per row (pgd_ctx.mem_kernels PGD_MEM_LN2), for rows of up to 768 columns and,
+     * in PGD_LN2_WIDTHS's order, the wider instances (each kernel's instances consecutive) */
+    PGD_K_LAYERNORM2, PGD_K_LAYERNORM2_1024, PGD_K_LAYERNORM2_1664, PGD_K_LAYERNORM2_2048,
+    PGD_K_LAYERNORM_BACK2, PGD_K_LAYERNORM_BACK2_1024, PGD_K_LAYERNORM_BACK2_1664, PGD_K_LAYERNORM_BACK2_2048,
+    PGD_K_LAYERNORM_GAMMA2, PGD_K_LAYERNORM_GAMMA2_1024, PGD_K_LAYERNORM_GAMMA2_1664, PGD_K_LAYERNORM_GAMMA2_2048,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -76,7 +79,9 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_ce_fused", "k_colsum2", "k_adamw_chunks", "k_ce_staged",
     "k_embedding_sort", "k_embedding_count_sort", "k_embedding_back_rows", "k_embedding_keys",
     "k_embedding_radix_count", "k_embedding_radix_scan", "k_embedding_radix_scatter",
-    "k_layernorm2", "k_layernorm_back2", "k_layernorm_gamma2",
+    "k_layernorm2", "k_layernorm2_1024", "k_layernorm2_1664", "k_layernorm2_2048",
+    "k_layernorm_back2", "k_layernorm_back2_1024", "k_layernorm_back2_1664", "k_layernorm_back2_2048",
+    "k_layernorm_gamma2", "k_layernorm_gamma2_1024", "k_layernorm_gamma2_1664", "k_layernorm_gamma2_2048",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -928,9 +933,19 @@ static int pgd_rows(const pdde_tensor *x, int64_t *rows, int64_t *C) {
 }
 
 /* layernorm's warp-per-row kernels (PGD_MEM_LN2): rows of at most PGD_LN2_CMAX columns, a row a warp (32 items), 8
- * warps a group (fewer where the device's row groups are smaller: 2 on a CPU); elsewhere the group-per-row kernels run */
-#define PGD_LN2_CMAX 768 /* (LN2_CMAX in both kernel sources: 6 groups of 4 columns a lane) */
+ * warps a group (fewer where the device's row groups are smaller: 2 on a CPU); elsewhere the group-per-row kernels run.
+ * Each kernel is built for the row widths PGD_LN2_WIDTHS (G = width / 128 groups of 4 columns a lane: 6, 8, 13, 16 in
+ * both kernel sources' LN2_INSTANCE); pgd_ln2_kernel takes the narrowest that holds the row. */
+#define PGD_LN2_WIDTHS {768, 1024, 1664, 2048}
+#define PGD_LN2_CMAX 2048
 static int pgd_ln2_on(const pgd_ctx *g, int64_t C) { return (g->mem_kernels & PGD_MEM_LN2) && C <= PGD_LN2_CMAX && g->max_block >= 32; }
+/* base (PGD_K_LAYERNORM2, PGD_K_LAYERNORM_BACK2 or PGD_K_LAYERNORM_GAMMA2)'s instance for rows of C columns (pgd_ln2_on) */
+static int pgd_ln2_kernel(int base, int64_t C) {
+    static const int64_t widths[] = PGD_LN2_WIDTHS;
+    int i = 0;
+    while (i + 1 < (int)(sizeof widths / sizeof widths[0]) && C > widths[i]) i++;
+    return base + i;
+}
 static unsigned pgd_ln2_warps(const pgd_ctx *g) { return g->max_block >= 256 ? 8u : g->max_block / 32; }
 static unsigned pgd_ln2_grid(const pgd_ctx *g, int64_t rows) {
     int64_t n = (rows + pgd_ln2_warps(g) - 1) / pgd_ln2_warps(g);
@@ -951,7 +966,7 @@ static int pgd_gamma_back_ln2(const pgd_ctx *g, pdde_tensor *node, int64_t rows,
         int e = g->scratch(g->impl, g->stream, (size_t)(groups * C) * sizeof(float), &part);
         if (e) return e;
     }
-    int e = pgd_launch(g, PGD_K_LAYERNORM_GAMMA2, (unsigned)groups, 1, 1, 32 * (unsigned)warps, 1,
+    int e = pgd_launch(g, pgd_ln2_kernel(PGD_K_LAYERNORM_GAMMA2, C), (unsigned)groups, 1, 1, 32 * (unsigned)warps, 1,
                        PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rpb)));
     if (e || groups == 1) return e;
     float one = 1.0f;
@@ -1543,7 +1558,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int add_in = pdde_op_i32(node, PDDE_P_NORM_ADD_IN) != 0; /* (x + src 3, the sum beside y: PDDE_FUSE_ADD_LN) */
         pgd_ptr pres = add_in ? pgd_ptr_of(node->src[3]) : pgd_null, psum = add_in ? pgd_at(py, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
         if (pgd_ln2_on(g, C))
-            return pgd_launch(g, PGD_K_LAYERNORM2, pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
+            return pgd_launch(g, pgd_ln2_kernel(PGD_K_LAYERNORM2, C), pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
                                        PGD_P(pres), PGD_P(psum)));
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
@@ -1560,7 +1575,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int32_t cdt = node->op == PDDE_OP_LAYERNORM_BACK ? pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) : 0; /* (PDDE_BF16_GRADS) */
         pgd_ptr pcp = cdt ? pgd_at(pdx, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
         if (node->op == PDDE_OP_LAYERNORM_BACK && pgd_ln2_on(g, C))
-            return pgd_launch(g, PGD_K_LAYERNORM_BACK2, pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
+            return pgd_launch(g, pgd_ln2_kernel(PGD_K_LAYERNORM_BACK2, C), pgd_ln2_grid(g, rows), 1, 1, 32 * pgd_ln2_warps(g), 1,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),
                                        PGD_P(pcp), PGD_A(cdt)));
         if (node->op == PDDE_OP_LAYERNORM_BACK)

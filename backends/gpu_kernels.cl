@@ -419,12 +419,13 @@ __kernel void k_gamma_back(PTR(const float, x), PTR(const float, dy), PTR(const 
 
 /* ---- layernorm with a 32-item slice of the group per row (cuda_norm.cuh's kernels: PGD_MEM_LN2) ------------- */
 
-/* A row of C <= LN2_CMAX columns in its slice's private registers: item l of the slice holds the 4-column groups
- * u * 32 + l (u < LN2_GROUPS), read once (element by element here: the CUDA kernels' 16-byte loads read the same
+/* A row of C <= 32 * 4 * G columns in its slice's private registers: item l of the slice holds the 4-column groups
+ * u * 32 + l (u < G), read once (element by element here: the CUDA kernels' 16-byte loads read the same
  * columns); a slice's sums go through group memory (a warp's shuffles in CUDA), so every item of the group takes
- * part in each and the row loops run alike for all slices (a slice past the last row computes on zeros). */
-#define LN2_GROUPS 6
-#define LN2_CMAX (32 * 4 * LN2_GROUPS) /* (PGD_LN2_CMAX in backends/gpu_dispatch.h) */
+ * part in each and the row loops run alike for all slices (a slice past the last row computes on zeros). Built, as
+ * cuda_norm.cuh's, for G = 6, 8, 13 and 16 (rows up to 768, 1024, 1664, 2048 columns: the names without and with
+ * the suffixes _1024, _1664, _2048; PGD_LN2_WIDTHS in backends/gpu_dispatch.h): the bodies take G and the private
+ * arrays from the kernels LN2_INSTANCE declares. */
 
 /* the sum of v over the item's slice of 32, to each of them */
 static float slice_sum(float v, __local float *sh) {
@@ -444,11 +445,11 @@ static void ln2_load(__global const float *p, long j, long C, int live, float *v
 }
 static long ln2_col(int u, int lane) { return (long)(u * 32 + lane) * 4; }
 /* the row's mean and rstd (k_layernorm's two passes) */
-static void ln2_stats(float v[LN2_GROUPS][4], long C, int lane, float eps, __local float *sh, float *mean, float *rstd) {
+static void ln2_stats(float (*v)[4], int G, long C, int lane, float eps, __local float *sh, float *mean, float *rstd) {
     float s = 0.0f, q = 0.0f;
-    for (int u = 0; u < LN2_GROUPS; u++) s += (v[u][0] + v[u][1]) + (v[u][2] + v[u][3]);
+    for (int u = 0; u < G; u++) s += (v[u][0] + v[u][1]) + (v[u][2] + v[u][3]);
     float m = slice_sum(s, sh) / (float)C;
-    for (int u = 0; u < LN2_GROUPS; u++)
+    for (int u = 0; u < G; u++)
         for (int k = 0; k < 4; k++)
             if (ln2_col(u, lane) + k < C) {
                 float d = v[u][k] - m;
@@ -458,17 +459,14 @@ static void ln2_stats(float v[LN2_GROUPS][4], long C, int lane, float eps, __loc
     *rstd = rsqrt(slice_sum(q, sh) / (float)C + eps);
 }
 
-__kernel void k_layernorm2(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows, long C, float eps,
-                           int ydt, PTR(const float, res), PTR(float, sum)) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y); BIND(const float, res); BIND(float, sum);
-    __local float sh[MAX_GROUP];
+static void layernorm2(__global const float *x, __global const float *g, __global const float *b, __global void *y, long rows, long C,
+                       float eps, int ydt, __global const float *res, __global float *sum, int G, float (*v)[4], __local float *sh) {
     int lane = get_local_id(0) & 31;
     long wpb = get_local_size(0) / 32;
     for (long r0 = get_group_id(0) * wpb; r0 < rows; r0 += get_num_groups(0) * wpb) {
         long r = r0 + get_local_id(0) / 32;
         int live = r < rows;
-        float v[LN2_GROUPS][4];
-        for (int u = 0; u < LN2_GROUPS; u++) {
+        for (int u = 0; u < G; u++) {
             long j = ln2_col(u, lane);
             ln2_load(x + r * C, j, C, live, v[u]);
             if (res) {
@@ -481,8 +479,8 @@ __kernel void k_layernorm2(PTR(const float, x), PTR(const float, g), PTR(const f
             }
         }
         float mean, rstd;
-        ln2_stats(v, C, lane, eps, sh, &mean, &rstd);
-        for (int u = 0; u < LN2_GROUPS; u++)
+        ln2_stats(v, G, C, lane, eps, sh, &mean, &rstd);
+        for (int u = 0; u < G; u++)
             for (int k = 0; k < 4; k++) {
                 long j = ln2_col(u, lane) + k;
                 if (live && j < C) store_out(y, r * C + j, (v[u][k] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);
@@ -490,17 +488,15 @@ __kernel void k_layernorm2(PTR(const float, x), PTR(const float, g), PTR(const f
     }
 }
 
-__kernel void k_layernorm_back2(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx), long rows, long C,
-                                float eps, PTR(const float, res), PTR(void, cp), int cdt) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res); BIND(void, cp);
-    __local float sh[MAX_GROUP];
+static void layernorm_back2(__global const float *x, __global const float *g, __global const float *dy, __global float *dx, long rows,
+                            long C, float eps, __global const float *res, __global void *cp, int cdt, int G, float (*v)[4], float (*d)[4],
+                            __local float *sh) {
     int lane = get_local_id(0) & 31;
     long wpb = get_local_size(0) / 32;
     for (long r0 = get_group_id(0) * wpb; r0 < rows; r0 += get_num_groups(0) * wpb) {
         long r = r0 + get_local_id(0) / 32;
         int live = r < rows;
-        float v[LN2_GROUPS][4], d[LN2_GROUPS][4];
-        for (int u = 0; u < LN2_GROUPS; u++) {
+        for (int u = 0; u < G; u++) {
             long j = ln2_col(u, lane);
             float gg[4];
             ln2_load(x + r * C, j, C, live, v[u]);
@@ -509,16 +505,16 @@ __kernel void k_layernorm_back2(PTR(const float, x), PTR(const float, g), PTR(co
             for (int k = 0; k < 4; k++) d[u][k] *= gg[k]; /* (dy*g rounded once: no contraction in this file) */
         }
         float mean, rstd;
-        ln2_stats(v, C, lane, eps, sh, &mean, &rstd);
+        ln2_stats(v, G, C, lane, eps, sh, &mean, &rstd);
         float s1 = 0.0f, s2 = 0.0f;
-        for (int u = 0; u < LN2_GROUPS; u++)
+        for (int u = 0; u < G; u++)
             for (int k = 0; k < 4; k++) {
                 s1 += d[u][k];
                 s2 += d[u][k] * ((v[u][k] - mean) * rstd);
             }
         s1 = slice_sum(s1, sh) / (float)C;
         s2 = slice_sum(s2, sh) / (float)C;
-        for (int u = 0; u < LN2_GROUPS; u++)
+        for (int u = 0; u < G; u++)
             for (int k = 0; k < 4; k++) {
                 long j = ln2_col(u, lane) + k;
                 if (!live || j >= C) continue;
@@ -533,31 +529,27 @@ __kernel void k_layernorm_back2(PTR(const float, x), PTR(const float, g), PTR(co
 
 /* part[group * C + j] = the sum of dy[r, j] * xhat[r, j] over the group's rows (rpb a group), the slices' sums added in
  * slice order */
-__kernel void k_layernorm_gamma2(PTR(const float, x), PTR(const float, dy), PTR(float, part), long rows, long C, float eps, long rpb) {
-    BIND(const float, x); BIND(const float, dy); BIND(float, part);
-    __local float sh[MAX_GROUP];
-    __local float col[LN2_CMAX];
+static void layernorm_gamma2(__global const float *x, __global const float *dy, __global float *part, long rows, long C, float eps, long rpb,
+                             int G, float (*v)[4], float (*d)[4], float (*acc)[4], __local float *sh, __local float *col) {
     int lane = get_local_id(0) & 31, w = get_local_id(0) / 32;
     long wpb = get_local_size(0) / 32, r0 = (long)get_group_id(0) * rpb, r1 = r0 + rpb < rows ? r0 + rpb : rows;
-    float acc[LN2_GROUPS][4];
-    for (int u = 0; u < LN2_GROUPS; u++)
+    for (int u = 0; u < G; u++)
         for (int k = 0; k < 4; k++) acc[u][k] = 0.0f;
     for (long rb = r0; rb < r1; rb += wpb) {
         long r = rb + w;
         int live = r < r1;
-        float v[LN2_GROUPS][4], d[LN2_GROUPS][4];
-        for (int u = 0; u < LN2_GROUPS; u++) {
+        for (int u = 0; u < G; u++) {
             ln2_load(x + r * C, ln2_col(u, lane), C, live, v[u]);
             ln2_load(dy + r * C, ln2_col(u, lane), C, live, d[u]);
         }
         float mean, rstd;
-        ln2_stats(v, C, lane, eps, sh, &mean, &rstd);
-        for (int u = 0; u < LN2_GROUPS; u++)
+        ln2_stats(v, G, C, lane, eps, sh, &mean, &rstd);
+        for (int u = 0; u < G; u++)
             for (int k = 0; k < 4; k++) acc[u][k] += d[u][k] * ((v[u][k] - mean) * rstd);
     }
     for (int s = 0; s < wpb; s++) {
         if (w == s)
-            for (int u = 0; u < LN2_GROUPS; u++)
+            for (int u = 0; u < G; u++)
                 for (int k = 0; k < 4; k++) {
                     long j = ln2_col(u, lane) + k;
                     if (j < C) col[j] = s ? col[j] + acc[u][k] : acc[u][k];
@@ -566,6 +558,37 @@ __kernel void k_layernorm_gamma2(PTR(const float, x), PTR(const float, dy), PTR(
     }
     for (long j = get_local_id(0); j < C; j += get_local_size(0)) part[get_group_id(0) * C + j] = col[j];
 }
+
+/* the kernels of G groups a lane (suffix: their names' end) */
+#define LN2_INSTANCE(suffix, G)                                                                                               \
+    __kernel void k_layernorm2##suffix(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,  \
+                                       long C, float eps, int ydt, PTR(const float, res), PTR(float, sum)) {                    \
+        BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y); BIND(const float, res);               \
+        BIND(float, sum);                                                                                                      \
+        __local float sh[MAX_GROUP];                                                                                           \
+        float v[G][4];                                                                                                         \
+        layernorm2(x, g, b, y, rows, C, eps, ydt, res, sum, G, v, sh);                                                         \
+    }                                                                                                                          \
+    __kernel void k_layernorm_back2##suffix(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),     \
+                                            long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {     \
+        BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);            \
+        BIND(void, cp);                                                                                                        \
+        __local float sh[MAX_GROUP];                                                                                           \
+        float v[G][4], d[G][4];                                                                                                \
+        layernorm_back2(x, g, dy, dx, rows, C, eps, res, cp, cdt, G, v, d, sh);                                                \
+    }                                                                                                                          \
+    __kernel void k_layernorm_gamma2##suffix(PTR(const float, x), PTR(const float, dy), PTR(float, part), long rows, long C,    \
+                                             float eps, long rpb) {                                                            \
+        BIND(const float, x); BIND(const float, dy); BIND(float, part);                                                        \
+        __local float sh[MAX_GROUP];                                                                                           \
+        __local float col[32 * 4 * G];                                                                                         \
+        float v[G][4], d[G][4], acc[G][4];                                                                                     \
+        layernorm_gamma2(x, dy, part, rows, C, eps, rpb, G, v, d, acc, sh, col);                                               \
+    }
+LN2_INSTANCE(, 6)
+LN2_INSTANCE(_1024, 8)
+LN2_INSTANCE(_1664, 13)
+LN2_INSTANCE(_2048, 16)
 
 __kernel void k_softmax(PTR(const float, x), PTR(float, y), long rows, long C, long T, int causal) {
     BIND(const float, x); BIND(float, y);

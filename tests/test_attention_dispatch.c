@@ -8,7 +8,7 @@
  * q, k, v take the unfused path by default and the f32 tiled kernels (k_flash_f32_*) where flash or
  * flash2 is named (by PDDE_CUDA_ATTENTION or PDDE_ATTENTION; flash2: the one-pass backward after dq is
  * zeroed), with their own grid (backends/flash_f32_tiles.h). Also a layernorm's kernels with and without PGD_MEM_LN2 (the
- * warp-per-row kernels, rows up to 768 wide). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
+ * warp-per-row kernels' instances, rows up to 768, 1024, 1664, 2048 wide; wider rows the group-per-row kernels). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
  * many parameters as the launch passes, each of the launch's size. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
@@ -264,12 +264,23 @@ int main(void) {
     expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs");
     flash2_variant = 0;
     unsetenv("PDDE_CUDA_ATTENTION");
-    /* layernorm: the warp-per-row kernels under PGD_MEM_LN2 (rows up to 768 wide), their launches' arguments the PTX's */
+    /* layernorm: the warp-per-row kernels under PGD_MEM_LN2 (rows up to 2048 wide), their launches' arguments the PTX's */
     char got[512];
     layernorm_kernels(ctx, 8192, 768, PGD_CUDA_MEM_KERNELS | PGD_MEM_LN2, got, sizeof got);
     CHECK(!strcmp(got, " k_layernorm2 | k_layernorm_back2 | k_layernorm_gamma2 k_colsum"), "PGD_MEM_LN2, [8192, 768]: %s", got);
-    layernorm_kernels(ctx, 8192, 769, PGD_CUDA_MEM_KERNELS | PGD_MEM_LN2, got, sizeof got);
-    CHECK(!strcmp(got, " k_layernorm | k_layernorm_back | k_row_stats k_gamma_back k_colsum"), "PGD_MEM_LN2, [8192, 769]: %s", got);
+    /* the wider rows: the narrowest instance that holds the row (1024, 1664, 2048 columns); above 2048 the group-per-row kernels */
+    static const struct { int64_t C; const char *want; } wide[] = {
+        {769, " k_layernorm2_1024 | k_layernorm_back2_1024 | k_layernorm_gamma2_1024 k_colsum"},
+        {1024, " k_layernorm2_1024 | k_layernorm_back2_1024 | k_layernorm_gamma2_1024 k_colsum"},
+        {1025, " k_layernorm2_1664 | k_layernorm_back2_1664 | k_layernorm_gamma2_1664 k_colsum"},
+        {1600, " k_layernorm2_1664 | k_layernorm_back2_1664 | k_layernorm_gamma2_1664 k_colsum"},
+        {1665, " k_layernorm2_2048 | k_layernorm_back2_2048 | k_layernorm_gamma2_2048 k_colsum"},
+        {2048, " k_layernorm2_2048 | k_layernorm_back2_2048 | k_layernorm_gamma2_2048 k_colsum"},
+        {2049, " k_layernorm | k_layernorm_back | k_row_stats k_gamma_back k_colsum"}};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+        layernorm_kernels(ctx, 1024, wide[i].C, PGD_CUDA_MEM_KERNELS | PGD_MEM_LN2, got, sizeof got);
+        CHECK(!strcmp(got, wide[i].want), "PGD_MEM_LN2, [1024, %lld]: %s", (long long)wide[i].C, got);
+    }
     layernorm_kernels(ctx, 8192, 768, PGD_CUDA_MEM_KERNELS, got, sizeof got);
     CHECK(!strcmp(got, " k_layernorm | k_layernorm_back | k_row_stats k_gamma_back k_colsum"), "the defaults, [8192, 768]: %s", got);
     pdde_context_free(ctx);

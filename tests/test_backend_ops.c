@@ -420,7 +420,8 @@ static pdde_tensor *b_bias_gelu2(pdde_graph *g, const op_case *c) {
  * k_layernorm_gamma2); p = {form, R, C}, x [R, C]: form 0 the plain layernorm; 1 layernorm_res's (the backward adds x's
  * other gradient); 2 layernorm_add's (the forward adds r and writes the sum); 3 layernorm_copy's (x [R, 13] @ w1 under
  * bf16 with PDDE_BF16_GRADS=1: the backward also writes dx's bf16 copy); 4 under bf16, the layernorm's output the
- * matmul's operand (written in bf16). C above 768 is declined (the group-per-row kernels run). */
+ * matmul's operand (written in bf16). The kernels' instances hold rows of up to 768, 1024, 1664 and 2048 columns (the
+ * narrowest that holds the row runs); C above 2048 is declined (the group-per-row kernels run). */
 static pdde_tensor *b_layernorm2(pdde_graph *g, const op_case *c) {
     mem_kernels("LN2", "1");
     int64_t R = c->p[1], C = c->p[2];
@@ -727,6 +728,13 @@ static const op_case cases[] = {
     {"layernorm2", b_layernorm2, {3, 9, 132}, 1, T_LOWP},
     {"layernorm2", b_layernorm2, {3, 9, 131}, 1, T_LOWP},
     {"layernorm2", b_layernorm2, {4, 33, 64}, 1, T_LOWP},
+    {"layernorm2", b_layernorm2, {0, 37, 1024}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {1, 13, 1025}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {2, 21, 1600}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 11, 1665}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {1, 19, 2048}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {0, 5, 2049}, 1, T_DEF},
+    {"layernorm2", b_layernorm2, {3, 9, 1600}, 1, T_LOWP},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -5,5 +5,5 @@
 . tests/script_util.sh norm-emu
 
 . tests/cuda_emu_util.sh
-run_emulation tests/norm_emu.cpp 18
+run_emulation tests/norm_emu.cpp 45
 finish
