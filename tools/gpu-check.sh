@@ -242,7 +242,7 @@ cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 # ---- each GEMM shape of the step on each path against torch.matmul, the bias gradient in the GEMM
 # (PDDE_FUSE_BGRAD), cublasLt's tuning (PDDE_CUDA_LT_TUNE) and batch-1 GEMMs through cublasGemmEx
 # (PDDE_CUDA_GEMM_SINGLE), all off by default (tools/bench/cuda_gemm.sh)
-step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default single tune bgrad bgrad_tune}" bash tools/bench/cuda_gemm.sh build
+step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default single tune no_bgrad lowp_bias default_again}" bash tools/bench/cuda_gemm.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_gemm_check .*failed=0' "$out/step.out" || failed=1
 
