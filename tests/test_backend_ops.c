@@ -10,8 +10,10 @@
  *
  * --op matches the op under test or any op in the case's graph (e.g. softmax_back). --perf prints
  * GFLOP/s (matmul) or GB/s per op and shape on each device instead of checking. The last line is
- * "N passed, N failed". Also checked: an unsupported op fails session init with PDDE_ERR_UNSUPPORTED,
- * a kernel that does not build gives PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
+ * "N passed, N failed". A case's inputs are seeded by its op and parameters; PDDE_TEST_SEED=N (default 0)
+ * salts every seed, to check that a bound holds for the op and not for one draw. Also checked: an
+ * unsupported op fails session init with PDDE_ERR_UNSUPPORTED, a kernel that does not build gives
+ * PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "backends/op_params.h" /* the named op parameters the test sets */
