@@ -243,26 +243,46 @@ extern "C" __global__ void __launch_bounds__(256) k_colsum2(const void *__restri
  * thread 4 elements a step; the others, and a tensor's last n % 4 elements, one at a time. The arithmetic is
  * adamw_element's. */
 #define ADAMW_CHUNK 4096
+/* Chunk c's tensor (from tensor *k, whose first chunk is *first: c only grows, so a walk goes on from where the last
+ * stopped) and its span: its pointers, its copy (sk: its dtype, 0 none), elements [i0, i1), and vec: 16 bytes a load */
+struct adamw_span {
+    float *p, *g, *m, *v;
+    unsigned short *sh;
+    int sk;
+    long long i0, i1;
+    bool vec;
+};
+__device__ __forceinline__ bool adamw_chunk(long long c, int *k, long long *first, const struct pdde_cu_multi &t, int count, float *base,
+                                            float *gbase, int sdt, adamw_span *s) {
+    for (; *k < count; ++*k) {
+        long long nc = (t.n[*k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+        if (c < *first + nc) break;
+        *first += nc;
+    }
+    if (*k == count) return false;
+    int j = *k;
+    s->p = base + t.p[j], s->g = gbase + t.g[j], s->m = base + t.m[j], s->v = base + t.v[j];
+    s->sh = (unsigned short *)base + (t.s[j] >= 0 ? t.s[j] : 0);
+    s->sk = t.s[j] >= 0 ? sdt : 0; /* (-1: no copy) */
+    s->i0 = (c - *first) * ADAMW_CHUNK, s->i1 = s->i0 + ADAMW_CHUNK < t.n[j] ? s->i0 + ADAMW_CHUNK : t.n[j];
+    s->vec = (t.p[j] | t.g[j] | t.m[j] | t.v[j]) % 4 == 0 && (!s->sk || t.s[j] % 4 == 0) && (unsigned long long)base % 16 == 0 &&
+             (unsigned long long)gbase % 16 == 0;
+    return true;
+}
 extern "C" __global__ void __launch_bounds__(256) k_adamw_chunks(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t,
                                                                  int count, float lr, float b1, float b2, float eps, float clip,
                                                                  float gscale, float bc1, float bc2, int sdt) {
     if (update_skipped(gnorm_sq)) return;
-    long long c = blockIdx.x, first = 0;
+    long long first = 0;
     int k = 0;
-    for (; k < count; k++) {
-        long long nc = (t.n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
-        if (c < first + nc) break;
-        first += nc;
-    }
-    if (k == count) return;
+    adamw_span sp;
+    if (!adamw_chunk(blockIdx.x, &k, &first, t, count, base, gbase, sdt, &sp)) return;
     float f = gscale * clip_factor(gnorm_sq, clip), wd = t.wd[k];
-    float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-    unsigned short *sh = (unsigned short *)base + (t.s[k] >= 0 ? t.s[k] : 0);
-    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
-    long long i0 = (c - first) * ADAMW_CHUNK, i1 = i0 + ADAMW_CHUNK < t.n[k] ? i0 + ADAMW_CHUNK : t.n[k];
-    bool vec = (t.p[k] | t.g[k] | t.m[k] | t.v[k]) % 4 == 0 && (!sk || t.s[k] % 4 == 0) && (unsigned long long)base % 16 == 0 &&
-               (unsigned long long)gbase % 16 == 0;
-    long long iv = vec ? i0 + (i1 - i0) / 4 * 4 : i0; /* (i0 is a multiple of 4) */
+    float *p = sp.p, *g = sp.g, *m = sp.m, *v = sp.v;
+    unsigned short *sh = sp.sh;
+    int sk = sp.sk;
+    long long i0 = sp.i0, i1 = sp.i1;
+    long long iv = sp.vec ? i0 + (i1 - i0) / 4 * 4 : i0; /* (i0 is a multiple of 4) */
     for (long long i = i0 + (long long)threadIdx.x * 4; i < iv; i += (long long)blockDim.x * 4) {
         float4 P = *(float4 *)(p + i), G = *(float4 *)(g + i), M = *(float4 *)(m + i), Vv = *(float4 *)(v + i);
         float pe[4] = {P.x, P.y, P.z, P.w}, ge[4] = {G.x, G.y, G.z, G.w}, me[4] = {M.x, M.y, M.z, M.w}, ve[4] = {Vv.x, Vv.y, Vv.z, Vv.w};
@@ -304,21 +324,15 @@ extern "C" __global__ void __launch_bounds__(256, 3) k_adamw_vec(float *base, fl
     float f = gscale * clip_factor(gnorm_sq, clip);
     long long first = 0, nb = blockDim.x;
     int k = 0;
-    for (long long c = blockIdx.x;; c += gridDim.x) {
-        for (; k < count; k++) { /* (c grows: the tensor of chunk c is k or one after it) */
-            long long nc = (t.n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
-            if (c < first + nc) break;
-            first += nc;
-        }
-        if (k == count) return;
+    for (long long c = blockIdx.x;; c += gridDim.x) { /* (c grows: the tensor of chunk c is k or one after it) */
+        adamw_span sp;
+        if (!adamw_chunk(c, &k, &first, t, count, base, gbase, sdt, &sp)) return;
         float wd = t.wd[k];
-        float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-        unsigned short *sh = (unsigned short *)base + (t.s[k] >= 0 ? t.s[k] : 0);
-        int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
-        long long i0 = (c - first) * ADAMW_CHUNK, i1 = i0 + ADAMW_CHUNK < t.n[k] ? i0 + ADAMW_CHUNK : t.n[k];
-        bool vec = (t.p[k] | t.g[k] | t.m[k] | t.v[k]) % 4 == 0 && (!sk || t.s[k] % 4 == 0) && (unsigned long long)base % 16 == 0 &&
-                   (unsigned long long)gbase % 16 == 0;
-        long long iv = vec ? i0 + (i1 - i0) / 4 * 4 : i0, i = i0 + (long long)threadIdx.x * 4;
+        float *p = sp.p, *g = sp.g, *m = sp.m, *v = sp.v;
+        unsigned short *sh = sp.sh;
+        int sk = sp.sk;
+        long long i0 = sp.i0, i1 = sp.i1;
+        long long iv = sp.vec ? i0 + (i1 - i0) / 4 * 4 : i0, i = i0 + (long long)threadIdx.x * 4;
         for (; i + nb * 4 < iv; i += nb * 8) { /* (both groups' loads before either's arithmetic) */
             long long j = i + nb * 4;
             float4 P0 = *(float4 *)(p + i), G0 = *(float4 *)(g + i), M0 = *(float4 *)(m + i), V0 = *(float4 *)(v + i);

@@ -9,7 +9,8 @@
 #   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, in pdde and in PyTorch (SDPA);
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
-#   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device), each op against the GPU's peaks; `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
+#   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device), each op against the GPU's peaks;
+#   the switches no GPU run has measured yet, each checked and timed against the defaults (tools/bench/cuda_switches.sh); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers; ZeRO-3's
 #   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured); the
@@ -20,7 +21,7 @@
 #   cost per op (tools/bench/cuda_attention_f32.sh, cuda_dispatch.sh); the whole conformance suite on cuda,
 #   and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name; GPU_CHECK_ONLY="step ..." runs only those (and the build);
-# GPU_CHECK_SWITCHES (and GPU_CHECK_SWITCH_CHECKS) add a step that checks and times switches still off by default.
+# GPU_CHECK_SWITCHES (and GPU_CHECK_SWITCH_CHECKS) name the switches the "switches" step checks and times.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
 set -u
@@ -233,6 +234,24 @@ result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16
        "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na} flash_packed_tok_s=${tok[bf16_flash_packed]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
+# ---- switches still off by default that no GPU run has measured yet (tools/bench/cuda_switches.sh: each one's
+# conformance cases, then GPT-2 steps with it against the defaults, in alternating order); GPU_CHECK_SWITCHES=
+# "name:VAR=1,..." and GPU_CHECK_SWITCH_CHECKS="name:VAR=1,...:op" name others ("": the step is left out)
+new_kernels=PDDE_CUDA_LT_LOWP_BIAS=1,PDDE_CUDA_LN2=1,PDDE_CUDA_CE1=1,PDDE_CUDA_ADAMW_VEC=1,PDDE_CUDA_GELU2=1
+switches=${GPU_CHECK_SWITCHES-"lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1 gelu_lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1,PDDE_FUSE_GELU=1
+    ln2:PDDE_CUDA_LN2=1 ce1:PDDE_CUDA_CE1=1 adamw_vec:PDDE_CUDA_ADAMW_VEC=1 gelu2:PDDE_CUDA_GELU2=1
+    k128:PDDE_FLASH2_VARIANT=k128 dqsmem:PDDE_FLASH2_VARIANT=dqsmem q128:PDDE_FLASH2_VARIANT=q128
+    no_bgrad:PDDE_FUSE_BGRAD=0 all_new:$new_kernels,PDDE_FLASH2_VARIANT=k128+q128 f32_flash2:DTYPE=f32,PDDE_CUDA_ATTENTION=flash2"}
+switch_checks=${GPU_CHECK_SWITCH_CHECKS-"lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1:matmul_bias gelu_lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1:gelu_fused
+    ln2:PDDE_CUDA_LN2=1:layernorm ln2_cases:X=0:layernorm2 ce1:PDDE_CUDA_CE1=1:cross_entropy_staged adamw_vec:X=0:adamw_vec
+    gelu2:X=0:bias_gelu2 k128:PDDE_FLASH2_VARIANT=k128:attention dqsmem:PDDE_FLASH2_VARIANT=dqsmem:attention
+    q128:PDDE_FLASH2_VARIANT=q128:attention f32_flash2:PDDE_CUDA_ATTENTION=flash2:attention"}
+if [ -n "$switches" ]; then
+    step switches 300 env SWITCHES="$switches" CHECKS="$switch_checks" bash tools/bench/cuda_switches.sh build
+    grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+    grep -q '^RESULT gpu_switches .*failed=0' "$out/step.out" || failed=1
+fi
+
 # ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
 step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
 line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
@@ -242,7 +261,7 @@ cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 # ---- each GEMM shape of the step on each path against torch.matmul, the bias gradient in the GEMM
 # (PDDE_FUSE_BGRAD), cublasLt's tuning (PDDE_CUDA_LT_TUNE) and batch-1 GEMMs through cublasGemmEx
 # (PDDE_CUDA_GEMM_SINGLE), all off by default (tools/bench/cuda_gemm.sh)
-step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default single tune bgrad bgrad_tune}" bash tools/bench/cuda_gemm.sh build
+step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default single tune no_bgrad lowp_bias default_again}" bash tools/bench/cuda_gemm.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_gemm_check .*failed=0' "$out/step.out" || failed=1
 
@@ -260,14 +279,6 @@ grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
 step memk 240 env RUNS="${GPU_CHECK_MEMK_RUNS-default no_fuse_ce no_colsum2 no_adamw_chunks none3 default_again}" bash tools/bench/cuda_memk.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_memk .*failed=0' "$out/step.out" || failed=1
-# ---- switches still off by default, named for this run (tools/bench/cuda_switches.sh: each one's conformance
-# cases, then GPT-2 steps with it against the defaults, in alternating order): GPU_CHECK_SWITCHES="name:VAR=1,..."
-# and GPU_CHECK_SWITCH_CHECKS="name:VAR=1,...:op"; without them the step is left out
-if [ -n "${GPU_CHECK_SWITCHES:-}" ]; then
-    step switches 300 env SWITCHES="$GPU_CHECK_SWITCHES" CHECKS="${GPU_CHECK_SWITCH_CHECKS:-}" bash tools/bench/cuda_switches.sh build
-    grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
-    grep -q '^RESULT gpu_switches .*failed=0' "$out/step.out" || failed=1
-fi
 test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer
 test_step test_moe_device_cuda 90 env PDDE_CUDA_MOE=1 build/test_moe_device
 # NCCL (loaded at run time; found beside PyTorch) on device buffers: one rank on one GPU, two on two

@@ -13,7 +13,7 @@
 # --dtype bf16) with the defaults and the switches, in the same run.
 #
 #   bash tools/bench/cuda_gemm.sh [BUILD]      (BUILD: the build folder, default build; built here)
-#   RUNS="default bgrad" bash tools/bench/cuda_gemm.sh     (only those training runs; RUNS=none: no runs)
+#   RUNS="default no_bgrad" bash tools/bench/cuda_gemm.sh     (only those training runs; RUNS=none: no runs)
 #
 # Prints a RESULT line per test and run, the --gemm table and ends with `RESULT gpu_gemm_check ...`: each
 # run's tokens/s and its ratio to the defaults'. Each command is time-boxed (CAP seconds, default 120).
@@ -43,15 +43,16 @@ grep -vE "^(GEMM|TORCH) " "$log/gemm.out"
 grep -c "candidates, fastest" "$log/gemm.err" | sed 's/^/cublasLt plans tuned: /'
 grep -E "no .*algorithm|failed" "$log/gemm.err" | sort | uniq -c | head -16 # (each shape cublasLt declined, its alignments and status)
 grep -q "^RESULT gpu_gemm " "$log/gemm.out" || failed=$((failed + 1))
-# the defaults (on CUDA in bf16: cublasLt and lowering's fusions, PDDE_FUSE_GRAD among them); with PDDE_FUSE_BGRAD the
-# biased linears' weight gradients write their bias gradient and leave PDDE_FUSE_GRAD (bgrad_nograd: without it at all)
+# the defaults (on CUDA in bf16: cublasLt and lowering's fusions, PDDE_FUSE_GRAD and PDDE_FUSE_BGRAD among them: the
+# biased linears' weight gradients write their bias gradient and leave PDDE_FUSE_GRAD); no_bgrad: each weight gradient
+# in its accumulation and the bias gradients summed apart; no_bgrad_nograd: neither fusion
 run default X=0
-run bgrad PDDE_FUSE_BGRAD=1
-run bgrad_nograd PDDE_FUSE_BGRAD=1 PDDE_FUSE_GRAD=0
+run no_bgrad PDDE_FUSE_BGRAD=0
+run no_bgrad_nograd PDDE_FUSE_BGRAD=0 PDDE_FUSE_GRAD=0
 run tune PDDE_CUDA_LT_TUNE=1
-run bgrad_tune PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1
+run no_bgrad_tune PDDE_FUSE_BGRAD=0 PDDE_CUDA_LT_TUNE=1
 run gemmex PDDE_CUDA_GEMMEX_LOWP=1
-run bgrad_tune_gemmex PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1 PDDE_CUDA_GEMMEX_LOWP=1
+run tune_gemmex PDDE_CUDA_LT_TUNE=1 PDDE_CUDA_GEMMEX_LOWP=1
 run single PDDE_CUDA_GEMM_SINGLE=1
 run single_gemmex PDDE_CUDA_GEMM_SINGLE=1 PDDE_CUDA_GEMMEX_LOWP=1
 run lowp_bias PDDE_CUDA_LT_LOWP_BIAS=1
@@ -60,7 +61,7 @@ run workspace_1mib PDDE_CUDA_LT_WORKSPACE=1
 run gelu_lowp_bias PDDE_FUSE_GELU=1 PDDE_CUDA_LT_LOWP_BIAS=1
 run default_again X=0
 out="RESULT gpu_gemm_check default_tok_s=${tok[default]:-na}"
-for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex single single_gemmex lowp_bias reduction_all workspace_1mib gelu_lowp_bias default_again; do
+for n in no_bgrad no_bgrad_nograd tune no_bgrad_tune gemmex tune_gemmex single single_gemmex lowp_bias reduction_all workspace_1mib gelu_lowp_bias default_again; do
     out+=" ${n}_vs_default=$(ratio "${tok[$n]:-0}" "${tok[default]:-0}")"
 done
 echo "$out $(grep '^RESULT gpu_gemm ' "$log/gemm.out" | sed 's/^RESULT gpu_gemm //') failed=$failed log=$log"
