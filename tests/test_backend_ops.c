@@ -10,8 +10,10 @@
  *
  * --op matches the op under test or any op in the case's graph (e.g. softmax_back). --perf prints
  * GFLOP/s (matmul) or GB/s per op and shape on each device instead of checking. The last line is
- * "N passed, N failed". Also checked: an unsupported op fails session init with PDDE_ERR_UNSUPPORTED,
- * a kernel that does not build gives PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
+ * "N passed, N failed". A case's inputs are seeded by its op and parameters; PDDE_TEST_SEED=N (default 0)
+ * salts every seed, to check that a bound holds for the op and not for one draw. Also checked: an
+ * unsupported op fails session init with PDDE_ERR_UNSUPPORTED, a kernel that does not build gives
+ * PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "backends/op_params.h" /* the named op parameters the test sets */
@@ -583,10 +585,7 @@ static const op_case cases[] = {
     {"layernorm_add", b_layernorm_add, {3, 4, 5, 769}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
-    /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
-     * own dx is off the exact value by NMSE > 1e-4 for about 1% of random pairs of rows, so this bound
-     * holds only where a device rounds as the CPU does (row sums in double, rr rounded once, no FMA) */
-    {"rmsnorm", b_norm, {2, 1, 1}, 1, 1e-5},
+    {"rmsnorm", b_norm, {2, 1, 1}, 1, T_DEF}, /* (its gradients' bound: grad_tolerance) */
     /* softmax: shape, p[5] causal */
     {"softmax", b_softmax, {2, 5, 37, 0, 0, 0}, 1, T_DEF},
     {"softmax", b_softmax, {2, 1, 1, 0, 0, 0}, 1, T_DEF},
@@ -682,8 +681,7 @@ static const op_case cases[] = {
     {"moe_layer", b_moe, {29, 12, 7, 4, 2, -1, MOE_BF16, 1}, 1, T_LOWP},
     {"moe_layer", b_moe, {40, 8, 9, 4, 2, 125, MOE_SKEW | MOE_BF16, 0}, 1, T_LOWP},
     {"moe_layer", b_moe, {300, 70, 80, 8, 2, 0, MOE_BF16, 0}, 1, T_LOWP},
-    /* PDDE_CUDA_LT_LOWP_BIAS=1: widths multiples of 8 (cublasLt's bf16 alignment) and odd ones as above; last, so
-     * that the cases before keep their inputs (fill_leaf seeds by the case's index) */
+    /* PDDE_CUDA_LT_LOWP_BIAS=1: widths multiples of 8 (cublasLt's bf16 alignment) and odd ones as above */
     {"matmul_bias", b_matmul_bias_lowp, {0, 33, 24, 40, 0, PDDE_BF16}, 1, T_LOWP_BIAS},
     {"matmul_bias", b_matmul_bias_lowp, {2, 17, 16, 24, 1, PDDE_BF16}, 1, T_LOWP_BIAS},
     {"matmul_bias", b_matmul_bias_lowp, {0, 19, 32, 48, 0, PDDE_F16}, 1, T_LOWP_BIAS},
@@ -691,7 +689,7 @@ static const op_case cases[] = {
     {"gelu_fused", b_mlp_gelu, {0, 1, 1}, 3, T_LOWP_BIAS},
     /* cross_entropy_fused's cases by k_ce_staged {N, C, V, compute dtype, all targets ignored, f32 logits}: the element
      * path, 16-byte loads, every target ignored, an f32 row past CUDA's 48 KiB of shared memory without the attribute,
-     * the GPT-2 vocabulary in bf16 (these and those below last in the table: a case's inputs are seeded by its index) */
+     * the GPT-2 vocabulary in bf16 */
     {"cross_entropy_staged", b_cross_entropy_staged, {9, 0, 37, 0}, 1, T_DEF},
     {"cross_entropy_staged", b_cross_entropy_staged, {33, 0, 1000, 0}, 1, T_DEF},
     {"cross_entropy_staged", b_cross_entropy_staged, {4, 0, 7, 0, 1}, 1, T_DEF},
@@ -700,11 +698,10 @@ static const op_case cases[] = {
     {"cross_entropy_staged", b_cross_entropy_staged, {5, 11, 304, PDDE_F16}, 1, T_LOWP},
     {"cross_entropy_staged", b_cross_entropy_staged, {17, 9, 96, PDDE_BF16, 0, 1}, 1, T_LOWP},
     {"cross_entropy_staged", b_cross_entropy_staged, {4, 8, 50304, PDDE_BF16}, 1, T_LOWP},
-    /* AdamW by k_adamw_vec {1, compute dtype, C, F, V}: w1 of 2 and 6 chunks (T_LOWP: with these cases' inputs, three
-     * Adam steps carry the backends' f32 round-off of the backward to an NMSE near 1e-7 even where every backend runs
-     * k_adamw_multi, and a bf16 case's to 1e-3; tests/mem_emu.cpp checks the kernel and its bf16 copies bit for bit) */
-    {"adamw_vec", b_adamw_vec, {1, 0, 13, 331, 7}, 3, T_LOWP},
-    {"adamw_vec", b_adamw_vec, {1, 0, 24, 1000, 9}, 3, T_LOWP},
+    /* AdamW by k_adamw_vec {1, compute dtype, C, F, V}: w1 of 2 and 6 chunks (run_case's AdamW eps keeps the backward's
+     * round-off from steering a step; tests/mem_emu.cpp checks the kernel and its bf16 copies bit for bit) */
+    {"adamw_vec", b_adamw_vec, {1, 0, 13, 331, 7}, 3, T_DEF},
+    {"adamw_vec", b_adamw_vec, {1, 0, 24, 1000, 9}, 3, T_DEF},
     /* bias_gelu by k_bias_gelu2 {ndim, shape..}: past 4 rows a thread and 1024 columns a block, a width not a multiple
      * of 4 (declined); {0, R, F}: bf16 outputs */
     {"bias_gelu2", b_bias_gelu2, {2, 1031, 1028}, 1, T_DEF},
@@ -751,8 +748,63 @@ static uint64_t mix(uint64_t *s) {
 /* lowp_bias_model_check: the f32 leaf "bias" filled with its values rounded to this dtype (bf16, f16; 0: not) */
 static pdde_dtype g_bias_rounded;
 
-static void fill_leaf(const pdde_tensor *t, int case_index, void *buf) {
-    uint64_t s = 1469598103934665603ull ^ (uint64_t)case_index * 0x100000001b3ull;
+/* PDDE_TEST_SEED=N salts every input seed (default 0, what CI runs): a sweep over salts shows which bounds hold for
+ * the op and which only for one draw */
+static uint64_t g_seed_salt;
+
+static uint64_t fnv1a(uint64_t h, const void *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)bytes)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A case's seed from its identity (the op under test and its parameters, little-endian), never from its place in the
+ * table: a case inserted anywhere leaves every other case's inputs as they were. (Cases with the same op and
+ * parameters but other builders, adamw_update's f32 and bf16 MLPs, draw the same values; their graphs differ.) */
+static uint64_t case_seed(const op_case *c) {
+    uint64_t h = fnv1a(1469598103934665603ull, c->op, strlen(c->op) + 1);
+    for (int i = 0; i < 8; i++) {
+        uint8_t le[8];
+        for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)c->p[i] >> (8 * b));
+        h = fnv1a(h, le, sizeof le);
+    }
+    return fnv1a(h, &g_seed_salt, sizeof g_seed_salt);
+}
+
+/* the seed of a check outside the table (its own fixed number) */
+static uint64_t fixed_seed(int id) {
+    uint64_t h = fnv1a(1469598103934665603ull, "fixed", 6);
+    h = fnv1a(h, &id, sizeof id);
+    return fnv1a(h, &g_seed_salt, sizeof g_seed_salt);
+}
+
+/* run_on's seed: case_seed for a case of the table, fixed_seed for the checks past it */
+static uint64_t input_seed(int case_index) {
+    return case_index >= 0 && case_index < N_CASES ? case_seed(&cases[case_index]) : fixed_seed(case_index);
+}
+
+/* Every case's seed again from a copy of the table reversed and with a case put first: each the same as in place (the
+ * seed does not depend on the case's index or address), and two cases of another op or parameters not the same. */
+static void test_seeds_by_identity(void) {
+    op_case *moved = malloc((size_t)(N_CASES + 1) * sizeof *moved);
+    if (!moved) { CHECK(0, "malloc"); return; }
+    moved[0] = (op_case){"inserted", b_matmul, {3, 5, 7, 0, 0, 0, 0}, 1, T_MM};
+    for (int ci = 0; ci < N_CASES; ci++) moved[1 + ci] = cases[N_CASES - 1 - ci];
+    int moved_seeds = 0, shared = 0;
+    for (int ci = 0; ci < N_CASES; ci++) {
+        moved_seeds += case_seed(&moved[N_CASES - ci]) != case_seed(&cases[ci]);
+        for (int cj = 0; cj < ci; cj++)
+            shared += case_seed(&cases[cj]) == case_seed(&cases[ci]) &&
+                      (strcmp(cases[cj].op, cases[ci].op) || memcmp(cases[cj].p, cases[ci].p, sizeof cases[ci].p));
+    }
+    CHECK(moved_seeds == 0, "%d of %d cases draw other inputs when the table is reordered (seeded by position, not identity)", moved_seeds,
+          N_CASES);
+    CHECK(shared == 0, "%d pairs of distinct cases share a seed", shared);
+    free(moved);
+}
+
+/* a leaf's values from the seed and the leaf's name */
+static void fill_leaf(const pdde_tensor *t, uint64_t seed, void *buf) {
+    uint64_t s = seed;
     for (const char *c = t->name; *c; c++) s = (s ^ (uint8_t)*c) * 1099511628211ull;
     int64_t n = pdde_tensor_numel(t);
     int round_bias = g_bias_rounded && t->dtype == PDDE_F32 && !strcmp(t->name, "bias");
@@ -861,7 +913,7 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM))) continue;
         if (!pdde_session_tensor(s, t)) continue; /* not scheduled */
-        fill_leaf(t, case_index, buf);
+        fill_leaf(t, input_seed(case_index), buf);
         st = pdde_session_write(s, t, buf, pdde_tensor_nbytes(t));
     }
     for (int k = 0; k < (steps > 0 ? steps : 1) && st == PDDE_OK; k++) st = pdde_session_run(s, (pdde_run_mode)mode);
@@ -976,6 +1028,19 @@ static void lowp_bias_model_check(const options *o, pdde_graph *g, int ci, const
     results_free(&rounded);
 }
 
+/* The gradients' bound: 10x the forward's (at least 1e-9), but for an rmsnorm of rows of one element. There (C = 1)
+ * dx = rr (dg - xhat (dg xhat)) = dg eps / (x^2 + eps)^1.5 (dg = dy g) is all cancellation: xhat^2 = x^2 rr^2 carries
+ * rsqrt's error twice, x rr's and the two products' once, |eta| <= 6u (rsqrt within 1 ulp) to 8u (2 ulp, OpenCL's and
+ * CUDA's bound), and 1 - xhat^2 (1 + eta) is off by eta x^2 / eps relative. Two devices' dx (one element: the NMSE is
+ * the relative difference squared) differ by up to (14u x^2 / eps)^2 = 7e-3 at |x| = 1, eps 1e-5; typically (errors
+ * of ~3u, x uniform in [-1, 1]) by ~6e-5. 1e-4 was a typical value, not a bound: a device whose rsqrt rounds
+ * otherwise (CUDA) crosses it on some draws with a correct kernel. The worst case is the bound; a wrong dx (0, its
+ * sign, no eps) is off by an NMSE of 1 or more. */
+static double grad_tolerance(const op_case *c, double forward) {
+    if (c->build == b_norm && !strcmp(c->op, "rmsnorm") && c->p[c->p[0]] == 1) return 1e-2;
+    return 10 * forward > 1e-9 ? 10 * forward : 1e-9;
+}
+
 /* mode 0: forward output; 1: gradients (forward + backward); 2: optimizer steps */
 static void run_case(const options *o, int ci, int device, int mode) {
     const op_case *c = &cases[ci];
@@ -1007,12 +1072,24 @@ static void run_case(const options *o, int ci, int device, int mode) {
             pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
             op.lr = 0.05f;
             op.weight_decay = 0.1f;
-            if (c->p[0]) op.clip_norm = 0.5f, pdde_optimizer_adamw(g, &op);
+            /* AdamW's step m^/(sqrt(v^) + eps) has a slope up to 1/eps in g: with the usual eps 1e-8 an element whose
+             * gradient is within its round-off of 0 (f32 sums in another order: ~u sum|terms|; bf16: a term rounded to
+             * its other neighbour) steps anywhere in +-lr, and one such element puts the parameters' NMSE near 1e-5
+             * (adamw_chunks and adamw_vec over 16 salts: medians 3e-9 to 2e-7, worst 8e-5). eps 1e-3 sits below most
+             * of these gradients (RMS ~6e-3 after clipping ~7000 elements to a norm of 0.5), so the step stays
+             * normalised there, while a gradient error dg moves a parameter by at most lr dg / eps a step: f32 NMSE
+             * under 2e-11, bf16 under 4e-8, over the same salts. */
+            if (c->p[0]) op.clip_norm = 0.5f, op.eps = 1e-3f, pdde_optimizer_adamw(g, &op);
             else op.momentum = 0.9f, pdde_optimizer_sgd(g, &op);
             run_mode = PDDE_RUN_STEP;
             steps = 3;
         }
-        checks[n_checks++] = loss;
+        /* The loss is checked where it is the case's own output, in its gradients' run. Not sum(y * dy_weights), made
+         * here: a sum of signed terms whose relative error grows without bound as it nears 0 (y itself is checked
+         * forward); nor after optimizer steps: the model nearly fits its 9 rows by then, and -log p_t = logsumexp(z) -
+         * z_t of a loss near 0.01 loses u max|z| to cancellation, a relative error near 1e-4 (bf16 logits: 2^-9 max|z|),
+         * while the parameters the steps compute are checked directly. */
+        if (loss == y && mode == 1) checks[n_checks++] = loss;
         for (int i = 0; i < pdde_graph_tensor_count(g) && n_checks < 16; i++) {
             pdde_tensor *t = pdde_graph_tensor(g, i);
             if ((t->flags & PDDE_TENSOR_PARAM) && t->grad) checks[n_checks++] = mode == 2 ? t : t->grad;
@@ -1056,7 +1133,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         CHECK(0, "%s %s on %s: %s (%s)", label, what, props.name, pdde_status_str(st), pdde_last_error(o->ctx));
     } else {
         /* gradients pass through more ops (and the loss through a full reduction) */
-        double base = case_tolerance(c), worst = 0, tol = mode == 0 ? base : (10 * base > 1e-9 ? 10 * base : 1e-9);
+        double base = case_tolerance(c), worst = 0, tol = mode == 0 ? base : grad_tolerance(c, base);
         const char *worst_name = "";
         for (int k = 0; k < got.n; k++) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
@@ -1070,7 +1147,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
                   label, what, props.backend, g_ce_back, g_ce_fused);
         if (c->build == b_moe && moe_kernels_on(props.backend))
             CHECK(g_moe_elsewhere == 0, "%s %s on %s: %d MoE nodes left to the CPU", label, what, props.backend, g_moe_elsewhere);
-        if (o->verbose) printf("  %-10s %-44s %-5s NMSE %-9.3g %6.2fs\n", props.backend, label, what, worst, now_s() - t_case);
+        if (o->verbose) printf("  %-10s %-44s %-5s NMSE %-9.3g %6.2fs [%s]\n", props.backend, label, what, worst, now_s() - t_case, worst_name);
     }
     if (c->build == b_matmul_bias_lowp && mode == 0) lowp_bias_model_check(o, g, ci, checks, &ref, label);
     results_free(&ref);
@@ -1324,7 +1401,7 @@ static void test_multi_tensor_adamw(const options *o, int device) {
         len[i] = mt_shape[i][0] * (mt_shape[i][1] ? mt_shape[i][1] : 1);
         p[i] = malloc((size_t)len[i] * sizeof(float)), x[i] = malloc((size_t)len[i] * sizeof(float)), got[i] = malloc((size_t)len[i] * sizeof(float));
         m[i] = calloc((size_t)len[i], sizeof(float)), v[i] = calloc((size_t)len[i], sizeof(float));
-        fill_leaf(params[i], 2000, p[i]), fill_leaf(inputs[i], 2000, x[i]);
+        fill_leaf(params[i], fixed_seed(2000), p[i]), fill_leaf(inputs[i], fixed_seed(2000), x[i]);
     }
     pdde_backward(g, loss);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
@@ -1446,7 +1523,7 @@ static void test_update_nonfinite_norm(const options *o, int device) {
             inputs[i] = pdde_input(g, name, PDDE_F32, 2, shape);
             pdde_tensor *term = pdde_sum(g, pdde_mul(g, params[i], inputs[i]), -1, 0);
             loss = loss ? pdde_add(g, loss, term) : term;
-            fill_leaf(params[i], 3000, p0[i]), fill_leaf(inputs[i], 3000, x[i]);
+            fill_leaf(params[i], fixed_seed(3000), p0[i]), fill_leaf(inputs[i], fixed_seed(3000), x[i]);
         }
         pdde_backward(g, loss);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
@@ -1530,11 +1607,16 @@ static void test_fused_bias_gelu(const options *o, int device) {
         bool fused = graph_has_op(gf, "bias_gelu") && graph_has_op(gf, "bias_gelu_back") && !graph_has_op(gf, "gelu");
         CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
         results got, ref;
+        /* gelu(z) = z (1 + tanh(a)) / 2: z = x + b reaches -2 here, where 1 + tanh(a) = 0.046 cancels, and two tanhf
+         * within 5 ulp each differ there by 10u / 0.046 relative in gelu, ~1.5x that in gelu' (sech^2 has the same
+         * factor): a single element's NMSE up to (2e-5)^2 = 4e-10; over many elements the well-conditioned rest
+         * averages it below T_DEF */
+        double tol = s[0] * s[1] == 1 ? 1e-9 : T_DEF;
         pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, cf, cu, 3, &got, &ref);
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 3; k++) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
-            CHECK(got.len[k] == ref.len[k] && e <= T_DEF, "%s: %s NMSE %.3g > %.0e", label, k ? cu[k]->name : "output", e, T_DEF);
+            CHECK(got.len[k] == ref.len[k] && e <= tol, "%s: %s NMSE %.3g > %.0e", label, k ? cu[k]->name : "output", e, tol);
             if (o->verbose) printf("  %-58s %-8s NMSE %.3g\n", label, k ? cu[k]->name : "output", e);
         }
         results_free(&got), results_free(&ref);
@@ -1895,6 +1977,16 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    const char *salt = getenv("PDDE_TEST_SEED");
+    if (salt && salt[0]) {
+        char *end;
+        g_seed_salt = strtoull(salt, &end, 10);
+        if (*end || salt[0] == '-') {
+            fprintf(stderr, "test_backend_ops: PDDE_TEST_SEED=%s: not a non-negative integer\n", salt);
+            return 2;
+        }
+        printf("inputs salted by PDDE_TEST_SEED=%llu\n", (unsigned long long)g_seed_salt);
+    }
     if (o.op && !known_op(o.op)) {
         fprintf(stderr, "test_backend_ops: --op %s: no such op (pdde_op_name's names, or attention)\n", o.op);
         return 2;
@@ -1942,6 +2034,7 @@ int main(int argc, char **argv) {
         devs[n_devs++] = d;
     }
     if (n_devs == 0) test_skip(o.backend ? o.backend : "opencl", "no device to test%s%s", o.backend ? " for backend " : " besides the CPU", o.backend ? o.backend : "");
+    if (!o.perf) test_seeds_by_identity();
     double t0 = now_s();
     for (int k = 0; k < n_devs; k++) {
         double td = now_s();
