@@ -93,19 +93,7 @@ static uint4 emu_dyn_shared[1 << 14];
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
-static int n_pass, n_fail;
-static void check(bool ok, const char *what, double err) {
-    ok ? n_pass++ : n_fail++;
-    printf("%s %s (error %.3g)\n", ok ? "ok  " : "FAIL", what, err);
-}
-static uint64_t rng = 88172645463325252ull;
-static float frand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static float load_dt(const void *p, long long i, int dt) {
-    return dt == 2 ? bf16_to_f32(((const unsigned short *)p)[i]) : dt == 1 ? f16_to_f32(((const unsigned short *)p)[i]) : ((const float *)p)[i];
-}
+#include "emu_checks.h"
 static size_t dt_size(int dt) { return dt ? 2 : 4; }
 
 /* the launch's arguments (the kernel bodies below read them) */

@@ -32,11 +32,7 @@
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
-static int n_pass, n_fail;
-static void check(bool ok, const char *what, double err) {
-    ok ? n_pass++ : n_fail++;
-    printf("%s %s (error %.3g)\n", ok ? "ok  " : "FAIL", what, err);
-}
+#include "emu_checks.h"
 static void check_err(double err, double tol, const char *what) { check(err < tol, what, err); }
 /* the largest |a - b| over max(1, |b|) */
 static double rel_err(const float *a, const double *b, long long n) {
@@ -46,11 +42,6 @@ static double rel_err(const float *a, const double *b, long long n) {
         if (!(d <= w)) w = isnan(d) ? INFINITY : d;
     }
     return w;
-}
-static uint64_t rng = 88172645463325252ull;
-static float frand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
 /* the kernels' arguments, as gpu_moe.h passes them (the launches capture these) */

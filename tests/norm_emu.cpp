@@ -71,20 +71,7 @@ static void store_out(void *y, long long i, float v, int ydt) {
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
-static int n_pass, n_fail;
-static void check(bool ok, const char *what, double err) {
-    ok ? n_pass++ : n_fail++;
-    printf("%s %s (error %.3g)\n", ok ? "ok  " : "FAIL", what, err);
-}
-static uint64_t rng = 88172645463325252ull;
-static float frand() { /* [-1, 1) */
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static float load_dt(const void *p, long long i, int dt) {
-    return dt == 2 ? bf16_to_f32(((const unsigned short *)p)[i]) : dt == 1 ? f16_to_f32(((const unsigned short *)p)[i]) : ((const float *)p)[i];
-}
-static const char *dt_name(int dt) { return dt == 2 ? "bf16" : dt == 1 ? "f16" : "f32"; }
+#include "emu_checks.h"
 /* n floats from `shift` floats past a 16-byte boundary (shift 1: the kernels' element path), filled from frand * scale + offset */
 static float *floats(long long n, int shift, float scale, float offset) {
     float *p = (float *)aligned_alloc(16, (size_t)(n + 8) * 4) + shift;

@@ -711,8 +711,8 @@ static const op_case cases[] = {
     {"bias_gelu2", b_bias_gelu2, {0, 1031, 20}, 1, T_LOWP},
     {"bias_gelu2", b_bias_gelu2, {0, 33, 3072}, 1, T_LOWP},
     /* layernorm by the warp-per-row kernels {form, R, C}: C a multiple of 4 (16-byte loads) or not, R not a multiple of
-     * a group's rows, several groups (dgamma's partial sums), C = 1, C = 768 (the most a warp holds), 769 (declined).
-     * (Last, as those above.) */
+     * a group's rows, several groups (dgamma's partial sums), C = 1, C = 768 (the narrowest instance's most), 769 (the
+     * next instance); the wider instances' cases follow */
     {"layernorm2", b_layernorm2, {0, 1031, 64}, 1, T_DEF},
     {"layernorm2", b_layernorm2, {0, 7, 33}, 1, T_DEF},
     {"layernorm2", b_layernorm2, {0, 2, 1}, 1, T_DEF},
