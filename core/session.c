@@ -118,6 +118,13 @@ struct pdde_session {
      * forward and backward run must be done by then) */
     void (*update_hook)(void *arg);
     void *update_hook_arg;
+    /* gradients written straight into their accumulators (lower_direct_grads): the producers that may
+     * (direct_x, each with its own offset in the arena), whether they point at their accumulators now,
+     * and whether those accumulators hold zeros (as a session starts and every update leaves them) */
+    pdde_tensor **direct_x;
+    size_t *direct_offset;
+    int n_direct;
+    bool direct_bound, grads_zero;
 };
 
 static pdde_status trace_open(pdde_session *s, const char *path);
@@ -1125,7 +1132,13 @@ static pdde_status session_allocate(pdde_session *s) {
         }
         if (is_persistent(t) && pdde_tensor_nbytes(t) > max_leaf) max_leaf = pdde_tensor_nbytes(t);
         if (t->flags & PDDE_TENSOR_LOSS) s->loss = t;
+        if (s->prog->info[t->id].grad_into) s->n_direct++;
     }
+    s->direct_x = calloc((size_t)s->n_direct + 1, sizeof *s->direct_x), s->direct_offset = calloc((size_t)s->n_direct + 1, sizeof *s->direct_offset);
+    if (!s->direct_x || !s->direct_offset) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    for (int i = 0, k = 0; i < s->n_order; i++)
+        if (s->prog->info[s->order[i]->id].grad_into) s->direct_x[k] = s->order[i], s->direct_offset[k++] = s->order[i]->offset;
+    s->grads_zero = true; /* (the leaves' initial values) */
     /* leaves get their initial values through one host buffer */
     void *host = malloc(max_leaf ? max_leaf : 1);
     if (!host) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
@@ -1424,6 +1437,7 @@ void pdde_session_free(pdde_session *s) {
         free(s->moe_exchange);
     free(s->send_of);
     free(s->update_group);
+    free(s->direct_x), free(s->direct_offset);
     free(s->requests), free(s->bucket_done);
     free(s->slot);
     program_free(s->prog);
@@ -1657,6 +1671,7 @@ static void drop_gradients(pdde_session *s) {
         if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
         zero_bound(s, t);
     }
+    s->grads_zero = true;
 }
 
 /* The parameters of this step that the executor sets on t before it runs. */
@@ -1759,6 +1774,22 @@ static pdde_status run_update_group(pdde_session *s, int n, int micro) {
     return st;
 }
 
+/* Points the producers of lower_direct_grads at their accumulators (on) or at their own memory, and
+ * the views of what they write with them. */
+static void bind_direct(pdde_session *s, bool on) {
+    if (on == s->direct_bound) return;
+    const pdde_program *P = s->prog;
+    for (int k = 0; k < s->n_direct; k++) {
+        pdde_tensor *x = s->direct_x[k], *acc = P->info[x->id].grad_into;
+        x->data = on ? acc->data : s->devs[s->slot[x->id]].arena, x->offset = on ? acc->offset : s->direct_offset[k];
+    }
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i], *r = storage_root(t);
+        if (r != t && P->info[r->id].grad_into) t->data = r->data, t->offset = r->offset + storage_offset_in_root(t);
+    }
+    s->direct_bound = on;
+}
+
 /* Runs the scheduled nodes of the phases in `phases` (PHASE_BIT set) for micro-batch `micro`; with
  * chunk >= 0 (interleaved stages), only the forward and backward nodes of that chunk. */
 static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int chunk, float lr) {
@@ -1768,6 +1799,7 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !(phases & PHASE_BIT(t->phase))) continue;
         if ((t->flags & PDDE_TENSOR_SHADOW) && s->skip_shadow_casts) continue;
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->prog->info[t->id].chunk != chunk) continue;
+        if (s->direct_bound && s->prog->info[t->id].grad_direct) continue; /* (its gradient's producer wrote the sum) */
         int n_group = 1, last = is_update(t) ? gather_update_group(s, i, micro, lr, &n_group) : i;
         for (int g = 0; s->bind && g < n_group; g++) {
             pdde_tensor *u = n_group > 1 ? s->update_group[g] : t;
@@ -1930,6 +1962,8 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
+    /* a run that starts with zeroed gradients has their producers write them where they are accumulated */
+    if (mode_runs_backward(mode)) bind_direct(s, s->grads_zero);
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
     if (s->devprof) profile_run_begin(s);
     s->update_checked = s->loss_read = false;
@@ -1942,6 +1976,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (s->bucket_done) memset(s->bucket_done, 0, (size_t)s->prog->n * sizeof *s->bucket_done);
     s->skip_shadow_casts = s->shadows_fresh, s->shadows_fresh = false;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
+    if (mode_runs_backward(mode)) s->grads_zero = false;
     s->early_starts = false;
 #ifdef PDDE_HAVE_COMM
     pdde_tensor *pending; /* (a bucket whose member runs in a later pass: started now, as without copy streams) */
@@ -1997,6 +2032,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->shadows_fresh = s->skip_shadow_casts || mode_runs_forward(mode); /* (an update kept them, or left them alone) */
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if (mode_runs_update(mode) && g->has_optimizer) {
+        s->grads_zero = true; /* (the updates zero them; a skipped update drops them) */
         if (s->loss_scaling) return scaler_after_update(s);
         s->step++;
     }
@@ -2038,6 +2074,7 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
 static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */
+    if (storage_root(lt)->flags & PDDE_TENSOR_GRAD) s->grads_zero = false;      /* the next backward adds to it */
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
     return st ? st : device_sync(s, sd);
 }

@@ -1200,6 +1200,7 @@ static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, c
     for (int i = 0; i < n && !st; i++) {
         const pdde_tensor *x = P ? P->order[i] : g->nodes[i];
         if (!P && !needed[i]) continue;
+        if (P && P->info[x->id].grad_direct) continue; /* (a step's producer writes the sum: lower_direct_grads) */
         if (x->op == PDDE_OP_NONE) {
             if (!P) persistent += (double)pdde_tensor_nbytes(x);
             continue;

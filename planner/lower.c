@@ -2196,6 +2196,83 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Gradients written straight into their accumulators (PDDE_DIRECT_GRADS: on unless =0). Autodiff adds
+ * each parameter's gradient into its accumulator (GRAD_ACCUM, in place) and the update zeroes the
+ * accumulator after reading it, so in a step of one micro-batch that starts with zeroed gradients the
+ * accumulation adds to zeros: a kernel, and three passes over the gradient, that change nothing. Where
+ * the gradient's producer is a node that nothing else reads (views of what it writes beside its values
+ * aside), on the accumulator's device, of its dtype and size, the producer may write into the accumulator
+ * itself (grad_into) and the accumulation is then skipped (grad_direct), as PyTorch's autograd assigns a
+ * parameter's first gradient instead of adding it. The session chooses per run: a run that starts with
+ * gradients left by an earlier one (PDDE_RUN_FORWARD_BACKWARD before it, or a gradient written) points the
+ * producers at their own memory and accumulates. Only accumulators an update of the program zeroes (or the
+ * zeroing after a sharded update), one accumulation each, and one micro-batch a step. The values are the
+ * same bits (0 + g is g). */
+static bool lower_direct_grads_on(void) {
+    const char *env = getenv("PDDE_DIRECT_GRADS");
+    return !env || strcmp(env, "0") != 0;
+}
+
+/* Whether the executor runs x itself (a copy, communication, a bucket, a vocab-parallel op), not a kernel
+ * into its memory */
+static bool executor_runs(const pdde_program *P, const pdde_tensor *x) {
+    const pdde_program_node *in = &P->info[x->id];
+    return x->op == PDDE_OP_COPY || (x->op >= PDDE_OP_ALLREDUCE && x->op <= PDDE_OP_COMM_WAIT) || x->op == PDDE_OP_SEND ||
+           x->op == PDDE_OP_RECV || in->bucket || in->bucket_members || in->own_buffer || in->vocab_axis >= 0;
+}
+
+static pdde_status lower_direct_grads(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_direct_grads_on() || P->n_micro != 1 || P->n_phantom || P->n_live != 1) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *accumulations = calloc((size_t)P->n + 1, sizeof *accumulations);
+    uint8_t *zeroed = calloc((size_t)P->n + 1, 1);
+    if (!readers || !accumulations || !zeroed) { free(readers), free(accumulations), free(zeroed); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *t = P->order[i];
+        for (int k = 0; k < t->nsrc && !pdde_is_lowp_copy_view(t); k++) readers[t->src[k]->id]++;
+        if (t->op == PDDE_OP_GRAD_ACCUM) accumulations[t->src[0]->id]++;
+        if (is_update(t)) zeroed[storage_root(t->src[1])->id] = 1;
+        /* (lower_partition's zeroing of a whole accumulator after an update of its slice) */
+        if (t->op == PDDE_OP_SCALE && (t->flags & PDDE_TENSOR_INPLACE) && pdde_op_f32(t, PDDE_P_SCALE) == 0.0f)
+            zeroed[storage_root(t->src[0])->id] = 1;
+    }
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *acc = u->src[0], *x = u->nsrc == 2 ? u->src[1] : NULL;
+        if (u->op != PDDE_OP_GRAD_ACCUM || !x || !(u->flags & PDDE_TENSOR_INPLACE) || acc->op != PDDE_OP_NONE ||
+            !(acc->flags & PDDE_TENSOR_GRAD) || !zeroed[acc->id] || accumulations[acc->id] != 1)
+            continue;
+        if (readers[x->id] != 1) continue;
+        /* (through in-place writers that alone read what they write into: an embedding's gradient scattered
+         * into the tied head's) */
+        pdde_tensor *r = x;
+        while ((r->flags & PDDE_TENSOR_INPLACE) && !(r->flags & PDDE_TENSOR_VIEW) && r->nsrc > 0 && readers[r->src[0]->id] == 1 &&
+               !(r->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)) && !executor_runs(P, r) && r->device == acc->device)
+            r = r->src[0];
+        if (is_persistent(r) || is_root_sharing(r) || (r->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)) || executor_runs(P, r) ||
+            r->device != acc->device || r->dtype != acc->dtype || pdde_tensor_numel(r) != pdde_tensor_numel(acc))
+            continue;
+        P->info[r->id].grad_into = acc, P->info[u->id].grad_direct = true;
+        P->info[acc->id].grad_into_bytes = node_alloc_bytes(r);
+    }
+    /* what such a producer writes beside its values (the column sums of a weight gradient's GEMM: the bias's
+     * gradient) goes straight into the accumulator placed there */
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *acc = u->src[0], *v = u->nsrc == 2 ? u->src[1] : NULL;
+        if (u->op != PDDE_OP_GRAD_ACCUM || !v || !pdde_is_lowp_copy_view(v) || P->info[u->id].grad_direct || !(u->flags & PDDE_TENSOR_INPLACE))
+            continue;
+        pdde_tensor *x = v->src[0], *first = P->info[x->id].grad_into;
+        if (!first || P->info[first->id].grad_pair || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !zeroed[acc->id] ||
+            accumulations[acc->id] != 1 || P->info[acc->id].grad_into_bytes || P->info[acc->id].grad_pair || readers[v->id] != 1 ||
+            acc->device != first->device || acc->dtype != v->dtype || pdde_tensor_numel(acc) != pdde_tensor_numel(v))
+            continue;
+        P->info[first->id].grad_pair = acc, P->info[acc->id].grad_pair = first, P->info[u->id].grad_direct = true;
+        P->info[first->id].grad_into_bytes = pdde_lowp_copy_offset(x);
+    }
+    free(readers), free(accumulations), free(zeroed);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Entry points */
 
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out) {
@@ -2228,6 +2305,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);
     if (!st) st = lower_zero3_prefetch(&L);
+    if (!st) st = lower_direct_grads(&L);
     for (int i = 0; !st && i < P->n_order; i++)
         if (P->order[i]->flags & PDDE_TENSOR_LOSS) P->loss = P->order[i];
     free(L.gshape), free(L.done), free(L.first_done);
@@ -2274,6 +2352,10 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
             fprintf(f, "  from device %d", t->src[0]->device);
         else if (t->op == PDDE_OP_COMM_WAIT)
             fprintf(f, "  completes %s", t->src[0]->name);
+        else if (in->grad_into)
+            fprintf(f, "  into %s", in->grad_into->name);
+        else if (in->grad_direct)
+            fprintf(f, "  (skipped in a step that starts with zeroed gradients)");
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
         fputc('\n', f);
     }

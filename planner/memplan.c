@@ -121,6 +121,19 @@ PDDE_PRIVATE int64_t arena_greedy(arena_item *items, int n) {
     return (int64_t)top;
 }
 
+/* t's place in device d's persistent buffer: inputs one slot per micro-batch; a gradient accumulator that
+ * its gradient's producer writes (lower_direct_grads) as many bytes as that writes, with the accumulator of
+ * what it writes beside them (grad_pair) right after its values (placed with it, whichever comes first). */
+static void persist_place(const pdde_program *P, program_device_memory *d, pdde_tensor *t, uint8_t *placed) {
+    pdde_tensor *pair = P->info[t->id].grad_pair, *first = pair && !P->info[t->id].grad_into_bytes ? pair : t, *second = pair ? (first == t ? pair : t) : NULL;
+    size_t aligned = program_aligned_bytes(first), written = P->info[first->id].grad_into_bytes;
+    if (written > aligned || second) aligned = (written + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
+    bool per_micro = (first->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */
+    first->offset = d->persist_bytes, placed[first->id] = 1;
+    d->persist_bytes += aligned * (per_micro ? (size_t)P->n_micro : 1);
+    if (second) second->offset = d->persist_bytes, placed[second->id] = 1, d->persist_bytes += program_aligned_bytes(second);
+}
+
 /* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
  * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. An
  * in-place write into a tensor that someone still reads later gets its own memory instead (its
@@ -135,7 +148,8 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     arena_plan *plans = NULL;
     arena_item *items = malloc((size_t)(end ? end : 1) * sizeof *items); /* the arena's tensors, for arena_greedy */
     int n_items = 0;
-    pdde_status st = last && m->slot && release_at && n_release && items ? PDDE_OK : PDDE_ERR_OOM;
+    uint8_t *placed = calloc((size_t)n + 1, 1); /* persistent tensors given their offsets (persist_place) */
+    pdde_status st = last && m->slot && release_at && n_release && items && placed ? PDDE_OK : PDDE_ERR_OOM;
     for (int i = 0; i < end && !st; i++)
         if ((m->slot[P->order[i]->id] = memplan_slot(m, P->order[i]->device)) < 0) st = PDDE_ERR_OOM;
     if (!st && !(plans = calloc((size_t)m->n_devs + 1, sizeof *plans))) st = PDDE_ERR_OOM;
@@ -175,9 +189,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
         } else if (P->info[t->id].own_buffer) {
             s->transfer_bytes += bytes + 1; /* the session's staging buffer, pinned where it can be */
         } else if (is_persistent(t)) {
-            t->offset = d->persist_bytes;
-            bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */
-            d->persist_bytes += program_aligned_bytes(t) * (per_micro ? (size_t)P->n_micro : 1);
+            if (!placed[t->id]) persist_place(P, d, t, placed);
             if (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_SHADOW)) s->param_bytes += bytes; /* (and their bf16 copies) */
             else if (t->flags & PDDE_TENSOR_GRAD) s->grad_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_STATE) s->optimizer_bytes += bytes;
@@ -240,7 +252,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
 done:
     for (int d = 0; plans && d < m->n_devs; d++) free(plans[d].free);
     for (int i = 0; release_at && i <= end; i++) free(release_at[i]);
-    free(release_at), free(n_release), free(plans), free(last), free(items);
+    free(release_at), free(n_release), free(plans), free(last), free(items), free(placed);
     if (st) {
         program_memory_free(m);
         memset(m, 0, sizeof *m);

@@ -299,6 +299,15 @@ typedef struct {
     pdde_tensor *bucket, *bucket_next;
     bool own_buffer;    /* a bucket of device tensors: its host buffer is the session's (pinned where the
                            members' backend can), not the arena's */
+    /* a gradient written straight into its accumulator (lower_direct_grads): on the gradient's producer,
+     * that accumulator; on the accumulation it replaces, grad_direct (the session skips it in a run that
+     * starts with zeroed gradients); on the accumulator, the bytes its producer writes (its values and
+     * what it writes beside them: the persistent buffer holds them), and where what it writes beside is a
+     * gradient too (a bias's, PDDE_FUSE_BGRAD), grad_pair: that gradient's accumulator, placed right there
+     * (each of the two names the other; the first one's grad_into_bytes is where the second starts) */
+    pdde_tensor *grad_into, *grad_pair;
+    bool grad_direct;
+    size_t grad_into_bytes;
 } pdde_program_node;
 
 /* One pass of a step: the nodes of `phase` (forward or backward, for micro-batch `micro`, of chunk

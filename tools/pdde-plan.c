@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
         }
         char *end;
         long x = strtol(argv[i + 1], &end, 10);
-        long lo = v == &zero ? 0 : 1, hi = v == &zero ? 3 : 1 << 24;
+        long lo = v == &zero || v == &rank ? 0 : 1, hi = v == &zero ? 3 : 1 << 24;
         if (end == argv[i + 1] || *end || x < lo || x > hi) {
             fprintf(stderr, "pdde-plan: %s wants an integer in %ld..%ld, got '%s'\n", argv[i], lo, hi, argv[i + 1]);
             return 2;
