@@ -1194,13 +1194,16 @@ static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, c
     uint8_t *needed = !P && n ? lower_needed_nodes(g) : NULL; /* (the lowered program has only those) */
     if (!index || (!P && n && !needed)) { free(index), program_free(P), pdde_cost_program_free(p); return PDDE_ERR_OOM; }
     double persistent = 0;
+    bool direct_step = g && g->has_optimizer && g->opt.grad_accum_steps <= 1 && lower_direct_grads_on();
     for (int i = 0; i < n_ids; i++) index[i] = -1;
     for (int i = 0; P && i < P->n; i++)
         if (P->nodes[i] && is_persistent(P->nodes[i])) persistent += (double)pdde_tensor_nbytes(P->nodes[i]);
     for (int i = 0; i < n && !st; i++) {
         const pdde_tensor *x = P ? P->order[i] : g->nodes[i];
         if (!P && !needed[i]) continue;
-        if (P && P->info[x->id].grad_direct) continue; /* (a step's producer writes the sum: lower_direct_grads) */
+        /* a step's gradients written where they are accumulated (lower_direct_grads; the graph's accumulations
+         * of one micro-batch a step, as lowering would find them in a GPT) */
+        if (P ? P->info[x->id].grad_direct : x->op == PDDE_OP_GRAD_ACCUM && x->nsrc == 2 && direct_step) continue;
         if (x->op == PDDE_OP_NONE) {
             if (!P) persistent += (double)pdde_tensor_nbytes(x);
             continue;

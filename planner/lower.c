@@ -2208,7 +2208,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
  * producers at their own memory and accumulates. Only accumulators an update of the program zeroes (or the
  * zeroing after a sharded update), one accumulation each, and one micro-batch a step. The values are the
  * same bits (0 + g is g). */
-static bool lower_direct_grads_on(void) {
+PDDE_PRIVATE bool lower_direct_grads_on(void) {
     const char *env = getenv("PDDE_DIRECT_GRADS");
     return !env || strcmp(env, "0") != 0;
 }

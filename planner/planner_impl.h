@@ -409,6 +409,7 @@ typedef struct {
 PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16);
 /* Whether any of lowering's graph fusions is on there (the cost model lowers the graph only then). */
 PDDE_PRIVATE bool lower_fusion_any(const char *backend, bool bf16);
+PDDE_PRIVATE bool lower_direct_grads_on(void);
 /* Whether g computes in bf16: a matmul or attention of bf16 operands (pdde_graph_set_compute_dtype). */
 PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 

@@ -237,17 +237,21 @@ gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf
 # ---- switches still off by default that no GPU run has measured yet (tools/bench/cuda_switches.sh: each one's
 # conformance cases, then GPT-2 steps with it against the defaults, in alternating order); GPU_CHECK_SWITCHES=
 # "name:VAR=1,..." and GPU_CHECK_SWITCH_CHECKS="name:VAR=1,...:op" name others ("": the step is left out)
+# (the bf16 defaults' graph fusions that apply to an f32 step: off there until measured)
+f32_fusions=PDDE_FUSE_EPILOGUE=1,PDDE_FUSE_GRAD=1,PDDE_FUSE_ADD_LN=1,PDDE_FUSE_BGRAD=1,PDDE_FUSE_CE=1
 new_kernels=PDDE_CUDA_LT_LOWP_BIAS=1,PDDE_CUDA_LN2=1,PDDE_CUDA_CE1=1,PDDE_CUDA_ADAMW_VEC=1,PDDE_CUDA_GELU2=1
 switches=${GPU_CHECK_SWITCHES-"lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1 gelu_lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1,PDDE_FUSE_GELU=1
     ln2:PDDE_CUDA_LN2=1 ce1:PDDE_CUDA_CE1=1 adamw_vec:PDDE_CUDA_ADAMW_VEC=1 gelu2:PDDE_CUDA_GELU2=1
     k128:PDDE_FLASH2_VARIANT=k128 dqsmem:PDDE_FLASH2_VARIANT=dqsmem q128:PDDE_FLASH2_VARIANT=q128
-    no_bgrad:PDDE_FUSE_BGRAD=0 all_new:$new_kernels,PDDE_FLASH2_VARIANT=k128+q128 f32_flash2:DTYPE=f32,PDDE_CUDA_ATTENTION=flash2"}
+    no_bgrad:PDDE_FUSE_BGRAD=0 no_direct:PDDE_DIRECT_GRADS=0 all_new:$new_kernels,PDDE_FLASH2_VARIANT=k128+q128
+    f32_flash2:DTYPE=f32,PDDE_CUDA_ATTENTION=flash2 f32_fusions:DTYPE=f32,$f32_fusions
+    f32_fusions_flash2:DTYPE=f32,$f32_fusions,PDDE_CUDA_ATTENTION=flash2"}
 switch_checks=${GPU_CHECK_SWITCH_CHECKS-"lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1:matmul_bias gelu_lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1:gelu_fused
     ln2:PDDE_CUDA_LN2=1:layernorm ln2_cases:X=0:layernorm2 ce1:PDDE_CUDA_CE1=1:cross_entropy_staged adamw_vec:X=0:adamw_vec
     gelu2:X=0:bias_gelu2 k128:PDDE_FLASH2_VARIANT=k128:attention dqsmem:PDDE_FLASH2_VARIANT=dqsmem:attention
     q128:PDDE_FLASH2_VARIANT=q128:attention f32_flash2:PDDE_CUDA_ATTENTION=flash2:attention"}
 if [ -n "$switches" ]; then
-    step switches 300 env SWITCHES="$switches" CHECKS="$switch_checks" bash tools/bench/cuda_switches.sh build
+    step switches 360 env SWITCHES="$switches" CHECKS="$switch_checks" bash tools/bench/cuda_switches.sh build
     grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
     grep -q '^RESULT gpu_switches .*failed=0' "$out/step.out" || failed=1
 fi
