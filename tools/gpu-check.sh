@@ -10,7 +10,8 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off), the default bf16 step timed per node by device events (PDDE_PROFILE=device), each op against the GPU's peaks;
-#   the switches no GPU run has measured yet, each checked and timed against the defaults (tools/bench/cuda_switches.sh); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
+#   the switches no GPU run has measured yet, each checked and timed against the defaults (tools/bench/cuda_switches.sh); an f32 step's
+#   profile with the f32 attention kernels and the graph fusions; `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers; ZeRO-3's
 #   gathers prefetched on CUDA memory and the sparse gradients zeroed on the device (both off until measured); the
@@ -255,6 +256,18 @@ if [ -n "$switches" ]; then
     grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
     grep -q '^RESULT gpu_switches .*failed=0' "$out/step.out" || failed=1
 fi
+
+# ---- where an f32 step's time goes, with the f32 attention kernels and the bf16 graph fusions (each op against the
+# GPU's f32 peaks): what the f32 target (PyTorch f32, TF32 off) needs next
+gpt_run f32_device_profile PDDE_PROFILE=device ${nominal:+PDDE_PROFILE_PEAKS=$nominal} PDDE_CUDA_ATTENTION=flash2 ${f32_fusions//,/ } \
+    build/bench_cuda --gpt --dtype f32
+line=$(grep '^PROFILE device ' "$out/step.out" | tail -1)
+result "gpu_profile_f32 ${line#PROFILE device }"
+rank=0
+while read -r over name ms bound gbps tflops calls; do
+    rank=$((rank + 1))
+    result "gpu_roofline_f32 rank=$rank op=$name ms=$ms bound_ms=$bound over_ms=$over gbps=$gbps tflops=$tflops calls=$calls"
+done < <(roofline_top)
 
 # ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
 step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
