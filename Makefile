@@ -234,7 +234,7 @@ check-parts: $(BUILD)/pdde.o
 OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden test_amp)
 PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp test_cluster)
 # What tools/gpu-check.sh builds, compiled (not run) there too: a GPU node may have none of these libraries.
-GPU_CHECK_BUILDS := $(addprefix $(BUILD)/portable/,test_cuda test_gpu_attention bench_cuda gpt pdde-bench test_dp test_casts test_direct_grads \
+GPU_CHECK_BUILDS := $(addprefix $(BUILD)/portable/,test_cuda test_gpu_attention bench_cuda gpt pdde-bench test_dp test_casts test_direct_grads test_session_threads \
                     test_moe_device test_nccl test_device_buckets test_embedding_back bench_embedding_back)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.

@@ -26,14 +26,16 @@ void openblas_set_num_threads(int n);
 
 /* ------------------------------------------------------------------------------------------------
  * Thread pool: parallel_for(n, fn) splits [0, n) into one contiguous range per thread. The caller
- * thread takes part; workers sleep on a condition variable between jobs (no idle spinning). */
+ * thread takes part; workers sleep on a condition variable between jobs (no idle spinning). One job at a
+ * time: a caller that finds the pool busy (a session on another thread of the same context) runs its job
+ * on its own thread. */
 
 typedef void (*cpu_range_fn)(void *arg, int64_t begin, int64_t end);
 
 typedef struct pdde_threadpool {
     int n_threads;
     pthread_t *threads;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu, running; /* (running: held by the caller whose job the workers run) */
     pthread_cond_t wake, done;
     uint64_t generation;
     int pending;
@@ -75,6 +77,7 @@ static pdde_threadpool *pool_create(int n_threads) {
     if (!p) return NULL;
     p->n_threads = n_threads < 1 ? 1 : n_threads;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->running, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
@@ -98,16 +101,17 @@ static void pool_free(pdde_threadpool *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->running);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
     free(p->threads);
     free(p);
 }
 
-/* Runs fn over [0, n); small jobs (n < min_parallel) stay on the caller thread. */
+/* Runs fn over [0, n); small jobs (n < min_parallel), and jobs that find the pool busy, stay on the caller thread. */
 static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cpu_range_fn fn, void *arg) {
     if (n <= 0) return;
-    if (!p || p->n_threads == 1 || n < min_parallel) { fn(arg, 0, n); return; }
+    if (!p || p->n_threads == 1 || n < min_parallel || pthread_mutex_trylock(&p->running) != 0) { fn(arg, 0, n); return; }
     pthread_mutex_lock(&p->mu);
     p->fn = fn, p->arg = arg, p->n = n;
     p->pending = p->n_threads - 1;
@@ -118,6 +122,7 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->running);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@
 #ifndef PDDE_NO_CUDA
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -337,6 +338,7 @@ typedef struct {
     atomic_int fn_shared[PGD_K_CUDA_COUNT]; /* the dynamic shared memory each kernel was allowed (the attribute; 0: the default 48 KiB) */
     pcublas_handle blas;
     pcu_cstream blas_stream; /* the stream last given to cublasSetStream (NULL: none yet) */
+    pthread_mutex_t gemm_lock; /* held by a GEMM call: cuBLAS's handle and cublasLt's plans are the device's (pcu_gemm_locked) */
     pcu_stream *default_stream;
     int sm_count;
     int has_flash; /* the module is the sm_80 one, with the tensor-core attention kernels */
@@ -1071,6 +1073,7 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
     if (!d) return pdde_error(f->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
     d->fam = f;
     d->index = index;
+    pthread_mutex_init(&d->gemm_lock, NULL);
     d->sm_count = f->info[index].sm_count > 0 ? f->info[index].sm_count : 1;
     pcu_result r = f->cu.DeviceGet(&d->cu_dev, index);
     if (r != PCU_SUCCESS) {
@@ -1134,6 +1137,7 @@ static void pcu_device_close(void *dev) {
         if (d->mod) f->cu.ModuleUnload(d->mod);
         f->cu.DevicePrimaryCtxRelease(d->cu_dev);
     }
+    pthread_mutex_destroy(&d->gemm_lock);
     free(d);
 }
 
@@ -1539,6 +1543,39 @@ static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     return pgd_supports_op(node) || (pcu_moe_enabled() && pgd_supports_moe(node));
 }
 
+/* The GEMM entry points under the device's lock. cuBLAS's handle (its stream set by each call) and cublasLt's
+ * plans (a plan's bias pointer set by each call) are the device's, shared by the streams of every session on it,
+ * and sessions on host threads of their own (a pipeline stage's workers, each with a session here) call at once. */
+#define PCU_LOCKED(call)                          \
+    do {                                          \
+        pcu_dev *d_ = impl;                       \
+        pthread_mutex_lock(&d_->gemm_lock);       \
+        int r_ = (call);                          \
+        pthread_mutex_unlock(&d_->gemm_lock);     \
+        return r_;                                \
+    } while (0)
+static int pcu_locked_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA, pgd_ptr b,
+                           int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    PCU_LOCKED(pcu_cb_gemm(impl, stream, ta, tb, M, N, K, a, sA, b, sB, c, sC, batch));
+}
+static int pcu_locked_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
+                                int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    PCU_LOCKED(pcu_cb_gemm_lowp(impl, stream, dt, ta, tb, M, N, K, a, sA, b, sB, c, sC, batch));
+}
+static int pcu_locked_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                               pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
+                               float beta) {
+    PCU_LOCKED(pcu_cb_gemm_epi(impl, stream, dt, ddt, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch, bias, pc, beta));
+}
+static int pcu_locked_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
+                               pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
+    PCU_LOCKED(pclt_cb_gemm_act(impl, stream, act, dt, ddt, tb, M, N, K, pa, pb, pd, bias, aux, xdt));
+}
+static int pcu_locked_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, int64_t M, int64_t N, int64_t K, pgd_ptr pa, pgd_ptr pb,
+                                 pgd_ptr pd, pgd_ptr pg) {
+    PCU_LOCKED(pclt_cb_gemm_bgrad(impl, stream, dt, ta, M, N, K, pa, pb, pd, pg));
+}
+
 /* The dispatcher's view of device d and stream s (the caller has made d's context current). */
 static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
     if (!s->fixed) pcu_switches_read(s);
@@ -1546,8 +1583,8 @@ static void pcu_dispatcher(pcu_dev *d, pcu_stream *s, pgd_ctx *out) {
         .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = s,
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
-        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt || s->gemmex_lowp ? pcu_cb_gemm_epi : NULL,
-        .gemm_act = d->lt ? pclt_cb_gemm_act : NULL, .gemm_bgrad = d->lt ? pclt_cb_gemm_bgrad : NULL,
+        .gemm = pcu_locked_gemm, .gemm_lowp = pcu_locked_gemm_lowp, .gemm_epi = d->lt || s->gemmex_lowp ? pcu_locked_gemm_epi : NULL,
+        .gemm_act = d->lt ? pcu_locked_gemm_act : NULL, .gemm_bgrad = d->lt ? pcu_locked_gemm_bgrad : NULL,
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128, .flash2_variant = s->flash2_variant,

@@ -121,7 +121,7 @@ if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export UCX_DIR LD_LIBRA
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 say "UCX: ${UCX_DIR:-$([ "${ucx[*]}" = NO_UCX=1 ] && echo none || echo "pkg-config's")} $(grep -s '^libucx0=' "${UCX_DIR:-/nonexistent}/PACKAGES")"
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
-    build/test_casts build/test_direct_grads build/test_moe_device build/test_nccl build/test_device_buckets build/test_attention_dispatch \
+    build/test_casts build/test_direct_grads build/test_session_threads build/test_moe_device build/test_nccl build/test_device_buckets build/test_attention_dispatch \
     build/test_zero3_device build/test_sparse_device build/test_embedding_back build/bench_embedding_back \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
@@ -144,6 +144,8 @@ test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
 test_step test_casts 90 build/test_casts
 # gradients written straight into their accumulators: the same bits as accumulated (tests/test_direct_grads.c)
 test_step test_direct_grads 60 build/test_direct_grads
+# two sessions on the GPU from two host threads at once (the device's cuBLAS handle and cublasLt plans taken in turn)
+test_step test_session_threads 60 build/test_session_threads
 if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
     test_step test_backend_ops_opencl 120 build/test_backend_ops --backend opencl
 else
