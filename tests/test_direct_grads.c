@@ -158,21 +158,12 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     pdde_status st = PDDE_OK;
     for (int off = 0; off < 2 && !st; off++) {
         setenv("PDDE_DIRECT_GRADS", off ? "0" : "1", 1);
-        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-        op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
-        pdde_session *s = NULL;
+        pdde_session *s;
         gpt_model m;
-        pdde_graph_init(ctx, &g);
-        pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-        sp.world = world;
-        st = gpt_build_plan(g, &cfg, plan, &op, &m);
-        if (!st) st = pdde_session_init(g, &sp, &s);
-        int32_t x[4 * 8], y[4 * 8];
+        st = gpt_test_rank_session(ctx, world, &cfg, plan, PDDE_F32, &g, &s, &m);
         for (int step = 0; step < RANK_STEPS && !st; step++) {
-            for (int i = 0; i < 32; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
-            st = gpt_write_batch(s, &m, plan, plan->dp > 1 ? pdde_comm_rank(world) : 0, x, y);
-            if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
+            st = gpt_test_rank_step(s, &m, plan, world, step);
             out->loss[off][step] = pdde_session_loss(s);
         }
         out->accums[off] = (double)pdde_session_op_runs(s, PDDE_OP_GRAD_ACCUM) / RANK_STEPS;
