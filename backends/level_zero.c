@@ -18,6 +18,7 @@
 #ifndef PDDE_NO_LEVEL_ZERO
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,7 @@ typedef struct {
     uint32_t ordinal;
     pze_module module;
     pze_kernel kern[PGD_K_COUNT];
+    pthread_mutex_t launch_lock; /* a kernel's arguments and its launch: the kernels are the device's, shared by every stream */
     pze_event_pool pool;
     unsigned char used[PZE_MAX_EVENTS];
     pze_stream *default_stream;
@@ -509,6 +511,7 @@ static pdde_status pze_device_open(void *family, int index, void **out) {
     pze_dev *d = calloc(1, sizeof *d);
     if (!d) return pdde_error(f->ctx, PDDE_ERR_OOM, "level_zero: out of host memory");
     d->fam = f;
+    pthread_mutex_init(&d->launch_lock, NULL);
     d->info = &f->info[index];
     const pze_device_properties *p = &d->info->props;
     d->units = p->numSlices * p->numSubslicesPerSlice * p->numEUsPerSubslice;
@@ -571,6 +574,7 @@ static void pze_device_close(void *dev) {
     if (d->module) ze->ModuleDestroy(d->module);
     if (d->pool) ze->EventPoolDestroy(d->pool);
     if (d->context) ze->ContextDestroy(d->context);
+    pthread_mutex_destroy(&d->launch_lock);
     free(d);
 }
 
@@ -709,10 +713,9 @@ static pdde_status pze_stream_wait_event(void *dev, void *stream, void *event) {
 /* --------------------------------------------------------------------------------------------------
  * Ops (backends/gpu_dispatch.h) */
 
-static int pze_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned by, int nargs, const pgd_arg *args) {
-    pze_dev *d = impl;
-    pze_stream *s = stream;
+/* (the caller holds d's launch_lock: sessions on host threads of their own launch on one device at once) */
+static int pze_launch_locked(pze_dev *d, pze_stream *s, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
+                             const pgd_arg *args) {
     const pze_api *ze = &d->fam->ze;
     pze_kernel kern = d->kern[k];
     PZE_CHECK(d, ze->KernelSetGroupSize(kern, bx, by, 1), "zeKernelSetGroupSize");
@@ -731,7 +734,16 @@ static int pze_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned 
     if (r != PZE_RESULT_SUCCESS)
         return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "level_zero: launching %s failed (0x%x)", pgd_kernel_names[k],
                           (unsigned)r);
-    return pze_order(d, s);
+    return PDDE_OK;
+}
+
+static int pze_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, int nargs, const pgd_arg *args) {
+    pze_dev *d = impl;
+    pthread_mutex_lock(&d->launch_lock);
+    int e = pze_launch_locked(d, stream, k, gx, gy, gz, bx, by, nargs, args);
+    pthread_mutex_unlock(&d->launch_lock);
+    return e ? e : pze_order(d, stream);
 }
 
 static int pze_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out) {
