@@ -2246,6 +2246,7 @@ static pdde_status lower_direct_grads(lowering *L) {
          * into the tied head's) */
         pdde_tensor *r = x;
         while ((r->flags & PDDE_TENSOR_INPLACE) && !(r->flags & PDDE_TENSOR_VIEW) && r->nsrc > 0 && readers[r->src[0]->id] == 1 &&
+               !pdde_has_beside(r->src[0]) && /* (whose view read later would give r memory of its own: memplan) */
                !(r->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)) && !executor_runs(P, r) && r->device == acc->device)
             r = r->src[0];
         if (is_persistent(r) || is_root_sharing(r) || (r->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)) || executor_runs(P, r) ||
