@@ -488,7 +488,8 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p);
 float pdde_lr_at(const pdde_optimizer_params *p, int64_t step);
 
 /* ---------------------------------------------------------------------------------------------------
- * Session: a compiled graph with its memory plan, run step by step. */
+ * Session: a compiled graph with its memory plan, run step by step. A session is used by one thread at a
+ * time; sessions of one context may run on several threads at once, on one device or on several. */
 typedef struct pdde_session pdde_session;
 
 typedef enum {
