@@ -1,8 +1,9 @@
-/* test_session_threads — two sessions of one context on one device, trained on two host threads at once (as a
- * pipeline stage's workers each drive a session): each thread's losses equal, bit for bit, those of its session
- * trained alone. On the CPU and on every other device (PoCL's OpenCL device in CI; CUDA where there is one, whose
- * cuBLAS handle and cublasLt plans the sessions' streams share). A thread's batches differ from the other's, so a
- * GEMM run on the other session's stream or with its operands shows in the losses. */
+/* test_session_threads — two sessions of one context, trained on two host threads at once (as a pipeline stage's
+ * workers each drive a session, or a recommender's pipeline its sparse stage on the CPU and its dense one on an
+ * accelerator): each thread's losses equal, bit for bit, those of its session trained alone. Both on the CPU, both
+ * on each other device (PoCL's OpenCL device in CI; CUDA where there is one, whose cuBLAS handle and cublasLt plans
+ * the sessions' streams share), and one on the CPU with one on each other device. A thread's batches differ from
+ * the other's, so a GEMM run on the other session's stream or with its operands shows in the losses. */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -52,13 +53,13 @@ static void *train(void *arg) {
 /* Whether thread th ended by the round's deadline (joined then) */
 static int joined_by(pthread_t th, const struct timespec *deadline) { return pthread_timedjoin_np(th, NULL, deadline) == 0; }
 
-/* 0, or -1: a round's threads hung (the test cannot go on) */
-static int test_device(pdde_context *ctx, int device, const char *where) {
+/* Session w (0, 1) on device dev[w]: 0, or -1: a round's threads hung (the test cannot go on) */
+static int test_pair(pdde_context *ctx, const int dev[2], const char *where) {
     for (int k = 0; k < 2; k++) {
         pdde_dtype dt = k ? PDDE_BF16 : PDDE_F32;
         job alone[2], both[2];
         for (int w = 0; w < 2; w++) {
-            alone[w] = (job){.ctx = ctx, .device = device, .which = w, .dt = dt};
+            alone[w] = (job){.ctx = ctx, .device = dev[w], .which = w, .dt = dt};
             train(&alone[w]);
             CHECK(!alone[w].rc, "%s, %s: session %d alone: %s", where, pdde_dtype_name(dt), w, alone[w].error);
         }
@@ -73,7 +74,7 @@ static int test_device(pdde_context *ctx, int device, const char *where) {
             clock_gettime(CLOCK_REALTIME, &deadline);
             deadline.tv_sec += DEADLINE_S;
             for (int w = 0; w < 2; w++) {
-                both[w] = (job){.ctx = ctx, .device = device, .which = w, .dt = dt};
+                both[w] = (job){.ctx = ctx, .device = dev[w], .which = w, .dt = dt};
                 started[w] = pthread_create(&th[w], NULL, train, &both[w]) == 0;
             }
             for (int w = 0; w < 2; w++) {
@@ -101,14 +102,16 @@ static int test_device(pdde_context *ctx, int device, const char *where) {
 int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    if (test_device(ctx, 0, "cpu")) return test_finish(); /* (hung threads: leave them to the process' end) */
+    if (test_pair(ctx, (int[2]){0, 0}, "cpu")) return test_finish(); /* (hung threads: leave them to the process' end) */
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): two sessions at once on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
         pdde_device_get_props(ctx, d, &props);
         char where[320];
         snprintf(where, sizeof where, "%s (%s)", props.name, props.backend);
-        if (test_device(ctx, d, where)) return test_finish();
+        if (test_pair(ctx, (int[2]){d, d}, where)) return test_finish();
+        snprintf(where, sizeof where, "cpu and %s (%s)", props.name, props.backend); /* (a recommender's pipeline: sparse and dense) */
+        if (test_pair(ctx, (int[2]){0, d}, where)) return test_finish();
     }
     pdde_context_free(ctx);
     return test_finish();
