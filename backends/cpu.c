@@ -328,7 +328,8 @@ static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
 
 /* A gradient accumulation that computes its contribution (lowering's PDDE_FUSE_GRAD): acc (src 0) +=
  * op(A) op(B) of src 1 and 2 (the matmul's transposes in its parameters): the product in f32, then
- * added, the bits of the matmul and the accumulation it replaces. */
+ * added, the bits of the matmul and the accumulation it replaces; or (PDDE_P_GRAD_ACCUM_OVERWRITE) acc =
+ * the product. */
 typedef struct { float *acc; const float *g; } accum_mm_job;
 
 static void accum_mm_task(void *arg, int64_t begin, int64_t end) {
@@ -340,6 +341,7 @@ static pdde_status cpu_grad_accum_matmul(pdde_context *ctx, pdde_threadpool *poo
     pdde_tensor mm = *u; /* the product as a matmul node of u's shape */
     mm.op = PDDE_OP_MATMUL, mm.dtype = PDDE_F32, mm.src[0] = u->src[1], mm.src[1] = u->src[2], mm.nsrc = 2;
     int64_t n = pdde_tensor_numel(u);
+    if (pdde_op_i32(u, PDDE_P_GRAD_ACCUM_OVERWRITE)) return cpu_matmul_into(ctx, pool, dnnl, &mm, F32(u->src[0])); /* (acc = the product) */
     float *g = malloc((size_t)(n ? n : 1) * sizeof *g);
     if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", u->name);
     pdde_status st = cpu_matmul_into(ctx, pool, dnnl, &mm, g);

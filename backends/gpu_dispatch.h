@@ -888,20 +888,25 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
 }
 
 /* A gradient accumulation that computes its contribution (planner/lower.c's PDDE_FUSE_GRAD): acc [M, N]
- * (src 0) += op(A) op(B) (src 1, 2). The backend's GEMM with beta 1 where it has one (gemm_epi), else
- * the GEMM into scratch and k_binary's add, the kernels of the matmul and the accumulation it replaces. */
+ * (src 0) += op(A) op(B) (src 1, 2), or (PDDE_P_GRAD_ACCUM_OVERWRITE: a step's first gradient) = op(A) op(B).
+ * The backend's GEMM with beta 1 (0) where it has one (gemm_epi), else the GEMM into scratch and k_binary's add
+ * (into acc), the kernels of the matmul and the accumulation it replaces. */
 static int pgd_grad_accum_matmul(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *acc = node->src[0], *a = node->src[1], *b = node->src[2];
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
+    int overwrite = pdde_op_i32(node, PDDE_P_GRAD_ACCUM_OVERWRITE) != 0;
     int64_t M = node->shape[0], N = node->shape[1], K = ta ? a->shape[0] : a->shape[1], n = M * N;
     pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pacc = pgd_ptr_of(acc);
-    if (!n || !K) return PDDE_OK; /* (an empty product adds nothing) */
+    if (!n) return PDDE_OK;
+    if (!K) return overwrite ? g->fill32(g->impl, g->stream, pacc, 0, (size_t)n) : PDDE_OK; /* (an empty product adds nothing) */
     if (g->gemm_epi) {
-        int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, pgd_null, 1.0f);
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, pgd_null,
+                            overwrite ? 0.0f : 1.0f);
         if (e != 1) return e;
     }
-    int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255;
     pgd_ptr scr = pgd_null;
+    if (overwrite) return pgd_gemm_run_held(g, &scr, 0, 0, a->dtype, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1);
+    int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255;
     int e = g->scratch(g->impl, g->stream, (size_t)cbytes, &scr);
     if (!e) e = pgd_gemm_run_held(g, &scr, cbytes, 1, a->dtype, ta, tb, M, N, K, pa, 0, pb, 0, pgd_null, M * N, 1);
     int32_t add = PGD_B_ADD;

@@ -15,6 +15,9 @@
 typedef enum {
     PDDE_P_MATMUL_TRANS_A = 0, PDDE_P_MATMUL_TRANS_B = 1,
     PDDE_P_MATMUL_RESIDUAL = 2,         /* matmul: 1: its last src, of its shape, is added to the result (lowering's fusion) */
+    PDDE_P_GRAD_ACCUM_OVERWRITE = 5,    /* grad_accum of a matmul (lowering's PDDE_FUSE_GRAD, with the transposes above): 1: acc =
+                                           op(A) op(B), not +=: a step's first gradient (lower_direct_grads; set by the executor;
+                                           past the matmul's own parameters, which a backend's matmul of its sources reads) */
     PDDE_P_MATMUL_ACT = 3,              /* matmul (lowering's PDDE_FUSE_GELU): 0; PDDE_MATMUL_GELU: src 2 a bias [N], it writes
                                            X = A B + bias (its own values, its dtype) and gelu(X) beside them (at
                                            pdde_lowp_copy_offset, its dtype); PDDE_MATMUL_DGELU: src 2 X (of its

@@ -1676,6 +1676,7 @@ static void drop_gradients(pdde_session *s) {
 
 /* The parameters of this step that the executor sets on t before it runs. */
 static void set_run_params(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+    if (s->prog->info[t->id].grad_overwrite) pdde_op_set_i32(t, PDDE_P_GRAD_ACCUM_OVERWRITE, s->direct_bound); /* (lower_direct_grads) */
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
     if (s->loss_scaling && (is_update(t) || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
         pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, s->prog->grad_scale / s->scaler.scale);

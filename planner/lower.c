@@ -2255,6 +2255,13 @@ static pdde_status lower_direct_grads(lowering *L) {
         P->info[r->id].grad_into = acc, P->info[u->id].grad_direct = true;
         P->info[acc->id].grad_into_bytes = node_alloc_bytes(r);
     }
+    /* an accumulation that computes its matmul (PDDE_FUSE_GRAD) writes the product instead of adding it */
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *acc = u->src[0];
+        if (u->op == PDDE_OP_GRAD_ACCUM && u->nsrc == 3 && acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD) && zeroed[acc->id] &&
+            accumulations[acc->id] == 1)
+            P->info[u->id].grad_overwrite = true;
+    }
     /* what such a producer writes beside its values (the column sums of a weight gradient's GEMM: the bias's
      * gradient) goes straight into the accumulator placed there */
     for (int i = 0; i < P->n_order; i++) {
@@ -2357,6 +2364,8 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
             fprintf(f, "  into %s", in->grad_into->name);
         else if (in->grad_direct)
             fprintf(f, "  (skipped in a step that starts with zeroed gradients)");
+        else if (in->grad_overwrite)
+            fprintf(f, "  (writes, not adds, in a step that starts with zeroed gradients)");
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
         fputc('\n', f);
     }

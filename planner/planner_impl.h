@@ -307,6 +307,7 @@ typedef struct {
      * (each of the two names the other; the first one's grad_into_bytes is where the second starts) */
     pdde_tensor *grad_into, *grad_pair;
     bool grad_direct;
+    bool grad_overwrite; /* an accumulation that computes its matmul (PDDE_FUSE_GRAD): it writes instead of adding then */
     size_t grad_into_bytes;
 } pdde_program_node;
 

@@ -2,12 +2,13 @@
  * unless =0). In a step that starts with zeroed gradients each parameter's gradient is written where it is
  * accumulated and the accumulation is skipped (0 + g is g). Nothing may change a number: on every device (the
  * CPU, and PoCL's OpenCL device in CI) a GPT's losses and final parameters equal, bit for bit, those of
- * PDDE_DIRECT_GRADS=0, in f32 and in bf16 with the fusions a CUDA bf16 step runs (the bias gradient written
- * beside the weight's, which then lands past the weight gradient's accumulator: PDDE_FUSE_BGRAD), while no
- * accumulation runs in a step against one a parameter without. Runs that start with gradients left over
- * accumulate instead: two PDDE_RUN_FORWARD_BACKWARD then PDDE_RUN_OPTIMIZER (the gradient read between them
- * too), and a gradient written before a step, give the bits of PDDE_DIRECT_GRADS=0. On 2 ranks (data
- * parallel: buckets reduced as their gradients are final; ZeRO-2: a sharded update) the same. */
+ * PDDE_DIRECT_GRADS=0: in f32; in bf16 with the fusions a CUDA bf16 step runs (the bias gradient written beside
+ * the weight's, which then lands in the bias's accumulator, placed past the weight's: PDDE_FUSE_BGRAD); and in
+ * f32 with PDDE_FUSE_GRAD=1 (an accumulation that computes its matmul writes the product instead of adding it).
+ * No accumulation runs in a step but those, against one a parameter without. Runs that start with gradients
+ * left over accumulate instead: two PDDE_RUN_FORWARD_BACKWARD then PDDE_RUN_OPTIMIZER (the gradient read between
+ * them too), and a gradient written before a step, give the bits of PDDE_DIRECT_GRADS=0. On 2 ranks (data
+ * parallel: buckets reduced as their gradients are final; ZeRO-1: a sharded update) the same. */
 #define _GNU_SOURCE /* setenv */
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -115,14 +116,18 @@ static int all_finite(const float *v, int n) {
 
 static void test_device(pdde_context *ctx, int device, const char *where) {
     static const char *const sched_names[] = {"steps", "two backwards a step", "a gradient written"};
-    for (int variant = 0; variant < 2; variant++) { /* f32 with the device's defaults; bf16 with a CUDA step's fusions */
-        pdde_dtype dt = variant ? PDDE_BF16 : PDDE_F32;
-        set_fusions(variant);
+    static const char *const variant_names[] = {"", " (a CUDA step's fusions)", " (PDDE_FUSE_GRAD=1)"};
+    /* f32 with the device's defaults; bf16 with a CUDA step's fusions; f32 with the weight-gradient matmuls in their
+     * accumulations (which then write, not add, the product) */
+    for (int variant = 0; variant < 3; variant++) {
+        pdde_dtype dt = variant == 1 ? PDDE_BF16 : PDDE_F32;
+        set_fusions(variant == 1);
+        if (variant == 2) setenv("PDDE_FUSE_GRAD", "1", 1);
         for (schedule sched = STEPS_ONLY; sched <= GRAD_WRITTEN; sched++) {
             run_result on, off;
             int failed = train(ctx, device, dt, sched, 1, &on) || train(ctx, device, dt, sched, 0, &off);
             char what[400];
-            snprintf(what, sizeof what, "%s, %s%s, %s", where, pdde_dtype_name(dt), variant ? " (a CUDA step's fusions)" : "", sched_names[sched]);
+            snprintf(what, sizeof what, "%s, %s%s, %s", where, pdde_dtype_name(dt), variant_names[variant], sched_names[sched]);
             CHECK(!failed, "%s: both sessions train", what);
             if (failed) continue;
             printf("%s: losses %.6f .. %.6f; accumulations a step %.1f (PDDE_DIRECT_GRADS=0: %.1f, %d parameters, %d computing a matmul)\n",
