@@ -118,7 +118,8 @@ static void test_device(pdde_context *ctx, int device, const char *where) {
     static const char *const sched_names[] = {"steps", "two backwards a step", "a gradient written"};
     static const char *const variant_names[] = {"", " (a CUDA step's fusions)", " (PDDE_FUSE_GRAD=1)"};
     /* f32 with the device's defaults; bf16 with a CUDA step's fusions; f32 with the weight-gradient matmuls in their
-     * accumulations (which then write, not add, the product) */
+     * accumulations (which then write, not add, the product), whose losses are those of the first, bit for bit */
+    float unfused[GRAD_WRITTEN + 1][STEPS];
     for (int variant = 0; variant < 3; variant++) {
         pdde_dtype dt = variant == 1 ? PDDE_BF16 : PDDE_F32;
         set_fusions(variant == 1);
@@ -136,6 +137,10 @@ static void test_device(pdde_context *ctx, int device, const char *where) {
                   "%s: the losses (last %.9g vs %.9g) and final parameters are those of PDDE_DIRECT_GRADS=0, bit for bit", what,
                   on.loss[STEPS - 1], off.loss[STEPS - 1]);
             CHECK(on.loss[STEPS - 1] < on.loss[0], "%s: it trains (loss %.6f -> %.6f)", what, on.loss[0], on.loss[STEPS - 1]);
+            if (variant == 0) memcpy(unfused[sched], on.loss, sizeof on.loss);
+            if (variant == 2)
+                CHECK(!memcmp(unfused[sched], on.loss, sizeof on.loss), "%s: the losses of the matmuls apart, bit for bit (last %.9g vs %.9g)", what,
+                      on.loss[STEPS - 1], unfused[sched][STEPS - 1]);
             if (sched == STEPS_ONLY)
                 CHECK(on.accums_per_step == on.n_fused && off.accums_per_step == on.n_params, "%s: %.1f accumulations a step, those that compute "
                       "their matmul (%d); PDDE_DIRECT_GRADS=0: %.1f, one for each of %d parameters", what, on.accums_per_step, on.n_fused,
