@@ -1961,10 +1961,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     float lr = pdde_session_lr(s);
     /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only
      * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
-     * differentiated) */
-    if (mode_runs_backward(mode)) s->run_counter++;
-    /* a run that starts with zeroed gradients has their producers write them where they are accumulated */
-    if (mode_runs_backward(mode)) bind_direct(s, s->grads_zero);
+     * differentiated); and a training pass that starts with zeroed gradients has their producers write them
+     * where they are accumulated */
+    if (mode_runs_backward(mode)) s->run_counter++, bind_direct(s, s->grads_zero);
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
     if (s->devprof) profile_run_begin(s);
     s->update_checked = s->loss_read = false;

@@ -2221,6 +2221,12 @@ static bool executor_runs(const pdde_program *P, const pdde_tensor *x) {
            x->op == PDDE_OP_RECV || in->bucket || in->bucket_members || in->own_buffer || in->vocab_axis >= 0;
 }
 
+/* Whether acc is a gradient accumulator that one accumulation writes and an update zeroes (zeroed, accumulations:
+ * lower_direct_grads's counts by id) */
+static bool direct_accumulator(const pdde_tensor *acc, const uint8_t *zeroed, const int *accumulations) {
+    return acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD) && zeroed[acc->id] && accumulations[acc->id] == 1;
+}
+
 static pdde_status lower_direct_grads(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_direct_grads_on() || P->n_micro != 1 || P->n_phantom || P->n_live != 1) return PDDE_OK;
@@ -2238,10 +2244,12 @@ static pdde_status lower_direct_grads(lowering *L) {
     }
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *u = P->order[i], *acc = u->src[0], *x = u->nsrc == 2 ? u->src[1] : NULL;
-        if (u->op != PDDE_OP_GRAD_ACCUM || !x || !(u->flags & PDDE_TENSOR_INPLACE) || acc->op != PDDE_OP_NONE ||
-            !(acc->flags & PDDE_TENSOR_GRAD) || !zeroed[acc->id] || accumulations[acc->id] != 1)
+        if (u->op != PDDE_OP_GRAD_ACCUM || !direct_accumulator(acc, zeroed, accumulations)) continue;
+        if (u->nsrc == 3) { /* (an accumulation that computes its matmul, PDDE_FUSE_GRAD, writes the product instead of adding it) */
+            P->info[u->id].grad_overwrite = true;
             continue;
-        if (readers[x->id] != 1) continue;
+        }
+        if (!x || !(u->flags & PDDE_TENSOR_INPLACE) || readers[x->id] != 1) continue;
         /* (through in-place writers that alone read what they write into: an embedding's gradient scattered
          * into the tied head's) */
         pdde_tensor *r = x;
@@ -2255,13 +2263,6 @@ static pdde_status lower_direct_grads(lowering *L) {
         P->info[r->id].grad_into = acc, P->info[u->id].grad_direct = true;
         P->info[acc->id].grad_into_bytes = node_alloc_bytes(r);
     }
-    /* an accumulation that computes its matmul (PDDE_FUSE_GRAD) writes the product instead of adding it */
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *u = P->order[i], *acc = u->src[0];
-        if (u->op == PDDE_OP_GRAD_ACCUM && u->nsrc == 3 && acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD) && zeroed[acc->id] &&
-            accumulations[acc->id] == 1)
-            P->info[u->id].grad_overwrite = true;
-    }
     /* what such a producer writes beside its values (the column sums of a weight gradient's GEMM: the bias's
      * gradient) goes straight into the accumulator placed there */
     for (int i = 0; i < P->n_order; i++) {
@@ -2269,8 +2270,8 @@ static pdde_status lower_direct_grads(lowering *L) {
         if (u->op != PDDE_OP_GRAD_ACCUM || !v || !pdde_is_lowp_copy_view(v) || P->info[u->id].grad_direct || !(u->flags & PDDE_TENSOR_INPLACE))
             continue;
         pdde_tensor *x = v->src[0], *first = P->info[x->id].grad_into;
-        if (!first || P->info[first->id].grad_pair || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !zeroed[acc->id] ||
-            accumulations[acc->id] != 1 || P->info[acc->id].grad_into_bytes || P->info[acc->id].grad_pair || readers[v->id] != 1 ||
+        if (!first || P->info[first->id].grad_pair || !direct_accumulator(acc, zeroed, accumulations) || P->info[acc->id].grad_into_bytes ||
+            P->info[acc->id].grad_pair || readers[v->id] != 1 ||
             acc->device != first->device || acc->dtype != v->dtype || pdde_tensor_numel(acc) != pdde_tensor_numel(v))
             continue;
         P->info[first->id].grad_pair = acc, P->info[acc->id].grad_pair = first, P->info[u->id].grad_direct = true;

@@ -125,7 +125,8 @@ PDDE_PRIVATE int64_t arena_greedy(arena_item *items, int n) {
  * its gradient's producer writes (lower_direct_grads) as many bytes as that writes, with the accumulator of
  * what it writes beside them (grad_pair) right after its values (placed with it, whichever comes first). */
 static void persist_place(const pdde_program *P, program_device_memory *d, pdde_tensor *t, uint8_t *placed) {
-    pdde_tensor *pair = P->info[t->id].grad_pair, *first = pair && !P->info[t->id].grad_into_bytes ? pair : t, *second = pair ? (first == t ? pair : t) : NULL;
+    pdde_tensor *first = t, *second = P->info[t->id].grad_pair;
+    if (second && !P->info[t->id].grad_into_bytes) first = second, second = t; /* (the one its producer writes goes first) */
     size_t aligned = program_aligned_bytes(first), written = P->info[first->id].grad_into_bytes;
     if (written > aligned || second) aligned = (written + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
     bool per_micro = (first->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */
