@@ -54,6 +54,24 @@ static void test_table_rows(pdde_context *ctx) {
     for (uint64_t i = 0; i < 4000; i++) per[pdde_ps_shard_of(i * 4, 4)]++; /* ids with a common stride still spread */
     CHECK(per[0] > 800 && per[1] > 800 && per[2] > 800 && per[3] > 800, "shards balanced: %d %d %d %d", per[0], per[1], per[2], per[3]);
     pdde_ps_table_free(a), pdde_ps_table_free(b);
+
+    /* new rows are normal(0, init_std): 6000 ids of an odd width (the last column is a pair's first) */
+    p = table_params(5, PDDE_PS_SGD);
+    pdde_ps_table_init(ctx, &p, &a);
+    enum { N_INIT = 6000 };
+    uint64_t *many = malloc(N_INIT * sizeof *many);
+    float *vals = malloc(N_INIT * 5 * sizeof *vals);
+    for (int i = 0; i < N_INIT; i++) many[i] = 77 + (uint64_t)i * 3;
+    pdde_ps_table_pull(a, N_INIT, many, vals);
+    double sum = 0, sq = 0, within = 0, last_sq = 0;
+    for (int i = 0; i < N_INIT * 5; i++) sum += vals[i], sq += (double)vals[i] * vals[i], within += fabsf(vals[i]) < p.init_std;
+    for (int i = 0; i < N_INIT; i++) last_sq += (double)vals[i * 5 + 4] * vals[i * 5 + 4];
+    double n = N_INIT * 5.0, mean = sum / n, sd = sqrt(sq / n - mean * mean), last_sd = sqrt(last_sq / N_INIT);
+    CHECK(fabs(mean) < 0.004 && fabs(sd / p.init_std - 1) < 0.03 && fabs(within / n - 0.6827) < 0.015 && fabs(last_sd / p.init_std - 1) < 0.05,
+          "new rows are normal(0, %g): mean %.4f, sd %.4f, %.3f within one sd (want 0.683), last column's sd %.4f", p.init_std, mean, sd,
+          within / n, last_sd);
+    free(many), free(vals);
+    pdde_ps_table_free(a);
 }
 
 static void test_table_optimizers(pdde_context *ctx) {
@@ -113,14 +131,16 @@ static void test_table_admission_eviction(pdde_context *ctx) {
     p = table_params(2, PDDE_PS_SGD);
     p.evict_after = 8;
     pdde_ps_table_init(ctx, &p, &t);
-    uint64_t hot = 1, cold[100];
-    float rows[200] = {0};
+    uint64_t hot[2] = {1, 2}, cold[100]; /* hot[1]: pulled once, then only pushed (an asynchronous worker's) */
+    float rows[200] = {0}, g2[4] = {1, 1, 1, 1};
     for (int i = 0; i < 100; i++) cold[i] = 1000 + (uint64_t)i;
     pdde_ps_table_pull(t, 100, cold, rows);
-    for (int step = 0; step < 20; step++) pdde_ps_table_pull(t, 1, &hot, r), pdde_ps_table_push(t, 1, &hot, g, 1);
+    pdde_ps_table_pull(t, 1, &hot[1], r);
+    for (int step = 0; step < 20; step++) pdde_ps_table_pull(t, 1, &hot[0], r), pdde_ps_table_push(t, 2, hot, g2, 1);
     pdde_ps_table_stats_get(t, &st);
-    CHECK(st.rows == 1 && st.evicted == 100, "rows unseen for 8 steps are evicted: %lld rows, %lld evicted", (long long)st.rows, (long long)st.evicted);
-    CHECK(pdde_ps_table_get(t, hot, r) == PDDE_OK && pdde_ps_table_get(t, cold[50], r) == PDDE_ERR_NOT_FOUND, "the hot row stays, a cold one is gone");
+    CHECK(st.rows == 2 && st.evicted == 100, "rows unseen for 8 steps are evicted: %lld rows, %lld evicted", (long long)st.rows, (long long)st.evicted);
+    CHECK(pdde_ps_table_get(t, hot[0], r) == PDDE_OK && pdde_ps_table_get(t, hot[1], r) == PDDE_OK && pdde_ps_table_get(t, cold[50], r) == PDDE_ERR_NOT_FOUND,
+          "the hot rows stay (a push touches its rows), a cold one is gone");
     pdde_ps_table_free(t);
 }
 
@@ -888,13 +908,34 @@ static void test_reader(void) {
     for (int i = 0; i < 5000; i++) fputc('7', f); /* over-long */
     fputc('\n', f);
     fprintf(f, "%s\r\n", good);                 /* CRLF is fine */
+    /* a field's edges, each a line with field `field` (0: the label, 1..13 integers, 14.. ids) replaced */
+    static const struct { int field; const char *text; int ok; } edge[] = {
+        {3, "9223372036854775807", 1}, {3, "-9223372036854775808", 1}, {3, "+7", 1}, {3, "-3", 1}, {15, "ABCDEF01", 1},
+        {3, "9223372036854775808", 0}, {3, "99999999999999999999999", 0}, {3, "-", 0}, {3, "+", 0}, {3, "4 ", 0},
+        {3, "1.5", 0}, {15, "123456789", 0}, {15, "0x12", 0}, {15, "12g", 0}, {15, "-1", 0}, {0, "10", 0}, {0, "", 0}};
+    int n_edge = (int)(sizeof edge / sizeof *edge), edge_ok = 0;
+    for (int e = 0; e < n_edge; e++) {
+        const char *q = good;
+        for (int k = 0; k < edge[e].field; k++) q = strchr(q, '\t') + 1;
+        const char *tail = strchr(q, '\t');
+        fprintf(f, "%.*s%s%s\n", (int)(q - good), good, edge[e].text, tail ? tail : "");
+        edge_ok += edge[e].ok;
+    }
     fclose(f);
     long n = 0, bad = 0;
     dlrm_sample *s = dlrm_load(path, &n, &bad);
-    CHECK(s && n == 2 && bad == 5, "reader: %ld samples, %ld malformed (want 2, 5)", n, bad);
+    CHECK(s && n == 2 + edge_ok && bad == 5 + n_edge - edge_ok, "reader: %ld samples, %ld malformed (want %d, %d)", n, bad, 2 + edge_ok,
+          5 + n_edge - edge_ok);
     if (s && n >= 1) {
         CHECK(s[0].label == 1 && s[0].dense[2] == 0 && fabsf(s[0].dense[3] - logf(4)) < 1e-6f, "dense fields parsed (empty = 0)");
         CHECK(s[0].ids[5] == PDDE_SPARSE_NO_ID && s[0].ids[6] == ((uint64_t)6 << 32 | 0xac2), "ids keyed by field, empty = none");
+    }
+    if (s && n == 2 + edge_ok) { /* the accepted edges in order, after the two good lines */
+        const dlrm_sample *v = s + 2;
+        CHECK(v[0].dense[2] == (float)log1p(9223372036854775807.0) && v[1].dense[2] == 0 && v[2].dense[2] == (float)log1p(7.0) &&
+                  v[3].dense[2] == 0 && v[4].ids[1] == ((uint64_t)1 << 32 | 0xabcdef01u),
+              "integer and id edges: int64's ends, a sign, upper-case hex (%g %g %g %g %llx)", v[0].dense[2], v[1].dense[2], v[2].dense[2],
+              v[3].dense[2], (unsigned long long)v[4].ids[1]);
     }
     free(s);
 }
