@@ -97,6 +97,15 @@ static uint32_t *ps_map_insert(ps_map *m, uint64_t key, uint32_t val) {
     return &m->vals[i];
 }
 
+/* key's value, or val inserted for it where it is absent (*added says which): one probe for both; NULL when out
+ * of memory. */
+static uint32_t *ps_map_find_or_insert(ps_map *m, uint64_t key, uint32_t val, bool *added) {
+    if ((m->n + 1) * 10 > m->cap * 7 && !ps_map_grow(m)) return NULL;
+    size_t i = ps_map_slot(m, key);
+    if ((*added = m->vals[i] == PS_EMPTY)) m->keys[i] = key, m->vals[i] = val, m->n++;
+    return &m->vals[i];
+}
+
 static void ps_map_remove(ps_map *m, uint64_t key) {
     if (!m->cap) return;
     size_t mask = m->cap - 1, i = ps_map_slot(m, key);
@@ -443,8 +452,9 @@ static pdde_status ps_stripe_update(pdde_ps_table *t, ps_stripe *s, const uint64
     ps_map *first = &s->first;
     if (first->cap) memset(first->vals, 0xff, first->cap * sizeof *first->vals), first->n = 0;
     for (size_t j = 0; j < m; j++) { /* find duplicates (rare): keep the first position */
-        if (ps_map_find(first, ids[pos[j]])) n_dup++;
-        else if (!ps_map_insert(first, ids[pos[j]], (uint32_t)j)) return ps_oom(t, s);
+        bool added;
+        if (!ps_map_find_or_insert(first, ids[pos[j]], (uint32_t)j, &added)) return ps_oom(t, s);
+        n_dup += !added;
     }
     if (n_dup && m * C > s->sum_cap) {
         float *sum = realloc(s->sum, m * C * sizeof *sum);

@@ -98,12 +98,10 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
     if (b->index.cap) memset(b->index.vals, 0xff, b->index.cap * sizeof *b->index.vals), b->index.n = 0;
     for (int64_t i = 0; i < e->slots; i++) {
         if (ids[i] == PDDE_SPARSE_NO_ID) { b->local[i] = -1; continue; }
-        uint32_t *r = ps_map_find(&b->index, ids[i]);
-        if (!r) {
-            if (!(r = ps_map_insert(&b->index, ids[i], (uint32_t)b->n_unique)))
-                return pdde_error(c->ctx, PDDE_ERR_OOM, "sparse batch: out of memory");
-            b->unique[b->n_unique++] = ids[i];
-        }
+        bool added;
+        uint32_t *r = ps_map_find_or_insert(&b->index, ids[i], (uint32_t)b->n_unique, &added);
+        if (!r) return pdde_error(c->ctx, PDDE_ERR_OOM, "sparse batch: out of memory");
+        if (added) b->unique[b->n_unique++] = ids[i];
         b->local[i] = (int32_t)*r;
     }
     /* the empty slots read row n_unique, zeros: feed writes the batch's rows and it in one piece */
