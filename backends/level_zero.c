@@ -267,7 +267,7 @@ typedef struct {
     uint32_t ordinal;
     pze_module module;
     pze_kernel kern[PGD_K_COUNT];
-    pthread_mutex_t launch_lock; /* a kernel's arguments and its launch: the kernels are the device's, shared by every stream */
+    pthread_mutex_t launch_lock; /* a kernel's arguments and its launch (the kernels are the device's, shared by every stream); the event slots */
     pze_event_pool pool;
     unsigned char used[PZE_MAX_EVENTS];
     pze_stream *default_stream;
@@ -415,13 +415,27 @@ static pdde_status pze_device_props(void *family, int index, pdde_device_props *
 /* --------------------------------------------------------------------------------------------------
  * Devices, streams, buffers, events */
 
+/* (an event's slot in the device's pool is claimed and given back under launch_lock: sessions on host threads
+ * of their own make and drop events on one device at once) */
+static void pze_event_slot_free(pze_dev *d, int index) {
+    pthread_mutex_lock(&d->launch_lock);
+    d->used[index] = 0;
+    pthread_mutex_unlock(&d->launch_lock);
+}
+
 static int pze_event_new(pze_dev *d, pze_event *out, int *index) {
     int i = 0;
+    pthread_mutex_lock(&d->launch_lock);
     while (i < PZE_MAX_EVENTS && d->used[i]) i++;
+    if (i < PZE_MAX_EVENTS) d->used[i] = 1;
+    pthread_mutex_unlock(&d->launch_lock);
     if (i == PZE_MAX_EVENTS) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "level_zero: more than %d events", PZE_MAX_EVENTS);
     pze_event_desc ed = {PZE_STYPE_EVENT_DESC, NULL, (uint32_t)i, PZE_EVENT_SCOPE_FLAG_HOST, PZE_EVENT_SCOPE_FLAG_HOST};
-    PZE_CHECK(d, d->fam->ze.EventCreate(d->pool, &ed, out), "zeEventCreate");
-    d->used[i] = 1;
+    pze_result r = d->fam->ze.EventCreate(d->pool, &ed, out);
+    if (r != PZE_RESULT_SUCCESS) {
+        pze_event_slot_free(d, i);
+        return pze_fail(d->fam, r, "zeEventCreate", 0);
+    }
     *index = i;
     return PDDE_OK;
 }
@@ -429,7 +443,7 @@ static int pze_event_new(pze_dev *d, pze_event *out, int *index) {
 static void pze_event_delete(pze_dev *d, pze_event ev, int index) {
     if (!ev) return;
     d->fam->ze.EventDestroy(ev);
-    if (index >= 0 && index < PZE_MAX_EVENTS) d->used[index] = 0;
+    if (index >= 0 && index < PZE_MAX_EVENTS) pze_event_slot_free(d, index);
 }
 
 static int pze_stream_new(pze_dev *d, pze_stream **out) {
