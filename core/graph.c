@@ -267,7 +267,8 @@ static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_te
     if (!x || !gamma || (nsrc == 3 && !beta)) return new_node(g, op, PDDE_F32, 0, NULL, nsrc, src);
     if (!dtypes_ok(g, op, nsrc, src, false)) return NULL;
     if (!(eps >= 0) || !isfinite(eps)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: eps %g of %s must be finite and >= 0", pdde_op_name(op), eps, x->name);
-    int64_t C = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (x->ndim < 1) return graph_fail(g, PDDE_ERR_SHAPE, "%s: %s is a scalar; it normalises over a last dim", pdde_op_name(op), x->name);
+    int64_t C = x->shape[x->ndim - 1];
     for (int i = 1; i < nsrc; i++)
         if (src[i]->ndim != 1 || src[i]->shape[0] != C)
             return graph_fail(g, PDDE_ERR_SHAPE, "%s: %s must have shape [%lld] (the last dim of %s)", pdde_op_name(op),

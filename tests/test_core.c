@@ -298,6 +298,16 @@ static void test_bad_input(void) {
     CHECK(pdde_reshape(g, a, 2, (int64_t[]){5, 5}) == NULL && strstr(pdde_last_error(ctx), "reshape"), "reshape: %s", pdde_last_error(ctx));
     pdde_graph_free(g);
 
+    /* a norm of a scalar has no last dim (found by fuzz_graph: gamma [0] passed as its width, a run read past it) */
+    for (int op = 0; op < 2; op++) {
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *x = pdde_param(g, "x", 0, NULL, 0.1f), *w = pdde_param(g, "w", 1, (int64_t[]){0}, 0.1f);
+        pdde_tensor *y = op ? pdde_rmsnorm(g, x, w, 1e-5f) : pdde_layernorm(g, x, w, w, 1e-5f);
+        CHECK(!y && pdde_graph_status(g) == PDDE_ERR_SHAPE && strstr(pdde_last_error(ctx), "scalar"), "%s of a scalar: %s", op ? "rmsnorm" : "layernorm",
+              pdde_last_error(ctx));
+        pdde_graph_free(g);
+    }
+
     pdde_graph_init(ctx, &g);
     a = pdde_param(g, "a", 2, (int64_t[]){3, 4}, 0.1f);
     pdde_tensor *y = pdde_relu(g, a);
