@@ -69,7 +69,7 @@ static void one_op(fuzz_state *f, reader *r) {
     pdde_graph *g = f->g;
     pdde_tensor *a = pick(f, r), *b = pick(f, r), *c = pick(f, r), *y = NULL;
     int i0 = (int)next_u8(r) % 9 - 2, i1 = (int)next_u8(r) % 9 - 2;
-    switch (next_u8(r) % 30) {
+    switch (next_u8(r) % 40) {
     case 0: y = leaf(f, r, 0); break;
     case 1: y = leaf(f, r, 1); break;
     case 2: y = leaf(f, r, 2); break;
@@ -117,6 +117,17 @@ static void one_op(fuzz_state *f, reader *r) {
     case 27: pdde_graph_set_layer(g, i0 * 3); break;
     case 28: pdde_mark_output(a); break;
     case 29: pdde_graph_set_recompute(g, i0, 1); break;
+    case 30: y = pdde_bias_gelu(g, a, b); break;
+    case 31: y = i0 & 1 ? pdde_attention_unfused(g, a, b, c) : pdde_attention_qkv(g, a, i1 + 1); break;
+    /* Mixture-of-Experts: routing (k, experts and capacity small, zero or negative; flags any) and the expert path */
+    case 32: y = pdde_moe_topk(g, a, i0 & 1 ? b : NULL, i1, next_u8(r)); break;
+    case 33: y = pdde_moe_gate(g, a, b, next_u8(r)); break;
+    case 34: y = pdde_moe_counts(g, a, i0 * 2); break;
+    case 35: y = pdde_moe_dispatch(g, a, b, i0 * 2, next_dim(r)); break;
+    case 36: y = pdde_moe_dispatch_experts(g, a, b, i0 * 2, next_dim(r)); break;
+    case 37: y = pdde_moe_grouped_matmul(g, a, b, c, next_dim(r), i1 & 1); break;
+    case 38: y = pdde_moe_combine(g, a, b, c, i0 * 2, next_dim(r)); break;
+    case 39: y = pdde_moe_aux_loss(g, a, b, i0 * 2); break;
     }
     push(f, y);
 }
