@@ -1481,6 +1481,7 @@ static unsigned mode_phases(pdde_run_mode mode) {
 static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
     if (s->prog->info[t->id].own_buffer) return; /* (a device bucket's buffer is its own) */
     pdde_tensor *r = storage_root(t);
+    if (s->direct_bound && s->prog->info[r->id].grad_into) return; /* (the first micro-batch's gradient goes where it is accumulated) */
     if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
     else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * program_aligned_bytes(r);
 }
@@ -1871,6 +1872,9 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
             st = run_phantom(s, ps->phase, ps->micro);
             continue;
         }
+        /* (a step that starts with zeroed gradients: its first micro-batch writes them where they are accumulated,
+         * the others add to them) */
+        if (ps->phase == PDDE_PHASE_BACKWARD) bind_direct(s, s->grads_zero && ps->micro == 0);
         st = run_chunk(s, PHASE_BIT(ps->phase), ps->micro, ps->chunk, lr);
         if (s->trace) {
             static const char *const pass_names[] = {"forward", "backward", "update"};

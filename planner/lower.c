@@ -2198,16 +2198,17 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
 /* ------------------------------------------------------------------------------------------------
  * Gradients written straight into their accumulators (PDDE_DIRECT_GRADS: on unless =0). Autodiff adds
  * each parameter's gradient into its accumulator (GRAD_ACCUM, in place) and the update zeroes the
- * accumulator after reading it, so in a step of one micro-batch that starts with zeroed gradients the
+ * accumulator after reading it, so in a step that starts with zeroed gradients the first micro-batch's
  * accumulation adds to zeros: a kernel, and three passes over the gradient, that change nothing. Where
  * the gradient's producer is a node that nothing else reads (views of what it writes beside its values
  * aside), on the accumulator's device, of its dtype and size, the producer may write into the accumulator
  * itself (grad_into) and the accumulation is then skipped (grad_direct), as PyTorch's autograd assigns a
  * parameter's first gradient instead of adding it. The session chooses per run: a run that starts with
  * gradients left by an earlier one (PDDE_RUN_FORWARD_BACKWARD before it, or a gradient written) points the
- * producers at their own memory and accumulates. Only accumulators an update of the program zeroes (or the
- * zeroing after a sharded update), one accumulation each, and one micro-batch a step. The values are the
- * same bits (0 + g is g). */
+ * producers at their own memory and accumulates, as do a step's later micro-batches. Only accumulators an
+ * update of the program zeroes (or the zeroing after a sharded update), one accumulation each, and no
+ * pipeline whose micro-batches are alive at once (their arenas are bound per micro-batch). The values are
+ * the same bits (0 + g is g). */
 PDDE_PRIVATE bool lower_direct_grads_on(void) {
     const char *env = getenv("PDDE_DIRECT_GRADS");
     return !env || strcmp(env, "0") != 0;
@@ -2229,7 +2230,7 @@ static bool direct_accumulator(const pdde_tensor *acc, const uint8_t *zeroed, co
 
 static pdde_status lower_direct_grads(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_direct_grads_on() || P->n_micro != 1 || P->n_phantom || P->n_live != 1) return PDDE_OK;
+    if (!lower_direct_grads_on() || P->n_phantom || P->n_live != 1) return PDDE_OK; /* (several micro-batches: the first writes) */
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *accumulations = calloc((size_t)P->n + 1, sizeof *accumulations);
     uint8_t *zeroed = calloc((size_t)P->n + 1, 1);
     if (!readers || !accumulations || !zeroed) { free(readers), free(accumulations), free(zeroed); return lower_oom(L); }

@@ -300,8 +300,8 @@ typedef struct {
     bool own_buffer;    /* a bucket of device tensors: its host buffer is the session's (pinned where the
                            members' backend can), not the arena's */
     /* a gradient written straight into its accumulator (lower_direct_grads): on the gradient's producer,
-     * that accumulator; on the accumulation it replaces, grad_direct (the session skips it in a run that
-     * starts with zeroed gradients); on the accumulator, the bytes its producer writes (its values and
+     * that accumulator; on the accumulation it replaces, grad_direct (the session skips it in the first
+     * micro-batch of a run that starts with zeroed gradients); on the accumulator, the bytes its producer writes (its values and
      * what it writes beside them: the persistent buffer holds them), and where what it writes beside is a
      * gradient too (a bias's, PDDE_FUSE_BGRAD), grad_pair: that gradient's accumulator, placed right there
      * (each of the two names the other; the first one's grad_into_bytes is where the second starts) */

@@ -153,7 +153,7 @@ static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
         const pdde_tensor *t = P->order[i];
         const pdde_program_node *in = &P->info[t->id];
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || (phase >= 0 && (int)t->phase != phase)) continue;
-        if (in->grad_direct) continue; /* (a step's gradient written where it is accumulated: lower_direct_grads) */
+        if (in->grad_direct && micro <= 0) continue; /* (a step's gradient written where it is accumulated: lower_direct_grads) */
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && in->chunk != chunk) continue;
         bool collective = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0;
         if (in->bucket) {

@@ -45,10 +45,10 @@ static inline pdde_status gpt_test_rank_session(pdde_context *ctx, pdde_comm *wo
     return st;
 }
 
-/* step's batch (the pattern of gpt_test_write_batch: the global batch, of which a data-parallel rank writes its rows),
- * then the step, on world's ranks */
+/* step's batch (the pattern of gpt_test_write_batch: the global batch, its micro-batches one after another, of which a
+ * data-parallel rank writes its rows), then the step, on world's ranks */
 static inline pdde_status gpt_test_rank_step(pdde_session *s, const gpt_model *m, const gpt_plan *plan, pdde_comm *world, int step) {
-    int n = m->cfg.batch * m->cfg.ctx, vocab = m->cfg.vocab;
+    int n = m->cfg.batch * (plan->micro > 1 ? plan->micro : 1) * m->cfg.ctx, vocab = m->cfg.vocab;
     int32_t *x = (int32_t *)malloc((size_t)n * sizeof *x), *y = (int32_t *)malloc((size_t)n * sizeof *y);
     pdde_status st = x && y ? PDDE_OK : PDDE_ERR_OOM;
     for (int i = 0; !st && i < n; i++) x[i] = (i * 5 + step * 3) % vocab, y[i] = (i * 7 + step + 2) % vocab;

@@ -7,8 +7,9 @@
  * f32 with PDDE_FUSE_GRAD=1 (an accumulation that computes its matmul writes the product instead of adding it).
  * No accumulation runs in a step but those, against one a parameter without. Runs that start with gradients
  * left over accumulate instead: two PDDE_RUN_FORWARD_BACKWARD then PDDE_RUN_OPTIMIZER (the gradient read between
- * them too), and a gradient written before a step, give the bits of PDDE_DIRECT_GRADS=0. On 2 ranks (data
- * parallel: buckets reduced as their gradients are final; ZeRO-1: a sharded update) the same. */
+ * them too), and a gradient written before a step, give the bits of PDDE_DIRECT_GRADS=0. A step of two micro-batches
+ * (the optimizer's grad_accum_steps): the first writes, the second accumulates. On 2 ranks (data parallel: buckets
+ * reduced as their gradients are final; ZeRO-1: a sharded update; two micro-batches a step) the same. */
 #define _GNU_SOURCE /* setenv */
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -29,7 +30,7 @@ static void set_fusions(int on) {
     for (int i = 0; i < N_FUSIONS; i++) on ? setenv(cuda_bf16_fusions[i], "1", 1) : unsetenv(cuda_bf16_fusions[i]);
 }
 
-typedef enum { STEPS_ONLY, TWO_BACKWARDS, GRAD_WRITTEN } schedule;
+typedef enum { STEPS_ONLY, TWO_BACKWARDS, GRAD_WRITTEN, MICRO_BATCHES } schedule;
 
 typedef struct {
     float loss[STEPS], grad[64]; /* the losses; the first elements of a gradient read between two backwards */
@@ -46,6 +47,14 @@ static pdde_tensor *named(pdde_graph *g, const char *name) {
 
 static int read_first(pdde_session *s, pdde_tensor *t, float *v, int n);
 
+/* gpt_test_write_batch's batch `batch` as micro-batch `micro` of a step: 0, or -1 */
+static int write_micro(pdde_session *s, const gpt_model *m, int micro, int batch) {
+    int n = m->cfg.batch * m->cfg.ctx, vocab = m->cfg.vocab, x[4 * 16], y[4 * 16];
+    for (int i = 0; i < n; i++) x[i] = (i * 5 + batch * 3) % vocab, y[i] = (i * 7 + batch + 2) % vocab;
+    return pdde_session_write_micro(s, m->ids, micro, x, (size_t)n * sizeof *x) || pdde_session_write_micro(s, m->targets, micro, y, (size_t)n * sizeof *y)
+               ? -1 : 0;
+}
+
 /* A 2-layer GPT on `device` under dt, trained by `sched`, with lowering's PDDE_DIRECT_GRADS=direct */
 static int train(pdde_context *ctx, int device, pdde_dtype dt, schedule sched, int direct, run_result *r) {
     setenv("PDDE_DIRECT_GRADS", direct ? "1" : "0", 1);
@@ -58,7 +67,7 @@ static int train(pdde_context *ctx, int device, pdde_dtype dt, schedule sched, i
     pdde_graph_init(ctx, &g);
     pdde_graph_set_compute_dtype(g, dt);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 1.0f;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 1.0f, op.grad_accum_steps = sched == MICRO_BATCHES ? 2 : 1;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
     memset(r, 0, sizeof *r);
@@ -80,6 +89,9 @@ static int train(pdde_context *ctx, int device, pdde_dtype dt, schedule sched, i
             rc |= gpt_test_write_batch(s, &m, 2 * step + 1) || pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
             if (step == 1 && !rc) rc |= read_first(s, read_grad, r->grad, 64);
             rc |= pdde_session_run(s, PDDE_RUN_OPTIMIZER);
+        } else if (sched == MICRO_BATCHES) { /* a step of two micro-batches (the optimizer's grad_accum_steps) */
+            for (int micro = 0; micro < 2 && !rc; micro++) rc |= write_micro(s, &m, micro, 2 * step + micro);
+            rc |= pdde_session_run(s, PDDE_RUN_STEP);
         } else {
             if (sched == GRAD_WRITTEN && step == WRITE_BEFORE) rc |= pdde_session_write(s, written, bias_grad, pdde_tensor_nbytes(written));
             rc |= gpt_test_write_batch(s, &m, step) || pdde_session_run(s, PDDE_RUN_STEP);
@@ -115,16 +127,16 @@ static int all_finite(const float *v, int n) {
 }
 
 static void test_device(pdde_context *ctx, int device, const char *where) {
-    static const char *const sched_names[] = {"steps", "two backwards a step", "a gradient written"};
+    static const char *const sched_names[] = {"steps", "two backwards a step", "a gradient written", "two micro-batches a step"};
     static const char *const variant_names[] = {"", " (a CUDA step's fusions)", " (PDDE_FUSE_GRAD=1)"};
     /* f32 with the device's defaults; bf16 with a CUDA step's fusions; f32 with the weight-gradient matmuls in their
      * accumulations (which then write, not add, the product), whose losses are those of the first, bit for bit */
-    float unfused[GRAD_WRITTEN + 1][STEPS];
+    float unfused[MICRO_BATCHES + 1][STEPS];
     for (int variant = 0; variant < 3; variant++) {
         pdde_dtype dt = variant == 1 ? PDDE_BF16 : PDDE_F32;
         set_fusions(variant == 1);
         if (variant == 2) setenv("PDDE_FUSE_GRAD", "1", 1);
-        for (schedule sched = STEPS_ONLY; sched <= GRAD_WRITTEN; sched++) {
+        for (schedule sched = STEPS_ONLY; sched <= MICRO_BATCHES; sched++) {
             run_result on, off;
             int failed = train(ctx, device, dt, sched, 1, &on) || train(ctx, device, dt, sched, 0, &off);
             char what[400];
@@ -145,6 +157,10 @@ static void test_device(pdde_context *ctx, int device, const char *where) {
                 CHECK(on.accums_per_step == on.n_fused && off.accums_per_step == on.n_params, "%s: %.1f accumulations a step, those that compute "
                       "their matmul (%d); PDDE_DIRECT_GRADS=0: %.1f, one for each of %d parameters", what, on.accums_per_step, on.n_fused,
                       off.accums_per_step, on.n_params);
+            if (sched == MICRO_BATCHES)
+                CHECK(on.accums_per_step == on.n_params + on.n_fused && off.accums_per_step == 2 * on.n_params, "%s: %.1f accumulations a "
+                      "step, the second micro-batch's (%d) and the first's that compute their matmul (%d); PDDE_DIRECT_GRADS=0: %.1f", what,
+                      on.accums_per_step, on.n_params, on.n_fused, off.accums_per_step);
             if (sched == TWO_BACKWARDS) {
                 CHECK(all_finite(on.grad, 64) && !memcmp(on.grad, off.grad, sizeof on.grad), "%s: the gradient summed over two backwards "
                       "(h0.fc.w.grad[0] %.9g vs %.9g)", what, on.grad[0], off.grad[0]);
@@ -192,6 +208,7 @@ static void test_ranks(pdde_context *ctx) {
     static const struct { const char *name; gpt_plan plan; } plans[] = {
         {"dp 2", {.dp = 2, .tp = 1, .pp = 1, .micro = 1}},
         {"dp 2, ZeRO-1", {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 1}},
+        {"dp 2, 2 micro-batches", {.dp = 2, .tp = 1, .pp = 1, .micro = 2}},
     };
     for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
         rank_result res[2];
