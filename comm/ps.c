@@ -316,8 +316,8 @@ static char *ps_touch(pdde_ps_table *t, ps_stripe *s, uint64_t id, bool count, b
     return row;
 }
 
-/* Ids looked up ahead of their use, their index slots and rows prefetched (the probes of a table larger
- * than the caches overlap instead of waiting in turn: 1.6-2x on a pull or push). */
+/* Ids looked up ahead of their use, their index slots and rows prefetched: the cache misses of a table
+ * larger than the caches overlap instead of coming one after another. */
 #define PS_AHEAD 8
 
 /* The rows of ids[pos[0..m)] in stripe s (the caller holds it): row[j], PS_EMPTY where there is none. */
