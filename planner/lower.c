@@ -2205,10 +2205,9 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
  * itself (grad_into) and the accumulation is then skipped (grad_direct), as PyTorch's autograd assigns a
  * parameter's first gradient instead of adding it. The session chooses per run: a run that starts with
  * gradients left by an earlier one (PDDE_RUN_FORWARD_BACKWARD before it, or a gradient written) points the
- * producers at their own memory and accumulates, as do a step's later micro-batches. Only accumulators an
- * update of the program zeroes (or the zeroing after a sharded update), one accumulation each, and no
- * pipeline whose micro-batches are alive at once (their arenas are bound per micro-batch). The values are
- * the same bits (0 + g is g). */
+ * producers at their own memory and accumulates, as do a step's later micro-batches (a pipeline stage's
+ * too: its first backward is micro-batch 0's). Only accumulators an update of the program zeroes (or the
+ * zeroing after a sharded update), one accumulation each. The values are the same bits (0 + g is g). */
 PDDE_PRIVATE bool lower_direct_grads_on(void) {
     const char *env = getenv("PDDE_DIRECT_GRADS");
     return !env || strcmp(env, "0") != 0;
@@ -2230,7 +2229,7 @@ static bool direct_accumulator(const pdde_tensor *acc, const uint8_t *zeroed, co
 
 static pdde_status lower_direct_grads(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_direct_grads_on() || P->n_phantom || P->n_live != 1) return PDDE_OK; /* (several micro-batches: the first writes) */
+    if (!lower_direct_grads_on() || P->n_phantom) return PDDE_OK; /* (several micro-batches: the first writes) */
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *accumulations = calloc((size_t)P->n + 1, sizeof *accumulations);
     uint8_t *zeroed = calloc((size_t)P->n + 1, 1);
     if (!readers || !accumulations || !zeroed) { free(readers), free(accumulations), free(zeroed); return lower_oom(L); }

@@ -9,7 +9,8 @@
  * left over accumulate instead: two PDDE_RUN_FORWARD_BACKWARD then PDDE_RUN_OPTIMIZER (the gradient read between
  * them too), and a gradient written before a step, give the bits of PDDE_DIRECT_GRADS=0. A step of two micro-batches
  * (the optimizer's grad_accum_steps): the first writes, the second accumulates. On 2 ranks (data parallel: buckets
- * reduced as their gradients are final; ZeRO-1: a sharded update; two micro-batches a step) the same. */
+ * reduced as their gradients are final; ZeRO-1: a sharded update; two micro-batches a step; two pipeline stages of
+ * 4 micro-batches, 1F1B, and with 2 chunks a stage) the same. */
 #define _GNU_SOURCE /* setenv */
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -209,6 +210,8 @@ static void test_ranks(pdde_context *ctx) {
         {"dp 2", {.dp = 2, .tp = 1, .pp = 1, .micro = 1}},
         {"dp 2, ZeRO-1", {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 1}},
         {"dp 2, 2 micro-batches", {.dp = 2, .tp = 1, .pp = 1, .micro = 2}},
+        {"pp 2, 4 micro-batches (1F1B)", {.dp = 1, .tp = 1, .pp = 2, .micro = 4}},
+        {"pp 2, 2 chunks a stage, 4 micro-batches", {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .pp_chunks = 2}},
     };
     for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
         rank_result res[2];
