@@ -2229,7 +2229,21 @@ static bool direct_accumulator(const pdde_tensor *acc, const uint8_t *zeroed, co
 
 static pdde_status lower_direct_grads(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_direct_grads_on() || P->n_phantom) return PDDE_OK; /* (several micro-batches: the first writes) */
+    if (!lower_direct_grads_on() || P->n_phantom) return PDDE_OK;
+    /* (several micro-batches: the session binds the producers for micro-batch 0's backward, which must come
+     * first in each chunk, as lower_passes orders them) */
+    uint8_t *seen = calloc((size_t)P->n_chunks + 1, 1);
+    if (!seen) return lower_oom(L);
+    bool first_is_zero = true;
+    for (int i = 0; i < P->n_step; i++) {
+        const pdde_program_pass *ps = &P->step[i];
+        int c = ps->chunk < 0 ? 0 : ps->chunk;
+        if (ps->phase != PDDE_PHASE_BACKWARD || c > P->n_chunks) continue;
+        first_is_zero &= seen[c] || ps->micro == 0;
+        seen[c] = 1;
+    }
+    free(seen);
+    if (!first_is_zero) return PDDE_OK;
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *accumulations = calloc((size_t)P->n + 1, sizeof *accumulations);
     uint8_t *zeroed = calloc((size_t)P->n + 1, 1);
     if (!readers || !accumulations || !zeroed) { free(readers), free(accumulations), free(zeroed); return lower_oom(L); }
