@@ -5,12 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Step's pattern: n ids into x and n targets into y, below vocab. */
+static inline void gpt_test_pattern(int32_t *x, int32_t *y, int n, int vocab, int step) {
+    for (int i = 0; i < n; i++) x[i] = (i * 5 + step * 3) % vocab, y[i] = (i * 7 + step + 2) % vocab;
+}
+
 /* Writes step's batch (batch x ctx ids and targets) into m's inputs. */
 static inline pdde_status gpt_test_write_batch(pdde_session *s, const gpt_model *m, int step) {
     int n = m->cfg.batch * m->cfg.ctx, vocab = m->cfg.vocab;
     int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     pdde_status st = x && y ? PDDE_OK : PDDE_ERR_OOM;
-    for (int i = 0; !st && i < n; i++) x[i] = (i * 5 + step * 3) % vocab, y[i] = (i * 7 + step + 2) % vocab;
+    if (!st) gpt_test_pattern(x, y, n, vocab, step);
     if (!st) st = pdde_session_write(s, m->ids, x, (size_t)n * sizeof *x);
     if (!st) st = pdde_session_write(s, m->targets, y, (size_t)n * sizeof *y);
     free(x), free(y);
@@ -51,7 +56,7 @@ static inline pdde_status gpt_test_rank_step(pdde_session *s, const gpt_model *m
     int n = m->cfg.batch * (plan->micro > 1 ? plan->micro : 1) * m->cfg.ctx, vocab = m->cfg.vocab;
     int32_t *x = (int32_t *)malloc((size_t)n * sizeof *x), *y = (int32_t *)malloc((size_t)n * sizeof *y);
     pdde_status st = x && y ? PDDE_OK : PDDE_ERR_OOM;
-    for (int i = 0; !st && i < n; i++) x[i] = (i * 5 + step * 3) % vocab, y[i] = (i * 7 + step + 2) % vocab;
+    if (!st) gpt_test_pattern(x, y, n, vocab, step);
     if (!st) st = gpt_write_batch(s, m, plan, plan->dp > 1 ? pdde_comm_rank(world) : 0, x, y);
     if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
     free(x), free(y);

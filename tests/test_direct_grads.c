@@ -50,8 +50,9 @@ static int read_first(pdde_session *s, pdde_tensor *t, float *v, int n);
 
 /* gpt_test_write_batch's batch `batch` as micro-batch `micro` of a step: 0, or -1 */
 static int write_micro(pdde_session *s, const gpt_model *m, int micro, int batch) {
-    int n = m->cfg.batch * m->cfg.ctx, vocab = m->cfg.vocab, x[4 * 16], y[4 * 16];
-    for (int i = 0; i < n; i++) x[i] = (i * 5 + batch * 3) % vocab, y[i] = (i * 7 + batch + 2) % vocab;
+    int32_t x[4 * 16], y[4 * 16]; /* (the model's batch x ctx) */
+    int n = m->cfg.batch * m->cfg.ctx;
+    gpt_test_pattern(x, y, n, m->cfg.vocab, batch);
     return pdde_session_write_micro(s, m->ids, micro, x, (size_t)n * sizeof *x) || pdde_session_write_micro(s, m->targets, micro, y, (size_t)n * sizeof *y)
                ? -1 : 0;
 }
