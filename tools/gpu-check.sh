@@ -37,6 +37,7 @@ results=$out/results.txt
 budget=${GPU_CHECK_BUDGET:-450}
 tmp=$(mktemp -d)
 start=$(date +%s)
+source "$root/tools/bench/cuda_bench_util.sh" # (field, ratio, losses_match)
 failed=0
 step_rc=0
 
@@ -93,8 +94,6 @@ test_step() { # NAME CAP CMD...: a test binary; a RESULT line; a failure counts
     # (a suite that ran no case, as on a device that did not open, checked nothing)
     [ $rc = 0 ] && [ "${c#passed=0 }" = "$c" ] || failed=1
 }
-field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; } # FILE KEY: the last KEY=value in FILE
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
 
 # ---- the machine
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -316,13 +315,6 @@ test_step test_nccl 60 env NCCL_DEBUG=WARN build/test_nccl
 
 # ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
 # process on it (f32, so that only the reductions' order differs)
-losses_match() { # A B TOL: the largest relative difference of the two metrics files' losses, or "nan" (a step missing, NaN)
-    awk -v tol="$3" -F'[:,]' 'FNR == 1 { f++ } { for (i = 1; i < NF; i++) { if ($i ~ /"step"/) s = $(i + 1); if ($i ~ /"loss"/) l[f, s] = $(i + 1) } n[f] = s }
-        END { w = 0; if (n[1] < 1 || n[1] != n[2]) { print "nan"; exit 1 }
-              for (s = 1; s <= n[1]; s++) { a = l[1, s]; b = l[2, s]; if (a != a + 0 || b != b + 0 || b == 0) { print "nan"; exit 1 }
-                  d = (a - b) / b; if (d < 0) d = -d; if (d > w) w = d }
-              printf "%.3g", w; exit !(w <= tol) }' "$1" "$2"
-}
 gpt_small=(--layers 2 --width 128 --heads 4 --ctx 64 --batch 8 --steps 20 --val-every 0 --sample-len 0 --data README.md)
 step gpt_device_auto 60 build/gpt "${gpt_small[@]}" --device auto --metrics "$tmp/auto.jsonl"
 auto_rc=$?

@@ -1,4 +1,5 @@
-# Sourced by the CUDA bench scripts (cuda_fusions.sh, cuda_gemm.sh, cuda_memk.sh, cuda_switches.sh). The caller sets build, cap, log,
+# Sourced by the CUDA bench scripts (cuda_fusions.sh, cuda_gemm.sh, cuda_memk.sh, cuda_moe.sh, cuda_switches.sh) and
+# tools/gpu-check.sh. The caller sets build, cap, log,
 # tests and runs (the RESULT names of a test's and a training run's line: gpu_fusions_test, gpu_fusions_run)
 # and summary (of the last line: gpu_fusions).
 failed=0
@@ -22,6 +23,14 @@ cuda_bench_prepare() {
 }
 field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; } # FILE KEY: the last KEY=value in FILE
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
+losses_match() { # A B TOL: the largest relative difference of the two metrics files' losses, or "nan" (a step missing, NaN)
+    # (a loss must be written as a number: "nan" and "inf" compare as numbers in some awks, and pass every bound)
+    awk -v tol="$3" -F'[:,]' 'FNR == 1 { f++ } { for (i = 1; i < NF; i++) { if ($i ~ /"step"/) s = $(i + 1); if ($i ~ /"loss"/) l[f, s] = $(i + 1) } n[f] = s }
+        END { w = 0; num = "^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$"; if (n[1] < 1 || n[1] != n[2]) { print "nan"; exit 1 }
+              for (s = 1; s <= n[1]; s++) { a = l[1, s]; b = l[2, s]; if (a !~ num || b !~ num || b == 0) { print "nan"; exit 1 }
+                  d = (a - b) / b; if (d < 0) d = -d; if (d > w) w = d }
+              printf "%.3g", w; exit !(w <= tol) }' "$1" "$2"
+}
 check() { # NAME ENV... -- CMD...: a test; a RESULT line with its last line's counts; a failure counts
     local name=$1 rc
     shift

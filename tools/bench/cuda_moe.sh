@@ -40,13 +40,8 @@ for round in 1 2; do
         moe_run "$dtype" fallback 0 "$round"
     done
 done
-# the f32 losses of the first round's two runs: the largest relative difference (na: a step missing or not a number)
-diff=$(awk -F'[:,]' 'FNR == 1 { f++ } /"loss"/ { l[f, $2] = $4; n[f] = $2 }
-    END { w = 0; if (n[1] < 1 || n[1] != n[2]) { print "na"; exit }
-          for (s = 1; s <= n[1]; s++) { a = l[1, s]; b = l[2, s]; if (a != a + 0 || b != b + 0 || b == 0) { print "na"; exit }
-              d = (a - b) / b; if (d < 0) d = -d; if (d > w) w = d }
-          printf "%.3g", w }' "$log/f32_device_1.jsonl" "$log/f32_fallback_1.jsonl" 2>/dev/null)
-awk -v d="${diff:-na}" 'BEGIN { exit !(d != "na" && d + 0 <= 1e-4) }' || failed=$((failed + 1))
+# the f32 losses of the first round's two runs: the largest relative difference (nan: a step missing or not a number)
+diff=$(losses_match "$log/f32_device_1.jsonl" "$log/f32_fallback_1.jsonl" 1e-4) || failed=$((failed + 1))
 echo "RESULT gpu_moe device_tok_s=${tok[f32_device]:-na} fallback_tok_s=${tok[f32_fallback]:-na}" \
     "device_vs_fallback=$(ratio "${tok[f32_device]:-0}" "${tok[f32_fallback]:-0}")" \
     "bf16_device_tok_s=${tok[bf16_device]:-na} bf16_fallback_tok_s=${tok[bf16_fallback]:-na}" \
