@@ -974,7 +974,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                                 if (with.step_s > 0 && with.peak_bytes <= d->memory[with.peak_device >= 0 ? with.peak_device : dev[0]])
                                                     with.why[0] = 0, plan_keep(plans, &nf, keep_fit, &with, with.step_s);
                                             }
-                                        if (!(moe_ok && ep_all > 1 && moe.experts % ep_all == 0) && !e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
+                                        if (t == DBL_MAX && !(moe_ok && ep_all > 1 && moe.experts % ep_all == 0) && !e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
                                     }
                         }
                     }

@@ -123,8 +123,16 @@ static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params
     return best;
 }
 
-/* Every plan returned as fitting fits when evaluated on its own, and its prediction is reproduced. */
-static void check_fitting(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, const pdde_plan *plans, int nf) {
+/* Every plan returned as fitting fits when evaluated on its own, and its prediction is reproduced; every
+ * one returned as rejected says why, and does not fit when evaluated. */
+static void check_plans(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, const pdde_plan *plans, int nf, int nr) {
+    for (int i = nf; i < nf + nr; i++) {
+        pdde_plan p = plans[i];
+        char s[256];
+        pdde_plan_str(&p, s, sizeof s);
+        CHECK(plans[i].why[0] && pdde_plan_evaluate(g, &c->d, pp, &p) == PDDE_OK && p.why[0], "rejected plan %s says why ('%s') and does not fit when evaluated ('%s')",
+              s, plans[i].why, p.why);
+    }
     for (int i = 0; i < nf; i++) {
         pdde_plan p = plans[i];
         char s[256];
@@ -393,7 +401,7 @@ static void test_placement(pdde_graph *g, const pdde_plan_params *pp, int L) {
     CHECK(plans[0].pp == 2 && plans[0].place[0] && fabs(plans[0].step_s - best_cut) <= 1e-12 * best_cut,
           "devices too small for a stage: the best plan %s (%g s) places blocks in stages, cut as the best of every cut (%g s)", s, plans[0].step_s,
           best_cut);
-    for (int i = 0; i < nf; i++) { /* (check_fitting reads own devices' memory only) */
+    for (int i = 0; i < nf; i++) { /* (check_plans reads own devices' memory only) */
         pdde_plan q = plans[i];
         CHECK(pdde_plan_evaluate(g, &c.d, &stages_only, &q) == PDDE_OK && !q.why[0] && q.pp == 2 && q.place[0] &&
                   fabs(q.step_s - plans[i].step_s) <= 1e-12 * q.step_s, "fitting plan %d is placed in stages and fits when evaluated: %s", i, q.why);
@@ -439,7 +447,7 @@ int main(void) {
         int nf1 = 0, nr1 = 0;
         CHECK(pdde_plan_search(g, &c.d, &pp, one, 2, &nf1, &nr1) == PDDE_OK && nf1 == 1 && fabs(one[0].step_s - best) <= 1e-12 * best,
               "with one plan kept: %.9g s, the optimum %.9g s", nf1 ? one[0].step_s : NAN, best);
-        check_fitting(g, &c, &pp, plans, nf);
+        check_plans(g, &c, &pp, plans, nf, nr);
         CHECK(nr > 0 && strstr(plans[nf].why, "out of memory on device"), "rejected plans say why: '%s'", nr ? plans[nf].why : "");
         pdde_plan whole = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
         CHECK(pdde_plan_evaluate(g, &c.d, &pp, &whole) == PDDE_OK && strstr(whole.why, "out of memory"), "one device does not hold the model: '%s'",
@@ -461,7 +469,7 @@ int main(void) {
         cluster_init(&c, 7, 1e11, 1e10, 1e9, 8);
         CHECK(pdde_plan_search(g14, &c.d, &p14, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0 && plan_devices(&plans[0]) == 7,
               "7 devices: the best plan uses all 7 (dp %d tp %d pp %d)", plans[0].dp, plans[0].tp, plans[0].pp);
-        check_fitting(g14, &c, &p14, plans, nf);
+        check_plans(g14, &c, &p14, plans, nf, nr);
         pdde_graph_free(g14);
     }
     /* 4. one device ten times slower: the plan leaves it out or gives its stage the fewest layers, and
@@ -531,7 +539,7 @@ int main(void) {
         c.mem[2] = 1e5;
         CHECK(pdde_plan_search(g, &c.d, &pp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0 && plan_devices(&plans[0]) < 4,
               "a 100 kB device is left out (best uses %d)", nf ? plan_devices(&plans[0]) : -1);
-        check_fitting(g, &c, &pp, plans, nf);
+        check_plans(g, &c, &pp, plans, nf, nr);
     }
     /* 6. nothing fits: an error naming the closest plan's shortfall */
     {
@@ -618,7 +626,7 @@ int main(void) {
         CHECK(plans[0].recompute == 0 && plans[0].recompute_layers[0] > 0 && plans[0].recompute_layers[0] < layers && plans[0].step_s < all.step_s,
               "tight memory: %s recomputes %d of %d layers, %g s against %g s for all", s, plans[0].recompute_layers[0], layers, plans[0].step_s,
               all.step_s);
-        check_fitting(g, &tight, &one_micro, plans, nf);
+        check_plans(g, &tight, &one_micro, plans, nf, nr);
         /* mixed machines, two fast devices then two slow: each stage on a block of alike devices, the slow
          * one with fewer layers, beats stages that each hold a slow device */
         cluster mixed;
@@ -633,7 +641,7 @@ int main(void) {
         CHECK(plans[0].stage_blocks == 1 && plans[0].pp == 2 && plans[0].stage_first[2] - plans[0].stage_first[1] < plans[0].stage_first[1] &&
                   pdde_plan_evaluate(g, &mixed.d, &no_drop, &inner) == PDDE_OK && inner.step_s > 1.2 * plans[0].step_s,
               "mixed: %s %g s; the same pp innermost %g s", s, plans[0].step_s, inner.step_s);
-        check_fitting(g, &mixed, &no_drop, plans, nf);
+        check_plans(g, &mixed, &no_drop, plans, nf, nr);
     }
     test_replan(g, &pp);
     test_placement(g, &pp, L);
