@@ -3,8 +3,10 @@
  * (test_session_hash: a rank's parameters in a few bytes). Include after test_util.h. */
 #ifndef PDDE_COMM_TEST_UTIL_H
 #define PDDE_COMM_TEST_UTIL_H
+#include <dirent.h>
 #include <limits.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,32 @@ static inline pdde_store_server *test_store_serve(pdde_context *ctx, char *addr,
     return srv;
 }
 
+/* Waits (up to max_s) until every other thread of this process sleeps, before a fork. A thread running
+ * at the fork may hold a lock of the sanitizers' allocators, which have no fork handlers: the child
+ * inherits it held and hangs at its first malloc. Seen with PoCL's worker threads still freeing a
+ * finished command's memory. Returns 0 when they all sleep, 1 at max_s. */
+static inline int test_threads_quiet(double max_s) {
+    long self = syscall(SYS_gettid);
+    for (double until = test_now() + max_s;; usleep(500)) {
+        int busy = 0;
+        DIR *d = opendir("/proc/self/task");
+        for (struct dirent *e; d && !busy && (e = readdir(d));) {
+            if (e->d_name[0] == '.' || atol(e->d_name) == self) continue;
+            char path[64], st[512];
+            snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+            FILE *f = fopen(path, "r");
+            size_t n = f ? fread(st, 1, sizeof st - 1, f) : 0;
+            if (f) fclose(f);
+            st[n] = 0;
+            const char *state = strrchr(st, ')'); /* (the thread's name may hold spaces and parentheses) */
+            busy = state && state[1] == ' ' && state[2] != 'S';
+        }
+        if (d) closedir(d);
+        if (!busy) return 0;
+        if (test_now() > until) return 1;
+    }
+}
+
 /* Serves a store from a process of its own (the secret: the environment's or this process's), so that
  * a test can stop it (SIGSTOP: to its clients, as a store starved, or a host cut off from it: no reply,
  * no error) or kill it; *port: where it listens on 127.0.0.1 (0 when it did not start). The caller
@@ -48,6 +76,7 @@ static inline pid_t test_store_process(int *port) {
     int pp[2];
     *port = 0;
     if (pipe(pp)) return -1;
+    test_threads_quiet(2);
     fflush(NULL);
     pid_t host = fork();
     if (host == 0) {
@@ -96,9 +125,9 @@ static void *test_rank_result;
 static int test_rank_me;
 
 /* Forks n ranks that connect to the store, init a world comm and run fn; waits for all of them (or
- * kills them after limit_s). No fork may race the store thread of this process allocating (the
- * sanitizers' allocators have no fork handlers: a child could inherit their lock held): the forks wait
- * until the last run's clients are gone, and the ranks start together after the last fork. Returns
+ * kills them after limit_s). No fork may race another thread of this process allocating (see
+ * test_threads_quiet): the forks wait until the last run's clients are gone and the other threads sleep,
+ * and the ranks start together after the last fork. Returns
  * the number of ranks that did not exit cleanly. */
 static pid_t test_pids[64]; /* of the current run, for tests that kill a rank */
 
@@ -110,6 +139,7 @@ static inline int test_run_ranks(int n, const test_ranks_params *tp, test_rank_f
     fflush(NULL);
     for (int r = 0; r < n; r++) {
         if (pipe(fds[r])) return n;
+        test_threads_quiet(2);
         pids[r] = fork();
         if (pids[r] == 0) {
             close(fds[r][0]), close(gate[1]);
