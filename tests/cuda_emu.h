@@ -21,16 +21,18 @@ static void emu_entry() {
     emu_done[emu_cur] = 1;
     swapcontext(&emu_ctx[emu_cur], &emu_main);
 }
+/* thread t's context, to start at emu_entry (a function of its own: no loop state across getcontext) */
+static __attribute__((noinline)) void emu_make_thread(unsigned t) {
+    getcontext(&emu_ctx[t]);
+    emu_ctx[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
+    emu_ctx[t].uc_stack.ss_size = EMU_STACK;
+    emu_ctx[t].uc_link = &emu_main;
+    makecontext(&emu_ctx[t], emu_entry, 0);
+    emu_done[t] = 0;
+}
 /* one block of b threads (the context switches in a function of their own: no loop state across them) */
 static __attribute__((noinline)) void emu_run_block(unsigned b) {
-    for (unsigned t = 0; t < b; t++) {
-        getcontext(&emu_ctx[t]);
-        emu_ctx[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
-        emu_ctx[t].uc_stack.ss_size = EMU_STACK;
-        emu_ctx[t].uc_link = &emu_main;
-        makecontext(&emu_ctx[t], emu_entry, 0);
-        emu_done[t] = 0;
-    }
+    for (unsigned t = 0; t < b; t++) emu_make_thread(t);
     for (int live = 1, round = 0; live; round++) {
         live = 0;
         for (int i = 0; i < (int)b; i++) {

@@ -1,5 +1,6 @@
 # cuda_emu_util.sh — runs CUDA device code on the CPU: a tests/*_emu.cpp includes the kernels with the
-# hardware's primitives emulated; this builds it with the host's C++ compiler and counts its cases.
+# hardware's primitives emulated; this builds it with the host's C++ compiler (and make test-asan's
+# sanitizers, PDDE_TEST_SANITIZE) and counts its cases.
 # usage (after tests/script_util.sh): run_emulation SOURCE MIN_CASES
 run_emulation() {
     local src=$1 min=$2 cxx=${CXX:-c++} bin="$tmp/$(basename "$1" .cpp)"
@@ -7,7 +8,8 @@ run_emulation() {
         echo "SKIP c++: no C++ compiler ($cxx) to build $src"
         return
     fi
-    "$cxx" -std=c++17 -O2 -Wall -Wextra -Werror -Wno-unknown-pragmas "$src" -o "$bin" >"$tmp/build.log" 2>&1
+    # shellcheck disable=SC2086 # (PDDE_TEST_SANITIZE: make test-asan's flags, words apart)
+    "$cxx" -std=c++17 -O2 -Wall -Wextra -Werror -Wno-unknown-pragmas ${PDDE_TEST_SANITIZE:-} "$src" -o "$bin" >"$tmp/build.log" 2>&1
     local rc=$?
     check "$src builds ($(head -3 "$tmp/build.log"))" $rc
     [ $rc = 0 ] || return

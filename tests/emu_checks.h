@@ -1,5 +1,5 @@
 /* emu_checks.h — the checks the CUDA emulation tests share (mem_emu.cpp, norm_emu.cpp, moe_emu.cpp): a pass/fail
- * count, inputs from one xorshift stream, and f32 / f16 / bf16 element reads. Include after
+ * count, inputs from one xorshift stream, f32 / f16 / bf16 element reads and 16-byte aligned buffers. Include after
  * backends/cuda_convert.cuh (bf16_to_f32, f16_to_f32). */
 #ifndef PDDE_EMU_CHECKS_H
 #define PDDE_EMU_CHECKS_H
@@ -19,5 +19,7 @@ static inline float load_dt(const void *p, long long i, int dt) {
     return dt == 2 ? bf16_to_f32(((const unsigned short *)p)[i]) : dt == 1 ? f16_to_f32(((const unsigned short *)p)[i]) : ((const float *)p)[i];
 }
 static inline const char *dt_name(int dt) { return dt == 2 ? "bf16" : dt == 1 ? "f16" : "f32"; }
+/* n bytes or more, 16-byte aligned (aligned_alloc's size a multiple of the alignment, as C11 asks) */
+static inline void *alloc16(size_t n) { return aligned_alloc(16, (n + 15) / 16 * 16); }
 
 #endif

@@ -109,7 +109,7 @@ static struct {
 static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligned, int all_ignored, unsigned bt, int staged = 0) {
     char what[200];
     size_t ls = dt_size(ldt), ys = dt_size(ydt);
-    char *lbuf = (char *)aligned_alloc(16, (size_t)(rows * V + 8) * ls), *dbuf = (char *)aligned_alloc(16, (size_t)(rows * V + 8) * ys);
+    char *lbuf = (char *)alloc16((size_t)(rows * V + 8) * ls), *dbuf = (char *)alloc16((size_t)(rows * V + 8) * ys);
     void *lg = lbuf + (misaligned ? ls : 0), *dx = dbuf;
     int *tgt = (int *)malloc(sizeof(int) * rows);
     for (long long i = 0; i < rows * V; i++) store_out(lg, i, 6.0f * frand(), ldt);
@@ -158,7 +158,7 @@ static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligne
 
 static void colsum_case(long long R, long long Cn, int xdt, long long rpc) {
     char what[160];
-    void *x = aligned_alloc(16, (size_t)(R * Cn) * dt_size(xdt) + 16);
+    void *x = alloc16((size_t)(R * Cn) * dt_size(xdt) + 16);
     for (long long i = 0; i < R * Cn; i++) store_out(x, i, frand(), xdt);
     long long chunks = (R + rpc - 1) / rpc;
     float *y = (float *)malloc(sizeof(float) * chunks * Cn);
@@ -200,7 +200,7 @@ static void adamw_case(const char *name, int count, const long long *n, const in
         if (copy[k]) sat = (sat + 3) / 4 * 4 + skew[k], t.s[k] = sat, sat += n[k];
         else t.s[k] = -1;
     size_t nbase = (size_t)(sat / 2 + 8);
-    float *base = (float *)aligned_alloc(16, nbase * 4), *gbase = (float *)aligned_alloc(16, (size_t)(gat + 8) * 4);
+    float *base = (float *)alloc16(nbase * 4), *gbase = (float *)alloc16((size_t)(gat + 8) * 4);
     for (size_t i = 0; i < nbase; i++) base[i] = frand();
     for (long long i = 0; i < gat + 8; i++) gbase[i] = frand();
     for (int k = 0; k < count; k++)
@@ -242,9 +242,9 @@ static void adamw_case(const char *name, int count, const long long *n, const in
 static void gelu2_case(long long rows, long long nb, int back, int ydt, unsigned gx, unsigned gy, unsigned bt) {
     char what[200];
     long long n = rows * nb;
-    float *x = (float *)aligned_alloc(16, (size_t)(n + 4) * 4), *b = (float *)aligned_alloc(16, (size_t)(nb + 4) * 4);
-    float *dy = (float *)aligned_alloc(16, (size_t)(n + 4) * 4);
-    void *y = aligned_alloc(16, (size_t)(n + 4) * 4), *ref = malloc((size_t)(n + 4) * 4);
+    float *x = (float *)alloc16((size_t)(n + 4) * 4), *b = (float *)alloc16((size_t)(nb + 4) * 4);
+    float *dy = (float *)alloc16((size_t)(n + 4) * 4);
+    void *y = alloc16((size_t)(n + 4) * 4), *ref = malloc((size_t)(n + 4) * 4);
     for (long long i = 0; i < n; i++) x[i] = 3.0f * frand(), dy[i] = frand();
     for (long long i = 0; i < nb; i++) b[i] = frand();
     memset(y, 0xff, (size_t)(n + 4) * 4), memset(ref, 0xff, (size_t)(n + 4) * 4); /* (NaN bits: an element not written shows) */

@@ -74,7 +74,7 @@ static void store_out(void *y, long long i, float v, int ydt) {
 #include "emu_checks.h"
 /* n floats from `shift` floats past a 16-byte boundary (shift 1: the kernels' element path), filled from frand * scale + offset */
 static float *floats(long long n, int shift, float scale, float offset) {
-    float *p = (float *)aligned_alloc(16, (size_t)(n + 8) * 4) + shift;
+    float *p = (float *)alloc16((size_t)(n + 8) * 4) + shift;
     for (long long i = 0; i < n; i++) p[i] = frand() * scale + offset;
     return p;
 }
@@ -134,7 +134,7 @@ static void forward_case(long long rows, long long C, int ydt, bool res, int shi
     char what[200];
     float *x = floats(rows * C, shift, 2.0f, 0.5f), *g = floats(C, shift, 1.0f, 1.0f), *b = floats(C, shift, 0.5f, 0.0f);
     float *rr = res ? floats(rows * C, shift, 1.0f, 0.0f) : NULL, *sum = res ? floats(rows * C, shift, 0.0f, NAN) : NULL;
-    char *ybuf = (char *)aligned_alloc(16, (size_t)(rows * C + 8) * 4);
+    char *ybuf = (char *)alloc16((size_t)(rows * C + 8) * 4);
     void *y = ybuf + (shift ? (ydt ? 2 : 4) : 0);
     for (long long i = 0; i < rows * C; i++) store_out(y, i, NAN, ydt);
     A.x = x, A.g = g, A.b = b, A.y = y, A.rows = rows, A.C = C, A.eps = eps, A.ydt = ydt, A.res = rr, A.sum = sum;
@@ -169,7 +169,7 @@ static void backward_case(long long rows, long long C, bool res, int cdt, int sh
     char what[200];
     float *x = floats(rows * C, shift, 2.0f, -0.25f), *g = floats(C, shift, 1.0f, 1.0f), *dy = floats(rows * C, shift, 1.0f, 0.1f);
     float *rr = res ? floats(rows * C, shift, 1.0f, 0.0f) : NULL, *dx = floats(rows * C, shift, 0.0f, NAN);
-    char *cbuf = cdt ? (char *)aligned_alloc(16, (size_t)(rows * C + 8) * 2) : NULL;
+    char *cbuf = cdt ? (char *)alloc16((size_t)(rows * C + 8) * 2) : NULL;
     void *cp = cdt ? cbuf + (shift ? 2 : 0) : NULL;
     A.x = x, A.g = g, A.dy = dy, A.dx = dx, A.rows = rows, A.C = C, A.eps = eps, A.res = rr, A.cp = cp, A.ydt = cdt;
     A.inst = inst < 0 ? instance_for(C) : inst;
