@@ -116,7 +116,10 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
     if (p->pp * p->chunks > L || first[p->pp] != L)
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: the plan cuts %d layers into %d stages x %d chunks, the graph has %d", first[p->pp],
                           p->pp, p->chunks, L);
-    int ranks = p->dp * p->tp * p->pp;
+    int ranks = p->dp * p->tp * p->pp, world = params && params->world ? pdde_comm_size(params->world) : ranks;
+    if (ranks != world)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: the plan has %d rank%s (dp %d x tp %d x pp %d), the session's world %d: plan for every "
+                          "rank (pdde_plan_params.use_all_devices = 1, on a cluster of the world's devices)", ranks, ranks > 1 ? "s" : "", p->dp, p->tp, p->pp, world);
     const pdde_mesh *mesh = NULL;
     pdde_status st = PDDE_OK;
     if (ranks > 1) { /* a [dp, tp, pp] mesh of the axes bigger than 1; with stage blocks, stage s on the s-th block of processes */

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -136,7 +137,11 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--lr")) fv = &o->lr;
         else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
         else if (!strcmp(a, "--clip")) fv = &o->clip;
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) {
+            char *end = NULL;
+            o->seed = strtoull(v, &end, 10);
+            if (end == v || *end || *v == '-') { fprintf(stderr, "gpt: --seed wants a non-negative integer, got '%s'\n", v); return -1; }
+        }
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
@@ -175,6 +180,7 @@ static int parse(int argc, char **argv, options *o) {
             return -1;
         }
     }
+    if (o->resume && !o->ckpt_dir) { fprintf(stderr, "gpt: --resume reads the checkpoint of --ckpt-dir DIR: give it\n"); return -1; }
     gpt_config *m = &o->model;
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
@@ -333,7 +339,9 @@ static void ft_keep_rows(int32_t *x, int32_t *tmp, int micro, int dp0, int rows,
     do {                                                                                       \
         pdde_status st_ = (call);                                                              \
         if (st_ != PDDE_OK) {                                                                  \
-            fprintf(stderr, "gpt: %s failed: %s: %s\n", #call, pdde_status_str(st_), pdde_last_error(ctx)); \
+            const char *why_ = pdde_last_error(ctx);                                           \
+            if (why_ && *why_) fprintf(stderr, "gpt: %s (%s)\n", why_, pdde_status_str(st_));   \
+            else fprintf(stderr, "gpt: %s failed: %s\n", #call, pdde_status_str(st_));           \
             return 1;                                                                          \
         }                                                                                      \
     } while (0)
@@ -439,7 +447,7 @@ static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g,
     ds.backend = o->device, ds.share = o->share_device, ds.graph = g;
     ds.cluster = measured;
     pdde_status st = pdde_device_select(ctx, &ds, out);
-    if (st) fprintf(stderr, "gpt: --device: %s\n", pdde_last_error(ctx));
+    if (st) fprintf(stderr, "gpt: %s: %s\n", o->device ? "--device" : "PDDE_DEVICE", pdde_last_error(ctx));
     return st != PDDE_OK;
 }
 
@@ -659,7 +667,10 @@ elastic_rebuild:
 
     char ckpt[4096] = "";
     if (o.ckpt_dir) {
-        mkdir(o.ckpt_dir, 0755);
+        if (mkdir(o.ckpt_dir, 0755) && errno != EEXIST) { /* (here, not at the first save steps later) */
+            fprintf(stderr, "gpt: --ckpt-dir %s: %s\n", o.ckpt_dir, strerror(errno));
+            return 1;
+        }
         /* a sharded checkpoint (each rank writes its blocks; it loads under any plan) in the directory */
         snprintf(ckpt, sizeof ckpt, "%s", o.ckpt_dir);
         if (o.resume) {
@@ -682,7 +693,8 @@ elastic_rebuild:
             } else if (st != PDDE_ERR_NOT_FOUND) {
                 fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
                 return 1;
-            }
+            } else if (rank == 0) /* (a job restarted with the same flags finds its checkpoint; its first start has none) */
+                printf("gpt: --resume: no checkpoint in %s yet: starting from step 0\n", o.ckpt_dir);
         }
     }
 

@@ -853,7 +853,7 @@ static void cluster_host_facts(pdde_cluster_machine *m) {
                 if (o && o->attr) m->l3_cache += o->attr->cache.size;
             }
             hwloc_obj_t root = hwloc_get_root_obj(topo);
-            if (root && root->total_memory) m->host_memory = root->total_memory;
+            if (root && root->total_memory && !m->host_memory) m->host_memory = root->total_memory; /* (hwloc's NUMA nodes can miss a VM's hot-plugged memory) */
         }
         hwloc_topology_destroy(topo);
     }

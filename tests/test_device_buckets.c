@@ -48,6 +48,7 @@ typedef struct {
     float losses[STEPS];
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
     int gradient_collectives, early, on_device, ok, relayed, streams, stream_copies;
+    int one_rank_plan_refused; /* pdde_plan_apply of dp=1 with a world of 2: refused, naming both */
     int calls[3], buckets[3];  /* the relay's allreduces, reduce-scatters, gathers; the program's buckets of each */
     int overlapped;            /* reduce-scatter buckets of backward with backward's kernels between their start and members */
     int failed_step, status;   /* (kill) the step that failed on rank 0, its status, seconds into it */
@@ -170,6 +171,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     float xs[B * IN];
     int32_t ys[B];
     if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no %s device", g_family); goto done; }
+    out->one_rank_plan_refused = !pdde_plan_parse("dp=1", &plan) && pdde_plan_apply(g, &plan, loss, &op, &sp, &s) == PDDE_ERR_INVALID_ARG &&
+                                 strstr(pdde_last_error(ctx), "the plan has 1 rank") && strstr(pdde_last_error(ctx), "the session's world 2");
     if (pdde_plan_parse(c->plan, &plan) || pdde_plan_apply(g, &plan, loss, &op, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         goto done;
@@ -322,6 +325,7 @@ int main(void) {
     memset(res, 0, sizeof res);
     for (int i = 0; i < N; i++) run(addr, &configs[i], &res[i]);
     CHECK(res[0].on_device, "the parameters live on the OpenCL device");
+    CHECK(res[0].one_rank_plan_refused, "a plan of 1 rank applied with a world of 2 is refused, naming both");
     for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
     CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
     static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}, {14, 5}, {15, 5}, {17, 16}, {19, 16}, {20, 16}, {21, 16}, {23, 16}};

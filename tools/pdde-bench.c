@@ -30,6 +30,7 @@
 #include "pdde.h"
 #include "tools/bench/bench_common.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
@@ -794,6 +795,37 @@ static int check_file(const char *path, int rewrite) {
     return st ? 1 : 0;
 }
 
+/* 1, saying why, when the directory of the output file cannot take it */
+static int out_dir_unwritable(const char *out) {
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out) + (slash == out) : 1, slash ? out : ".");
+    if (access(dir, W_OK) == 0) return 0;
+    fprintf(stderr, "pdde-bench: -o %s: cannot write into %s: %s\n", out, dir, strerror(errno));
+    return 1;
+}
+
+/* 1, saying why, when a family of --devices (a comma-separated list) has no device in the cluster c detected */
+static int devices_missing(pdde_context *ctx, const pdde_cluster *c, const char *devices) {
+    char list[256], have[256] = "";
+    snprintf(list, sizeof list, "%s", devices);
+    for (int s = 0, n = 0; s < c->n_specs; s++)
+        if (!strstr(have, c->specs[s].backend)) n += snprintf(have + n, sizeof have - (size_t)n, "%s%s", n ? ", " : "", c->specs[s].backend);
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int s = 0; s < c->n_specs && !found; s++) found = !strcmp(c->specs[s].backend, name);
+        if (found) continue;
+        const char *why = NULL;
+        int b = pdde_backend_count(ctx) - 1;
+        while (b >= 0 && strcmp(pdde_backend_name(ctx, b), name)) b--;
+        if (b >= 0) pdde_backend_status(ctx, b, &why);
+        if (b >= 0 && why) fprintf(stderr, "pdde-bench: --devices %s: %s is unavailable: %s\n", devices, name, why);
+        else fprintf(stderr, "pdde-bench: --devices %s: %s %s (this machine has %s)\n", devices, b < 0 ? "no backend named" : name, b < 0 ? name : "has no device", have[0] ? have : "none");
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *out = "cluster.json", *devices = NULL, *check = NULL;
     int no_comm = 0, rewrite = 0;
@@ -814,6 +846,11 @@ int main(int argc, char **argv) {
         }
     }
     if (check) return check_file(check, rewrite);
+    if (budget_s <= 0) {
+        fprintf(stderr, "pdde-bench: --budget wants seconds per point > 0\n");
+        return 2;
+    }
+    if (out_dir_unwritable(out)) return 1; /* (before minutes of measuring) */
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
     double t0 = bench_now();
     deadline += t0;
@@ -844,6 +881,11 @@ int main(int argc, char **argv) {
     pdde_cluster *c;
     if (pdde_cluster_detect(ctx, &c)) {
         fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
+    if (devices && devices_missing(ctx, c, devices)) {
+        pdde_cluster_free(c);
+        pdde_context_free(ctx);
         return 1;
     }
     snprintf(c->name, sizeof c->name, "%.48s (pdde-bench)", c->machines[0].name);

@@ -225,6 +225,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pdde-plan: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
         return 1;
     }
+    if (show && rank >= dp * tp * pp) {
+        fprintf(stderr, "pdde-plan: --rank %d: the plan has %d rank%s (0..%d)\n", rank, dp * tp * pp, dp * tp * pp > 1 ? "s" : "", dp * tp * pp - 1);
+        pdde_graph_free(g);
+        pdde_context_free(ctx);
+        return 1;
+    }
     if (show && rank >= 0) { /* rank R's local program, as its session would run it */
         int world = dp * tp * pp > 1 ? dp * tp * pp : 0;
         st = pdde_lower_dump(g, NULL, world, world ? rank : 0, stdout);
