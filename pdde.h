@@ -1148,6 +1148,9 @@ typedef struct {
      * stay blocking unless PDDE_ZERO3_PREFETCH=1, so the search hides them behind compute only where
      * lowering prefetches them. */
     const char *const *backend;
+    /* [n] each device's index among the cluster's devices (in machine order) where several stand for
+     * copies of one (pdde_plan_devices_init_machine: the ranks' devices); NULL: device i is the i-th */
+    const int *cluster_device;
 } pdde_plan_devices;
 
 struct pdde_plan;

@@ -325,7 +325,7 @@ pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int
 
 void pdde_plan_devices_free(pdde_plan_devices *d) {
     if (!d) return;
-    free((void *)d->flops), free((void *)d->host), free((void *)d->backend); /* mem_bw, memory and op_latency share flops' block */
+    free((void *)d->flops), free((void *)d->host), free((void *)d->backend); /* mem_bw, memory and op_latency share flops' block; cluster_device host's */
     memset(d, 0, sizeof *d);
 }
 
@@ -352,7 +352,7 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
     int nd = all.n_devices, cpu = -1, n_acc = 0;
     int *acc = malloc((size_t)nd * sizeof *acc), *dev = malloc((size_t)ranks * sizeof *dev), *on = calloc((size_t)nd, sizeof *on);
     double *a = malloc((size_t)ranks * 7 * sizeof *a);
-    int *host = calloc((size_t)ranks, sizeof *host);
+    int *host = calloc((size_t)ranks * 2, sizeof *host); /* (and after it each rank's device in the cluster: cluster_device) */
     char **backend = plan_backends_alloc(ranks);
     if (!acc || !dev || !on || !a || !host || !backend) {
         free(acc), free(dev), free(on), free(a), free(host), free(backend), pdde_plan_devices_free(&all);
@@ -391,11 +391,12 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
         bool placing = place >= 0 && d != place;
         a[4 * ranks + r] = placing ? all.flops[place] : 0, a[5 * ranks + r] = placing ? all.mem_bw[place] : 0;
         a[6 * ranks + r] = placing ? all.memory[place] / n_place : 0;
+        host[ranks + r] = d;
         snprintf(backend[r], sizeof c->specs[0].backend, "%s", all.backend[d]);
     }
     *out = all;
     out->n_devices = ranks, out->flops = a, out->mem_bw = a + ranks, out->memory = a + 2 * ranks, out->op_latency = a + 3 * ranks;
-    out->host = host, out->backend = (const char *const *)backend;
+    out->host = host, out->cluster_device = host + ranks, out->backend = (const char *const *)backend;
     if (!(out->intra_bw > 0)) out->intra_bw = mc->intra.bandwidth, out->intra_lat = mc->intra.latency;
     if (place >= 0) {
         out->place_flops = a + 4 * ranks, out->place_mem_bw = a + 5 * ranks, out->place_memory = a + 6 * ranks;

@@ -325,7 +325,8 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
     pdde_cost_program *cp = NULL;
     pdde_cost_result *r = NULL;
     pdde_status st = rank_devices ? pdde_graph_init(ctx, &pg) : pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
-    for (int k = 0; !st && k < n; k++) rank_devices[k] = sim_device_at(c, nd == d->n_devices ? dev[k] : 0);
+    for (int k = 0; !st && k < n; k++)
+        rank_devices[k] = sim_device_at(c, d->cluster_device ? d->cluster_device[dev[k]] : nd == d->n_devices ? dev[k] : 0);
     if (!st && (st = pp->build(pg, plan, pp->build_user))) {
         char s[160];
         pdde_plan_str(plan, s, sizeof s);

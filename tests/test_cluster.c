@@ -330,7 +330,8 @@ static void test_one_machine(void) {
     int own = 0;
     for (int r = 0; r < d.n_devices; r++)
         own += d.flops[r] == all.flops[1 + r] && d.mem_bw[r] == all.mem_bw[1 + r] && d.memory[r] == (double)(80ull << 30) &&
-               d.place_flops && d.place_flops[r] == all.flops[0] && d.place_memory[r] == all.memory[0] / 8 && !strcmp(d.backend[r], "cuda");
+               d.place_flops && d.place_flops[r] == all.flops[0] && d.place_memory[r] == all.memory[0] / 8 && !strcmp(d.backend[r], "cuda") &&
+               d.cluster_device && d.cluster_device[r] == 1 + r;
     CHECK(own == 8 && !strcmp(d.place_backend, "cpu") && d.place_bw == 2.5e10 && !strcmp(all.backend[0], "cpu"),
           "each of 8 ranks on its own GPU (backend cuda), the CPU a placement target beside it: %d of 8, place '%s'", own, d.place_backend);
     /* the search on it: every rank used; placing layers on the CPU does not pay */
@@ -352,7 +353,8 @@ static void test_one_machine(void) {
     pdde_plan_devices_init_graph(ctx, c, g, 9, &all);
     CHECK(pdde_plan_devices_init_machine(ctx, c, g, 9, &d) == PDDE_OK && d.n_devices == 9 && d.flops[7] == all.flops[8] &&
           d.flops[8] == all.flops[0] && d.memory[8] == all.memory[0] && d.place_flops[8] == 0 && !strcmp(d.backend[7], "cuda") &&
-          !strcmp(d.backend[8], "cpu"), "9 ranks: 8 on the GPUs, the ninth on the CPU (no placement beside it)");
+          !strcmp(d.backend[8], "cpu") && d.cluster_device[7] == 8 && d.cluster_device[8] == 0,
+          "9 ranks: 8 on the GPUs, the ninth on the CPU (no placement beside it)");
     pdde_plan_devices_free(&d);
     pdde_plan_devices_free(&all);
     pdde_cluster_free(c);
@@ -361,8 +363,8 @@ static void test_one_machine(void) {
     CHECK(pdde_plan_devices_init_graph(ctx, c, g, 2, &all) == PDDE_OK, "%s", pdde_last_error(ctx));
     CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[0] &&
           d.flops[1] == all.flops[0] && d.memory[1] == all.memory[0] / 2 && !strcmp(d.place_backend, "opencl") &&
-          d.place_flops[1] == all.flops[1] && d.place_memory[0] == all.memory[1] / 2,
-          "a slow accelerator: both ranks on the CPU, the accelerator shared beside them ('%s')", d.place_backend);
+          d.place_flops[1] == all.flops[1] && d.place_memory[0] == all.memory[1] / 2 && d.cluster_device[0] == 0 && d.cluster_device[1] == 0,
+          "a slow accelerator: both ranks on the CPU (the simulation's device too), the accelerator shared beside them ('%s')", d.place_backend);
     pdde_plan_devices_free(&d);
     pdde_plan_devices_free(&all);
     pdde_cluster_free(c);

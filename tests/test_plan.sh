@@ -28,6 +28,21 @@ rc=$?
 check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills ($(grep '^rank   0' "$tmp/tl.log" | cut -c1-60))" $rc
 [ "$(grep -c '<rect' "$tmp/t.svg")" -gt 100 ] && grep -q 'rank 1' "$tmp/t.svg"
 check "the SVG timeline draws both ranks' events" $?
+# a slow accelerator beside the CPU (PoCL on the same cores): the search keeps both ranks on copies of the
+# CPU, and a plan's simulation runs them there too, not rank 1 on the accelerator
+sed -e 's/"specs": \[/"specs": [{"name": "slow", "kind": "accel", "backend": "opencl", "peak_flops": 5e8, "mem_bandwidth": 1e8, "gemm": [], "curves": {"elementwise": [[49152, 2e-3]], "row": [], "attention": [], "embedding": [], "optimizer": []}}, /' \
+    -e 's/"memory": 8000000000}\]}\]/"memory": 8000000000}, {"id": 1, "spec": "slow", "memory": 8000000000}]}]/' "$tmp/cluster.json" >"$tmp/slow_acc.json"
+"$build/pdde-plan" --plan dp=2 --cluster "$tmp/slow_acc.json" >"$tmp/tl2.log" 2>&1
+compute=$(sed -n 's/^rank   [01] |.*| compute \([0-9.e-]*\) s.*/\1/p' "$tmp/tl2.log" | sort -u)
+[ "$(grep -c '^rank   [01] |' "$tmp/tl2.log")" = 2 ] && [ "$(echo "$compute" | wc -l)" = 1 ]
+rc=$?
+check "a plan of 2 ranks beside a slow accelerator is simulated with both on the CPU (compute: $(echo $compute))" $rc
+"$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 >"$tmp/est.log" 2>&1
+"$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 --simulate >"$tmp/sim.log" 2>&1
+est=$(awk '/^best/ {print $3}' "$tmp/est.log") sim=$(awk '/^best/ {print $3}' "$tmp/sim.log")
+awk -v e="$est" -v s="$sim" 'BEGIN { exit !(e > 0 && s > 0 && s < 2 * e && e < 2 * s) }'
+rc=$?
+check "there, the best plan's simulated step is within 2x of its estimate ($sim against $est s)" $rc
 python3 - "$tmp/t.json" <<'PY'
 import json, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]

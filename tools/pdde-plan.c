@@ -64,7 +64,16 @@ static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan
     gpt_plan gp = gpt_plan_of(p);
     int ranks = p->dp * p->tp * p->pp;
     pdde_cost_plan plan = {ranks > 1 ? ranks : 0, NULL, NULL, 0};
+    pdde_plan_devices d = {0};
+    int *rank_devices = NULL;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
+    /* one machine: each rank on the device the search gave it (its own accelerator, or a copy of the CPU) */
+    if (!st && cl->n_machines == 1 && !gpt_plan_devices(ctx, cluster_path, c, ranks, &d) && d.cluster_device &&
+        (rank_devices = malloc((size_t)ranks * sizeof *rank_devices))) {
+        for (int r = 0; r < ranks; r++) rank_devices[r] = cl->machines[0].devices[d.cluster_device[r]].id;
+        plan.rank_devices = rank_devices;
+    }
+    pdde_plan_devices_free(&d);
     if (!st) st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build_plan(g, c, &gp, &op, &m);
     if (!st) st = pdde_cost_program_from_plan(cl, g, NULL, &plan, &cp);
@@ -82,6 +91,7 @@ static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan
     pdde_cost_result_free(res);
     pdde_cost_program_free(cp);
     pdde_graph_free(g);
+    free(rank_devices);
     pdde_cluster_free(cl);
     return st ? 1 : 0;
 }

@@ -39,10 +39,14 @@ for mut in "$root"/tests/mutants/*.mut; do
     opt=${MUTANT_OPT:--O1 -g0 -march=native -fno-math-errno}
     # the mutant's own tests are built and run first; the others are built only if those pass
     firsts=$(echo "$ordered" | head -n "$(echo "$first" | wc -w)"); rest=$(echo "$ordered" | tail -n +"$(( $(echo "$firsts" | grep -c .) + 1 ))")
+    # the programs the shell tests start, where the mutant names one (else a missing program would kill it)
+    tools="build/pdde-run build/gpt"
+    for t in $first; do [ -f "$work/tests/$t.sh" ] && tools="$tools $(grep -oh '\$build/[a-z_-]*' "$work/tests/$t.sh" | sed 's|\$build/|build/|' | sort -u | tr '\n' ' ')"; done
+    tools=$(for t in $tools; do [ -f "$work/tools/${t#build/}.c" ] || [ -f "$work/examples/${t#build/}.c" ] || [ "$t" = build/gpt ] && echo "$t"; done | sort -u | tr '\n' ' ')
     verdict=""
     for group in "$firsts" "$rest"; do
         [ -n "$(echo $group)" ] || continue
-        if ! make -C "$work" -s -j2 OPT="$opt" $group build/pdde-run build/gpt >>"$log" 2>&1 || ! (cd "$work" && ls $group >/dev/null 2>&1); then
+        if ! make -C "$work" -s -j2 OPT="$opt" $group $tools >>"$log" 2>&1 || ! (cd "$work" && ls $group >/dev/null 2>&1); then
             # a compile error is the mutant's doing; anything else (no fork, disk) is not a verdict
             if grep -q 'error:' "$log"; then verdict="killed (does not build)"; else verdict="ERROR (build, see $log)"; fi
             break
