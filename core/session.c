@@ -1301,6 +1301,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     s->schedule = g->opt;
     const char *prof = getenv("PDDE_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") && strcmp(prof, "1") && strcmp(prof, "device"))
+        fprintf(stderr, "pdde: PDDE_PROFILE=\"%s\": expected 1 (host times per op) or device (the device's own, with bounds); profiling on host times\n", prof);
     s->profile = prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "device") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;

@@ -18,6 +18,7 @@
 #include "examples/gpt.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 static int64_t local_numel(const pdde_tensor *t) {
@@ -47,6 +48,14 @@ static int parse_model(const char *spec, gpt_config *c) {
     }
     return c->width % c->heads ? -1 : 0;
 }
+
+static const char help[] =
+    "usage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]]]\n"
+    "                 [--cluster FILE] [--ranks N] [--top K] [--simulate]    the best plans, predicted, and the rejected ones with why\n"
+    "       pdde-plan --plan dp=N,tp=N,pp=N,mb=N,zero=N[,...] [--model ...] [--cluster FILE] [--timeline out.svg] [--trace out.json]\n"
+    "                 one step of that plan simulated on the cluster's devices (also after --auto, for the plan it picks)\n"
+    "       pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--micro N] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N]\n"
+    "                 [--show-program [--rank R]]    what one plan does: distributed attributes, reshards, bytes per rank\n";
 
 /* One step of plan p for the GPT of c, simulated on the cluster from every rank's lowered program. */
 static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan *p, const char *cluster_path, const char *svg,
@@ -114,10 +123,8 @@ static int plan_auto(int argc, char **argv) {
         else if (v && !strcmp(a, "--trace")) trace = v, i++;
         else if (v && !strcmp(a, "--plan") && pdde_plan_parse(v, &fp) == PDDE_OK) forced = v, i++;
         else {
-            fprintf(stderr, "pdde-plan: bad argument '%s'%s%s%s\nusage: pdde-plan --auto|--plan dp=..,tp=..,pp=..,mb=..,zero=..,recompute=.. "
-                            "[--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]]] [--cluster FILE] [--ranks N] [--top K] "
-                            "[--simulate] [--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)",
-                    v && !strcmp(a, "--plan") ? ": " : "", v && !strcmp(a, "--plan") ? fp.why : ""); /* (pdde_plan_parse's: the key and what it expected) */
+            fprintf(stderr, "pdde-plan: bad argument '%s'%s%s%s\n%s", a, v ? "" : " (or its value is missing)", v && !strcmp(a, "--plan") ? ": " : "",
+                    v && !strcmp(a, "--plan") ? fp.why : "", help); /* (pdde_plan_parse's: the key and what it expected) */
             return 2;
         }
     }
@@ -141,8 +148,10 @@ static int plan_auto(int argc, char **argv) {
     struct timespec t0, t1;
     pdde_status st = gpt_plan_devices(ctx, cluster, &c, ranks, &d);
     if (st) {
-        fprintf(stderr, "pdde-plan: %s\n(write a cluster file with build/pdde-bench -o %s, or pass --cluster tools/clusters/h100_128.json)\n",
-                pdde_last_error(ctx), cluster);
+        if (access(cluster, F_OK)) /* (a file that is there but does not fit the job needs no new one) */
+            fprintf(stderr, "pdde-plan: %s\n(write a cluster file with build/pdde-bench -o %s, or pass --cluster tools/clusters/h100_128.json)\n",
+                    pdde_last_error(ctx), cluster);
+        else fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
         pdde_context_free(ctx);
         return 1;
     }
@@ -182,6 +191,8 @@ static int plan_auto(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(help, stdout) < 0;
+    for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--auto") || !strcmp(argv[i], "--plan")) return plan_auto(argc, argv);
     gpt_config c = {.vocab = 256, .ctx = 32, .layers = 2, .heads = 4, .width = 64, .batch = 8};
     int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0, rank = -1, micro = 1;
@@ -202,7 +213,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rank")) v = &rank;
         else if (!strcmp(argv[i], "--micro")) v = &micro;
         if (!v || i + 1 >= argc) {
-            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--micro N] [--show-program [--rank R]]\n");
+            fprintf(stderr, "pdde-plan: %s %s\n%s", v ? "no value after" : "unknown flag", argv[i], help);
             return 2;
         }
         char *end;
