@@ -673,7 +673,13 @@ int main(int argc, char **argv) {
     if (failed >= 0) {
         char how[128], cause[700];
         describe(&ch[failed], how, sizeof how);
-        if (pdde_store_server_first_failure(srv, cause, sizeof cause))
+        int has_cause = pdde_store_server_first_failure(srv, cause, sizeof cause), cause_rank = -1;
+        /* a rank that quit with an error status of its own also drops its store connection, which the store records as
+         * a death: then its own exit (and its message, above) is the cause, not that record */
+        if (has_cause && sscanf(cause, "rank %d", &cause_rank) == 1)
+            for (int r = 0; r < n; r++)
+                if (ch[r].rank == cause_rank && ch[r].exited && WIFEXITED(ch[r].status) && WEXITSTATUS(ch[r].status)) has_cause = 0;
+        if (has_cause)
             fprintf(stderr, "pdde-run: job failed: root cause: %s; first to exit: rank %d, which %s\n", cause,
                     ch[failed].rank, how);
         else if (stopped_rank >= 0)
