@@ -188,6 +188,7 @@ static pdde_status world_forming_check(comm_world *w) {
 
 /* Publishes this rank's listen handle and host id, then connects to and accepts from every peer. */
 static pdde_status world_connect(comm_world *w, const char *host_id, double deadline) {
+    double waited_from = comm_now();
     pdde_context *ctx = w->ctx;
     int n = w->size;
     unsigned char handle[PDDE_TRANSPORT_HANDLE_MAX + 256];
@@ -226,8 +227,8 @@ static pdde_status world_connect(comm_world *w, const char *host_id, double dead
             if (st != PDDE_ERR_TIMEOUT || left <= 0.1 || (st = world_forming_check(w))) break;
         }
         if (st == PDDE_ERR_TIMEOUT) {
-            st = pdde_error(ctx, st, "comm: rank %d did not publish its address within the init timeout (%s)", p,
-                            pdde_last_error(ctx));
+            st = pdde_error(ctx, st, "comm: rank %d did not publish its address (store key '%s') within the init timeout (%.3g s waited; a rank not "
+                            "started, or refused by the store: another job secret?)", p, key, comm_now() - waited_from);
             break;
         }
         if (st) break;
