@@ -655,9 +655,9 @@ elastic_rebuild:
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
-    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d threads",
+    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
-           where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx));
+           where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx), pdde_context_thread_count(ctx) > 1 ? "s" : "");
     if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
     if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
     printf("\n");
@@ -771,7 +771,7 @@ elastic_rebuild:
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
             if (step + 1 == last && rank == 0 && n_ckpt) /* (the last one is written before the program ends, either way) */
-                printf("gpt: the %d checkpoints before the last held the training loop %.3f s\n", n_ckpt, ckpt_s + now() - c0);
+                printf("gpt: the %d checkpoint%s before the last held the training loop %.3f s\n", n_ckpt, n_ckpt > 1 ? "s" : "", ckpt_s + now() - c0);
             if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
             else TRY(pdde_checkpoint_save(s, ckpt, &ex));
             ckpt_s += now() - c0, n_ckpt++;

@@ -776,7 +776,8 @@ static int check_file(const char *path, int rewrite) {
     if (pdde_context_init(&cp, &ctx)) return 1;
     pdde_status st = pdde_cluster_load(ctx, path, &c);
     if (!st) {
-        printf("%s: \"%s\": %d machines, %d devices\n", path, c->name, c->n_machines, pdde_cluster_device_count(c));
+        printf("%s: \"%s\": %d machine%s, %d device%s\n", path, c->name, c->n_machines, c->n_machines > 1 ? "s" : "", pdde_cluster_device_count(c),
+               pdde_cluster_device_count(c) > 1 ? "s" : "");
         for (int s = 0; s < c->n_specs; s++) {
             int n = 0;
             double mem = 0;
