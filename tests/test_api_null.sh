@@ -17,8 +17,12 @@ rc=$?
 check "the calls compile against $build/libpdde.a ($(head -3 "$tmp/cc.log"))" $rc
 [ $rc = 0 ] || { finish; exit; }
 
-"$tmp/sweep" >"$tmp/run.log"; rc=$?
+# in an empty folder of its own: a NULL path must not become a file named "(null)" there
+mkdir "$tmp/cwd"
+(cd "$tmp/cwd" && "$tmp/sweep") >"$tmp/run.log"; rc=$?
 check "the sweep ran to its end (exit $rc)" $rc
+left=$(ls -A "$tmp/cwd" | head -5 | tr '\n' ' ')
+[ -z "$left" ]; check "the calls wrote no files ($left)" $?
 ran=0
 while read -r name how code; do
     ran=$((ran + 1))
