@@ -1312,7 +1312,7 @@ typedef enum {
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
-/* The class the cost model times a node with (communication ops: elementwise). */
+/* The class the cost model times a node with (communication ops, and node NULL: elementwise). */
 pdde_op_class pdde_op_class_of(const pdde_tensor *node);
 /* Floating-point operations of a fused attention node (its causal half of the score and value
  * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward), 0 for other ops. */
