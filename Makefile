@@ -182,6 +182,11 @@ $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
+# (test_api_null compiles the calls tests/api_null_sweep.py writes as the C tests are built: this build's
+# compiler and flags, and the libraries after libpdde.a, in a file beside it)
+$(BUILD)/test_api_null: tests/test_api_null.sh tests/api_null_sweep.py pdde.h $(BUILD)/libpdde.a | $(BUILD)
+	cp $< $@ && chmod +x $@
+	printf '%s\n' '$(CC) $(strip $(CFLAGS))' '$(strip $(LDLIBS))' >$@.flags
 # (test_examples checks that make built every example and runs mlp_dp under pdde-run)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 # (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)

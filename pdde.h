@@ -484,7 +484,8 @@ typedef struct {
 
 pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p);
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p);
-/* Learning rate of the optimizer at a (0-based) step under its schedule. */
+/* Learning rate of the optimizer at a (0-based) step under its schedule (p NULL: the defaults, as the
+ * optimizers take NULL). */
 float pdde_lr_at(const pdde_optimizer_params *p, int64_t step);
 
 /* ---------------------------------------------------------------------------------------------------
@@ -1241,7 +1242,7 @@ pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, co
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
  * [,blocks=1][,shares=3:1][,place=opencl[:1-5]][,ep=2|tp|dp:2]" (rc: layers recomputed per stage, written when some but
  * not all are; shares: micro-batch shares of the dp indices, dp of them; ep=N equal to tp > 1 reads as ep=tp);
- * returns what snprintf would. */
+ * returns what snprintf would (-1 and buf empty when p is NULL, or buf NULL with n > 0). */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
  * PDDE_ERR_INVALID_ARG on bad text, with out->why naming the key and what it expected ("plan text:
@@ -1314,7 +1315,7 @@ typedef enum {
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
-/* The class the cost model times a node with (communication ops: elementwise). */
+/* The class the cost model times a node with (communication ops, and node NULL: elementwise). */
 pdde_op_class pdde_op_class_of(const pdde_tensor *node);
 /* Floating-point operations of a fused attention node (its causal half of the score and value
  * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward), 0 for other ops. */

@@ -107,7 +107,7 @@ const char *pdde_last_error(const pdde_context *ctx) {
     return thread_error_copy;
 }
 
-int pdde_context_thread_count(const pdde_context *ctx) { return ctx->n_threads; }
+int pdde_context_thread_count(const pdde_context *ctx) { return ctx ? ctx->n_threads : 0; }
 
 /* ------------------------------------------------------------------------------------------------
  * Dtypes */
@@ -173,12 +173,14 @@ float pdde_f16_to_f32(uint16_t h) {
  * Tensors and ops as numbers and text */
 
 int64_t pdde_tensor_numel(const pdde_tensor *t) {
+    if (!t) return 0;
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
 
 size_t pdde_tensor_nbytes(const pdde_tensor *t) {
+    if (!t) return 0;
     size_t n = (size_t)pdde_tensor_numel(t) * pdde_dtype_size(t->dtype);
     /* a packed attention's output [B, T, H*D] f32 is followed by its rows' logsumexp [B*H, T] */
     if (t->op == PDDE_OP_ATTENTION && pdde_op_i32(t, PDDE_P_ATTENTION_QKV_D) > 0)

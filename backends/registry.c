@@ -228,7 +228,10 @@ pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_pro
     return registry_device_props(ctx->registry, device, out);
 }
 
-int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
+int pdde_device_find(pdde_context *ctx, const char *backend, int index) {
+    if (!ctx || !ctx->registry || !backend) return -1;
+    return registry_device_find(ctx->registry, backend, index);
+}
 
 pdde_status pdde_device_backend(pdde_context *ctx, int device, const pdde_backend_iface **iface, void **dev) {
     if (!ctx || !iface || !dev) return PDDE_ERR_INVALID_ARG;

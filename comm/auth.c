@@ -64,6 +64,7 @@ static void comm_sha256_init(comm_sha256 *s) {
 }
 
 static void comm_sha256_update(comm_sha256 *s, const void *data, size_t n) {
+    if (n == 0) return; /* (data may be NULL then) */
     const unsigned char *p = data;
     size_t have = (size_t)(s->bytes % 64);
     s->bytes += n;
@@ -114,6 +115,7 @@ static void comm_hmac(const void *key, size_t klen, int n_parts, const void *con
 }
 
 void pdde_sha256(const void *data, size_t n, unsigned char out[32]) {
+    if (!out || (!data && n)) return;
     comm_sha256 s;
     comm_sha256_init(&s);
     comm_sha256_update(&s, data, n);
@@ -121,6 +123,7 @@ void pdde_sha256(const void *data, size_t n, unsigned char out[32]) {
 }
 
 void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]) {
+    if (!out || (!key && key_len) || (!data && n)) return;
     const void *parts[1] = {data};
     comm_hmac(key, key_len, 1, parts, &n, out);
 }

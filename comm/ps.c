@@ -197,6 +197,7 @@ static void ps_wrlock(const ps_stripe *s) { pthread_rwlock_wrlock(&((ps_stripe *
 static void ps_unlock(const ps_stripe *s) { pthread_rwlock_unlock(&((ps_stripe *)s)->lock); }
 
 pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p, pdde_ps_table **out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_ps_table_init: no out");
     *out = NULL;
     if (!p || p->dim <= 0 || p->dim > (1 << 20))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps table: dim %d must be in [1, 2^20]", p ? p->dim : 0);
@@ -341,6 +342,7 @@ static pdde_status ps_oom(const pdde_ps_table *t, const ps_stripe *s) {
 }
 
 pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, float *out) {
+    if (!t || (n && (!ids || !out))) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_pull: no %s", !t ? "table" : !ids ? "ids" : "out");
     size_t first[PS_STRIPES + 1], C = (size_t)t->p.dim;
     ps_scratch *sc = ps_group(t, n, ids, first);
     if (!sc) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory (a pull of %zu ids)", n);
@@ -378,6 +380,7 @@ pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, 
 }
 
 pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out) {
+    if (!t || !out) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_get: no %s", t ? "out" : "table");
     const ps_stripe *s = &t->s[ps_stripe_of(id)];
     ps_rdlock(s);
     uint32_t *r = ps_map_find(&s->index, id);
@@ -487,6 +490,7 @@ static pdde_status ps_stripe_update(pdde_ps_table *t, ps_stripe *s, const uint64
 }
 
 static pdde_status ps_push_or_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals, float scale, bool add) {
+    if (!t || (n && (!ids || !vals))) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_%s: no %s", add ? "add" : "push", !t ? "table" : !ids ? "ids" : "values");
     size_t first[PS_STRIPES + 1];
     ps_scratch *sc = ps_group(t, n, ids, first);
     if (!sc) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory (a push of %zu ids)", n);
@@ -510,6 +514,7 @@ pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, c
 }
 
 pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals) {
+    if (!t || (n && (!ids || !vals))) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_set: no %s", !t ? "table" : !ids ? "ids" : "values");
     int C = t->p.dim;
     pdde_status st = PDDE_OK;
     for (size_t i = 0; i < n && !st; i++) { /* (not a hot path: a lock per id) */
@@ -530,7 +535,8 @@ pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, c
 }
 
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
-    memset(out, 0, sizeof *out);
+    if (out) memset(out, 0, sizeof *out);
+    if (!t || !out) return;
     out->step = ps_step(t);
     out->bytes = sizeof *t;
     for (int k = 0; k < PS_STRIPES; k++) {
@@ -555,6 +561,7 @@ void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
 
 pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
     char tmp[4096];
+    if (!t || !path) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_save: no %s", t ? "path" : "table");
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return pdde_error(t->ctx, PDDE_ERR_INVALID_ARG, "ps table: path too long: %s", path);
     FILE *f = fopen(tmp, "wb");
@@ -595,6 +602,7 @@ pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
 }
 
 pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
+    if (!t || !path) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_load: no %s", t ? "path" : "table");
     FILE *f = fopen(path, "rb");
     if (!f) return pdde_error(t->ctx, PDDE_ERR_IO, "ps table: cannot open %s: %s", path, strerror(errno));
     char magic[8];
@@ -745,6 +753,7 @@ struct pdde_ps_server {
 };
 
 pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) {
+    if (!p || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_ps_server_init: no %s", p ? "out" : "params");
     *out = NULL;
     int n_servers = p->n_servers > 0 ? p->n_servers : 1;
     if (server_index < 0 || server_index >= n_servers)
@@ -793,9 +802,11 @@ void pdde_ps_server_free(pdde_ps_server *s) {
     free(s);
 }
 
-pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s->table; }
+pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s ? s->table : NULL; }
 
 void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) {
+    if (out && !s) memset(out, 0, sizeof *out);
+    if (!s || !out) return;
     pthread_mutex_lock((pthread_mutex_t *)&s->lock); /* (the lock is not the server's contents) */
     *out = s->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&s->lock);
@@ -1192,6 +1203,7 @@ static void *ps_serve_thread(void *arg) {
 }
 
 pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
+    if (!s || !comm) return pdde_error(s ? s->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_server_run: no %s", s ? "communicator" : "server");
     int size = pdde_comm_size(comm), nw = size - s->p.n_servers;
     if (nw <= 0 || pdde_comm_rank(comm) != s->index)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "ps server %d: runs on rank %d of %d ranks with %d servers",
@@ -1265,6 +1277,7 @@ struct pdde_ps_client {
 };
 
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) {
+    if (!p || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_ps_client_init: no %s", p ? "out" : "params");
     *out = NULL;
     pdde_ps_client *c = calloc(1, sizeof *c);
     if (!c) return pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
@@ -1558,6 +1571,7 @@ static pdde_status ps_geo_push(pdde_ps_client *c, size_t n, const uint64_t *ids,
 
 /* Sync and async requests go on lanes, at once; geo reads its local copy. */
 pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) {
+    if (!c || (n && (!ids || !out))) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_client_pull: no %s", !c ? "client" : !ids ? "ids" : "out");
     if (!c->comm) return pdde_ps_table_pull(c->local, n, ids, out);
     if (c->p.mode != PDDE_PS_GEO) return ps_request(c, PS_PULL, n, ids, NULL, out);
     int C = c->p.table.dim;
@@ -1571,6 +1585,7 @@ pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids
 }
 
 pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) {
+    if (!c || (n && (!ids || !grads))) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_client_push: no %s", !c ? "client" : !ids ? "ids" : "gradients");
     if (!c->comm) {
         pdde_status st = pdde_ps_table_push(c->local, n, ids, grads, 1.0f);
         if (!st) c->pushes++;
@@ -1591,11 +1606,13 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
 }
 
 pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
+    if (!c || (n && (!ids || !vals))) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_client_set: no %s", !c ? "client" : !ids ? "ids" : "values");
     if (!c->comm) return pdde_ps_table_set(c->local, n, ids, vals);
     return ps_request(c, PS_SET, n, ids, vals, NULL);
 }
 
 pdde_status pdde_ps_client_flush(pdde_ps_client *c) {
+    if (!c) return PDDE_ERR_INVALID_ARG;
     return c->comm && c->p.mode == PDDE_PS_GEO ? ps_geo_exchange(c) : PDDE_OK;
 }
 
@@ -1635,6 +1652,7 @@ static pdde_status ps_command(pdde_ps_client *c, int op, const char *path, int s
 }
 
 pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir) {
+    if (!c || !dir) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_client_save: no %s", c ? "directory" : "client");
     if (c->comm) return ps_command(c, PS_SAVE, dir, -1, NULL);
     char path[4096];
     pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
@@ -1642,6 +1660,7 @@ pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir) {
 }
 
 pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out) {
+    if (!c || !out) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_client_server_stats: no %s", c ? "out" : "client");
     memset(out, 0, sizeof *out);
     if (index < 0 || index >= c->p.n_servers)
         return pdde_error(c->ctx, PDDE_ERR_INVALID_ARG, "ps client: server %d of %d", index, c->p.n_servers);

@@ -103,6 +103,7 @@ pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, 
 }
 
 pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path) {
+    if (!text_path || !out_path) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_data_write_tokens: no %s", text_path ? "output path" : "text path");
     int32_t *tokens = NULL;
     int64_t n = 0;
     pdde_status st = load_tokens(ctx, text_path, &tokens, &n);

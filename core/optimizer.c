@@ -3,6 +3,7 @@
 /* (A part of pdde.c, included there in layer order: it uses the parts before it.) */
 
 float pdde_lr_at(const pdde_optimizer_params *p, int64_t step) {
+    if (!p) return pdde_lr_at(&(pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT, step); /* (the optimizers' defaults) */
     float lr = p->lr > 0 ? p->lr : 1e-3f;
     if (p->warmup_steps > 0 && step < p->warmup_steps) return lr * (float)(step + 1) / (float)p->warmup_steps;
     if (p->schedule == PDDE_LR_COSINE && p->total_steps > p->warmup_steps) {

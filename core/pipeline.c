@@ -48,6 +48,7 @@ static double pipe_clock(clockid_t id) {
 }
 
 pdde_status pdde_pipeline_init(pdde_context *ctx, const pdde_pipeline_params *p, pdde_pipeline **out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_pipeline_init: no out");
     *out = NULL;
     if (!p || p->n_stages < 1 || p->n_stages > PDDE_PIPELINE_MAX_STAGES || !p->stages || !p->slots || p->n_slots < 1 ||
         p->queue_depth < 0 || p->max_threads < 0 || p->calibrate_batches < 0 || !(p->timeout_s >= 0))
@@ -320,11 +321,14 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n) {
 }
 
 void pdde_pipeline_stats_reset(pdde_pipeline *pl) {
+    if (!pl) return;
     memset(pl->stats.stage, 0, sizeof pl->stats.stage);
     pl->stats.batches = 0, pl->stats.wall_s = pl->stats.process_cpu_s = 0;
 }
 
 void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out) {
+    if (out && !pl) memset(out, 0, sizeof *out);
+    if (!pl || !out) return;
     *out = pl->stats;
     for (int k = 0; k < pl->p.n_stages; k++) out->stage[k].workers = pl->workers[k], out->stage[k].predicted_s = pl->per_batch_s[k];
 }

@@ -40,8 +40,9 @@ struct pdde_sparse_batch {
 
 pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
                                        pdde_pooling pool, pdde_sparse_embedding **out) {
-    *out = NULL;
+    if (out) *out = NULL;
     if (!g || g->status) return NULL;
+    if (!name || !out) return graph_fail(g, PDDE_ERR_INVALID_ARG, "pdde_sparse_embedding_init: no %s", name ? "out" : "name");
     if (batch <= 0 || fields <= 0 || bag <= 0 || dim <= 0 || (unsigned)pool > PDDE_POOL_MEAN || batch * fields * bag >= INT32_MAX)
         return graph_fail(g, PDDE_ERR_INVALID_ARG, "sparse embedding %s: batch %lld, fields %d, bag %d, dim %d, pooling %d",
                           name, (long long)batch, fields, bag, dim, (int)pool);
@@ -69,6 +70,7 @@ pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t
 void pdde_sparse_embedding_free(pdde_sparse_embedding *e) { free(e); }
 
 pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out) {
+    if (!e || !out) return PDDE_ERR_INVALID_ARG;
     *out = NULL;
     pdde_sparse_batch *b = calloc(1, sizeof *b);
     if (!b) return PDDE_ERR_OOM;
@@ -90,9 +92,10 @@ void pdde_sparse_batch_free(pdde_sparse_batch *b) {
     free(b);
 }
 
-int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return b->n_unique; }
+int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return b ? b->n_unique : 0; }
 
 pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) {
+    if (!b || !c || !ids) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_sparse_batch_pull: no %s", !b ? "batch" : !c ? "client" : "ids");
     const pdde_sparse_embedding *e = b->e;
     b->n_unique = 0;
     if (b->index.cap) memset(b->index.vals, 0xff, b->index.cap * sizeof *b->index.vals), b->index.n = 0;
@@ -122,6 +125,7 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
 }
 
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
+    if (!b || !s) return pdde_error(s ? s->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_sparse_batch_feed: no %s", s ? "batch" : "session");
     const pdde_sparse_embedding *e = b->e;
     size_t row_bytes = (size_t)e->dim * sizeof(float);
     /* only the rows the batch reads: its n_unique rows and the empty slots' zero row after them; no id refers to
@@ -135,6 +139,7 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
 }
 
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
+    if (!b || !s) return pdde_error(s ? s->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_sparse_batch_collect: no %s", s ? "batch" : "session");
     const pdde_sparse_embedding *e = b->e;
     size_t bytes = (size_t)e->rows * e->dim * sizeof(float);
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
@@ -158,6 +163,7 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
 }
 
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) {
+    if (!b || !c) return pdde_error(c ? c->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_sparse_batch_push: no %s", c ? "batch" : "client");
     if (!b->n_dense) return pdde_ps_client_push(c, (size_t)b->n_unique, b->unique, b->rows);
     size_t C = (size_t)b->e->dim, U = (size_t)b->n_unique;
     memcpy(b->push_ids, b->unique, U * sizeof *b->push_ids);
@@ -168,6 +174,7 @@ pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) {
 }
 
 pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, pdde_ps_client *c, int seed) {
+    if (!b || !s || (seed && !c)) return pdde_error(s ? s->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_sparse_batch_hold_dense: no %s", !b ? "batch" : !s ? "session" : "client");
     const pdde_sparse_embedding *e = b->e;
     pdde_graph *g = s->g;
     if (b->n_dense) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: holds its dense parameters on the servers already");
@@ -207,6 +214,7 @@ pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, 
 }
 
 pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) {
+    if (!s) return PDDE_ERR_INVALID_ARG;
     pdde_graph *g = s->g;
     size_t total = 0;
     for (int i = 0; i < g->n; i++) {
@@ -284,9 +292,9 @@ pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out
 pdde_status pdde_comm_status(pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_comm_test(pdde_comm_request *req, int *done) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s) { return comm_unavailable(NULL, __func__); }
-void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]) { if (out) memset(out, 0, 32); }
 pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap) { return comm_unavailable(ctx, __func__); }
-void pdde_sha256(const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]) { if (out) memset(out, 0, 32); }
 pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, int *swapped) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }

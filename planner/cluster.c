@@ -38,6 +38,7 @@ const char *pdde_collective_name(pdde_collective c) {
 }
 
 pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
+    if (!node) return PDDE_OPCLASS_ELEMENTWISE;
     switch (node->op) {
     case PDDE_OP_MATMUL: return PDDE_OPCLASS_GEMM;
     case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return PDDE_OPCLASS_GEMM; /* tiles of GEMMs (pdde_attention_flops) */
@@ -61,7 +62,7 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
 }
 
 double pdde_attention_flops(const pdde_tensor *node) {
-    if ((node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim < 3) return 0;
+    if (!node || (node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim < 3) return 0;
     int64_t s[4];
     int packed;
     pdde_attention_dims(node, &s[0], &s[1], &s[2], &s[3], &packed);
@@ -76,6 +77,7 @@ double pdde_attention_flops(const pdde_tensor *node) {
  * The object */
 
 pdde_status pdde_cluster_init(const char *name, pdde_cluster **out) {
+    if (!out) return PDDE_ERR_INVALID_ARG;
     *out = calloc(1, sizeof **out);
     if (!*out) return PDDE_ERR_OOM;
     snprintf((*out)->name, sizeof (*out)->name, "%s", name ? name : "");
@@ -99,10 +101,12 @@ static int cluster_append(void **arr, int *n, size_t sz, const void *elem) {
 }
 
 int pdde_cluster_add_spec(pdde_cluster *c, const pdde_device_spec *s) {
+    if (!c || !s) return PDDE_ERR_INVALID_ARG;
     return cluster_append((void **)&c->specs, &c->n_specs, sizeof *s, s);
 }
 
 int pdde_cluster_add_machine(pdde_cluster *c, const pdde_cluster_machine *m) {
+    if (!c || !m || (m->n_devices > 0 && !m->devices)) return PDDE_ERR_INVALID_ARG;
     pdde_cluster_machine copy = *m;
     copy.devices = NULL, copy.n_devices = 0;
     int i = cluster_append((void **)&c->machines, &c->n_machines, sizeof copy, &copy);
@@ -112,26 +116,30 @@ int pdde_cluster_add_machine(pdde_cluster *c, const pdde_cluster_machine *m) {
 }
 
 int pdde_cluster_add_device(pdde_cluster *c, int machine, const pdde_cluster_device *d) {
-    if (machine < 0 || machine >= c->n_machines) return PDDE_ERR_INVALID_ARG;
+    if (!c || !d || machine < 0 || machine >= c->n_machines) return PDDE_ERR_INVALID_ARG;
     pdde_cluster_machine *m = &c->machines[machine];
     return cluster_append((void **)&m->devices, &m->n_devices, sizeof *d, d);
 }
 
 int pdde_cluster_add_link(pdde_cluster *c, const pdde_cluster_link *l) {
+    if (!c || !l) return PDDE_ERR_INVALID_ARG;
     return cluster_append((void **)&c->links, &c->n_links, sizeof *l, l);
 }
 
 int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k) {
+    if (!c || !k) return PDDE_ERR_INVALID_ARG;
     return cluster_append((void **)&c->calibs, &c->n_calibs, sizeof *k, k);
 }
 
 int pdde_cluster_device_count(const pdde_cluster *c) {
+    if (!c) return 0;
     int n = 0;
     for (int i = 0; i < c->n_machines; i++) n += c->machines[i].n_devices;
     return n;
 }
 
 const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int id, int *machine) {
+    if (!c) return NULL;
     for (int i = 0; i < c->n_machines; i++)
         for (int d = 0; d < c->machines[i].n_devices; d++)
             if (c->machines[i].devices[d].id == id) {
@@ -143,6 +151,7 @@ const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int i
 
 pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_cluster_link *out) {
     int ma, mb;
+    if (!c || !out) return PDDE_ERR_INVALID_ARG;
     if (!pdde_cluster_find_device(c, a, &ma) || !pdde_cluster_find_device(c, b, &mb)) return PDDE_ERR_NOT_FOUND;
     for (int i = 0; i < c->n_links; i++) {
         const pdde_cluster_link *l = &c->links[i];
@@ -173,6 +182,7 @@ static pdde_status cluster_check_link(pdde_context *ctx, const pdde_cluster_link
 }
 
 pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
+    if (!c) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cluster_validate: no cluster");
     char path[96];
     for (int s = 0; s < c->n_specs; s++) {
         const pdde_device_spec *sp = &c->specs[s];
@@ -572,6 +582,7 @@ static pdde_status cluster_read(cluster_reader *r, const cJSON *root, pdde_clust
 }
 
 pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out) {
+    if (!json || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cluster_parse: no %s", json ? "out" : "JSON text");
     *out = NULL;
     cJSON *root = cJSON_Parse(json);
     if (!root) {
@@ -780,6 +791,7 @@ static void cluster_write(cluster_json *w, const pdde_cluster *c) {
 }
 
 pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cluster_to_json: no out");
     *out = NULL;
     pdde_status st = pdde_cluster_validate(ctx, c);
     if (st) return st;
@@ -795,6 +807,7 @@ pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char 
 }
 
 pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out) {
+    if (!path || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cluster_load: no %s", path ? "out" : "path");
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
@@ -815,6 +828,7 @@ pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster 
 
 pdde_status pdde_cluster_save(pdde_context *ctx, const pdde_cluster *c, const char *path) {
     char *s, tmp[4096];
+    if (!path) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cluster_save: no path");
     pdde_status st = pdde_cluster_to_json(ctx, c, &s);
     if (st) return st;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -861,6 +875,7 @@ static void cluster_host_facts(pdde_cluster_machine *m) {
 }
 
 pdde_status pdde_cluster_detect(pdde_context *ctx, pdde_cluster **out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cluster_detect: no out");
     pdde_cluster *c;
     pdde_status st = pdde_cluster_init("detected", &c);
     if (st) return pdde_error(ctx, st, "cluster: out of memory");

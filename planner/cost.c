@@ -22,6 +22,7 @@ struct pdde_cost_program {
 };
 
 pdde_status pdde_cost_program_init(int n_ranks, pdde_cost_program **out) {
+    if (!out) return PDDE_ERR_INVALID_ARG;
     *out = NULL;
     if (n_ranks < 1) return PDDE_ERR_INVALID_ARG;
     pdde_cost_program *p = calloc(1, sizeof *p);
@@ -45,13 +46,14 @@ void pdde_cost_program_free(pdde_cost_program *p) {
 }
 
 pdde_status pdde_cost_program_set_rank(pdde_cost_program *p, int rank, int device_id, double persistent_bytes) {
-    if (rank < 0 || rank >= p->n_ranks || !(persistent_bytes >= 0)) return PDDE_ERR_INVALID_ARG;
+    if (!p || rank < 0 || rank >= p->n_ranks || !(persistent_bytes >= 0)) return PDDE_ERR_INVALID_ARG;
     p->ranks[rank].device = device_id;
     p->ranks[rank].persistent = persistent_bytes;
     return PDDE_OK;
 }
 
 int pdde_cost_program_group(pdde_cost_program *p, int n, const int *ranks) {
+    if (!p || n < 0 || (!ranks && n)) return PDDE_ERR_INVALID_ARG;
     for (int i = 0; i < n; i++)
         if (ranks[i] < 0 || ranks[i] >= p->n_ranks) return PDDE_ERR_INVALID_ARG;
     int total = p->group_off[p->n_groups];
@@ -67,7 +69,7 @@ int pdde_cost_program_group(pdde_cost_program *p, int n, const int *ranks) {
 }
 
 int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op) {
-    if (rank < 0 || rank >= p->n_ranks || (unsigned)op->kind > PDDE_COST_WAIT) return PDDE_ERR_INVALID_ARG;
+    if (!p || !op || rank < 0 || rank >= p->n_ranks || (unsigned)op->kind > PDDE_COST_WAIT) return PDDE_ERR_INVALID_ARG;
     struct cost_rank *r = &p->ranks[rank];
     if (r->n == r->cap) {
         int cap = r->cap ? 2 * r->cap : 64;
@@ -80,11 +82,11 @@ int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op
 }
 
 int pdde_cost_program_op_count(const pdde_cost_program *p, int rank) {
-    return rank >= 0 && rank < p->n_ranks ? p->ranks[rank].n : 0;
+    return p && rank >= 0 && rank < p->n_ranks ? p->ranks[rank].n : 0;
 }
 
 const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index) {
-    return rank >= 0 && rank < p->n_ranks && index >= 0 && index < p->ranks[rank].n ? &p->ranks[rank].ops[index] : NULL;
+    return p && rank >= 0 && rank < p->n_ranks && index >= 0 && index < p->ranks[rank].n ? &p->ranks[rank].ops[index] : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -269,6 +271,7 @@ static char **plan_backends_alloc(int n) {
 
 pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out) {
+    if (!c || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_plan_devices_init: no %s", c ? "out" : "cluster");
     memset(out, 0, sizeof *out);
     int nd = pdde_cluster_device_count(c), i = 0;
     if (nd < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cluster \"%s\" has no devices", c->name);
@@ -342,6 +345,7 @@ static double cost_step_alone(pdde_context *ctx, const pdde_cluster *c, const pd
 
 pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                            pdde_plan_devices *out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_plan_devices_init_machine: no out");
     memset(out, 0, sizeof *out);
     if (!c || !g || ranks < 1 || c->n_machines != 1)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan devices: want one machine and ranks >= 1 (have %d machines, %d ranks)", c ? c->n_machines : 0, ranks);
@@ -409,6 +413,7 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
 
 double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op) {
     int unc = 0;
+    if (!c || !op) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cost_compute_time: no %s", c ? "op" : "cluster"), NAN;
     return cost_compute(ctx, c, device_id, op, &unc);
 }
 
@@ -432,6 +437,7 @@ static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, c
 
 pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                             pdde_plan_devices *out) {
+    if (!c || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_plan_devices_init_graph: no %s", c ? "out" : "cluster");
     pdde_cost_program *p = NULL;
     const char *p_backend = NULL; /* (p: the graph's program as lowered for this backend's devices) */
     pdde_status st = pdde_plan_devices_init(ctx, c, 0, 0, 0, out);
@@ -864,6 +870,7 @@ PDDE_PRIVATE double cost_groups_at_once(pdde_context *ctx, const pdde_cluster *c
 
 pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const pdde_cost_program *p,
                                pdde_cost_result **out) {
+    if (!c || !p || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_cost_simulate: no %s", !c ? "cluster" : !p ? "program" : "out");
     *out = NULL;
     int R = p->n_ranks, G = p->n_groups, max_ops = 1, ev_cap = 0;
     for (int r = 0; r < R; r++) if (p->ranks[r].n > max_ops) max_ops = p->ranks[r].n;
@@ -1179,6 +1186,7 @@ PDDE_PRIVATE void cost_node_work(const pdde_tensor *x, double *bytes, double *fl
  * session, the context's device 0), the order of its program lowered for one process (what a session runs:
  * the fused nodes, the adds and casts they took in as views, which cost nothing) */
 static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, const char *backend, pdde_cost_program **out) {
+    if (!out) return PDDE_ERR_INVALID_ARG;
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
     if (st) return st;
@@ -1250,6 +1258,7 @@ pdde_status pdde_cost_program_from_graph_on(const pdde_graph *g, const pdde_clus
  * Timelines */
 
 void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width) {
+    if (!r || !f) return;
     if (width < 10) width = 10;
     double T = r->step_time > 0 ? r->step_time : 1;
     char *line = malloc((size_t)width + 1);

@@ -313,6 +313,7 @@ static pdde_status moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, c
 
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
                                    const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_moe_cost_estimate: no out");
     plan_zero3_gathers gathers = {false, true};
     if (c && devices && p && p->zero >= 3 && n_ranks > 1) gathers = moe_zero3_gathers(c, devices, n_ranks);
     return moe_cost_estimate(ctx, c, devices, n_ranks, p, ep, gathers, moe_a2a_hier_mode(), out);
@@ -320,6 +321,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
 
 pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
                                pdde_moe_cost *best, pdde_moe_cost *all, int max_all, int *n_all) {
+    if (!best) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_moe_choose_ep: no best");
     memset(best, 0, sizeof *best);
     if (n_all) *n_all = 0;
     int found = 0;

@@ -10,6 +10,8 @@ static void plan_append(char *buf, size_t n, int *k, const char *fmt, int x) {
 }
 
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
+    if (buf && n) buf[0] = '\0';
+    if (!p || (!buf && n)) return -1; /* (as snprintf fails) */
     int k = snprintf(buf, n, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d,recompute=%d", p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute == 1);
     if (p->chunks > 1) plan_append(buf, n, &k, ",chunks=%d", p->chunks);
     if (p->pp > 1 && p->chunks <= 1) {

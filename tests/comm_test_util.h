@@ -52,7 +52,7 @@ static inline int test_threads_quiet(double max_s) {
         DIR *d = opendir("/proc/self/task");
         for (struct dirent *e; d && !busy && (e = readdir(d));) {
             if (e->d_name[0] == '.' || atol(e->d_name) == self) continue;
-            char path[300], st[512];
+            char path[288], st[512]; /* (d_name: up to 255 bytes) */
             snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
             FILE *f = fopen(path, "r");
             size_t n = f ? fread(st, 1, sizeof st - 1, f) : 0;
