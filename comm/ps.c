@@ -1308,6 +1308,7 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
         st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: rank %d of %d is not a worker (ranks 0..%d are servers)",
                         pdde_comm_rank(comm), pdde_comm_size(comm), ns - 1);
     else if (p->table.dim <= 0) st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: table dim %d", p->table.dim);
+    else if (ns < 1) st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: %d servers (want >= 1)", ns);
     else for (int l = 0; l < PS_LANES && !st; l++) {
         ps_lane *L = &c->lane[l];
         L->count = calloc((size_t)ns, sizeof *L->count), L->cap = calloc((size_t)ns, sizeof *L->cap);

@@ -6,16 +6,16 @@
 /* The launcher's local rank (pdde-run, Open MPI, Slurm: comm/env.c reads them), or -1 with what the
  * environment said in `how`. */
 static int device_select_local_rank(pdde_context *ctx, char *how, size_t cap) {
-    pdde_comm_env env;
+    pdde_comm_env env = {0};
     if (pdde_comm_env_read(ctx, &env)) {
         snprintf(how, cap, "no launcher: local rank 0");
         return -1;
     }
     if (env.local_rank < 0) {
-        snprintf(how, cap, "%s gives no local rank: local rank 0", env.launcher);
+        snprintf(how, cap, "%s gives no local rank: local rank 0", env.launcher ? env.launcher : "the launcher");
         return -1;
     }
-    snprintf(how, cap, "local rank %d (%s)", env.local_rank, env.launcher);
+    snprintf(how, cap, "local rank %d (%s)", env.local_rank, env.launcher ? env.launcher : "the launcher");
     return env.local_rank;
 }
 

@@ -229,7 +229,7 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
             const pdde_cluster_device *dev = &m->devices[d];
             if (dev->spec < 0 || dev->spec >= c->n_specs)
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].spec: no spec %d", i, d, dev->spec);
-            int other;
+            int other = -1;
             const pdde_cluster_device *first = pdde_cluster_find_device(c, dev->id, &other);
             if (first != dev)
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].id: duplicate device id %d (also on machines[%d])", i, d, dev->id, other);

@@ -14,7 +14,7 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
     if (!p || (!buf && n)) return -1; /* (as snprintf fails) */
     int k = snprintf(buf, n, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d,recompute=%d", p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute == 1);
     if (p->chunks > 1) plan_append(buf, n, &k, ",chunks=%d", p->chunks);
-    if (p->pp > 1 && p->chunks <= 1) {
+    if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) { /* (a parsed plan without stages= has no cut yet) */
         plan_append(buf, n, &k, ",stages=", 0);
         for (int s = 0; s < p->pp; s++) plan_append(buf, n, &k, s ? ":%d" : "%d", p->stage_first[s + 1] - p->stage_first[s]);
     }
@@ -105,8 +105,8 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
             bool comm = !strcmp(key, "comm");
             const char *word = comm ? (!strncmp(s, "bf16", 4) ? "bf16" : "f32") : (!strncmp(s, "gpipe", 5) ? "gpipe" : "1f1b");
             if (strncmp(s, word, strlen(word))) return plan_parse_fail(out, key, comm ? "f32 or bf16" : "1f1b or gpipe", value);
-            if (!strcmp(word, "bf16")) p.comm_dtype = PDDE_BF16;
-            if (!strcmp(word, "gpipe")) p.schedule = PDDE_PIPELINE_GPIPE;
+            if (comm && word[0] == 'b') p.comm_dtype = PDDE_BF16; /* (bf16) */
+            if (!comm && word[0] == 'g') p.schedule = PDDE_PIPELINE_GPIPE; /* (gpipe) */
             s += strlen(word);
         } else if (!v) {
             return plan_parse_fail(out, key, "dp tp pp mb zero recompute chunks stages rc comm sched blocks shares place ep",
