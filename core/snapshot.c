@@ -619,8 +619,8 @@ static pdde_status set_block_data(snap_set *s, const snap_block *b, char **tmp, 
             pdde_status st;
             snprintf(path, sizeof path, "%s/%s", s->dir, s->file[b->src]);
             int fd = open_regular(s->ctx, path, "checkpoint", &sb, &st);
-            if (fd < 0)
-                return pdde_error(s->ctx, st, "%s: %s, which holds block %s of tensor %s, cannot be read: %s", s->what, src, bs, t->name,
+            if (fd < 0) /* (a file the manifest names is missing: the checkpoint is damaged, not absent) */
+                return pdde_error(s->ctx, st == PDDE_ERR_NOT_FOUND ? PDDE_ERR_CORRUPT : st, "%s: %s, which holds block %s of tensor %s, cannot be read: %s", s->what, src, bs, t->name,
                                   st == PDDE_ERR_NOT_FOUND ? "it is missing" : pdde_last_error(s->ctx));
             if ((uint64_t)sb.st_size != s->file_bytes[b->src]) {
                 close(fd);

@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <math.h>
+#include <sys/stat.h>
 
 typedef struct {
     const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir, *cluster, *device;
@@ -57,9 +60,28 @@ static pdde_status worker_batch(void *u, int64_t k, dlrm_sample *out) {
     return PDDE_OK;
 }
 
+/* v as a whole number (long) or a finite number (double) into *out; -1, saying which flag, when it is not one */
+static int flag_long(const char *flag, const char *v, long *out) {
+    char *end;
+    errno = 0;
+    *out = strtol(v, &end, 10);
+    if (end != v && !*end && !errno) return 0;
+    fprintf(stderr, "dlrm: %s wants a whole number, got '%s'\n", flag, v);
+    return -1;
+}
+static int flag_double(const char *flag, const char *v, double *out) {
+    char *end;
+    *out = strtod(v, &end);
+    if (end != v && !*end && isfinite(*out)) return 0;
+    fprintf(stderr, "dlrm: %s wants a number, got '%s'\n", flag, v);
+    return -1;
+}
+
 static int parse(int argc, char **argv, options *o) {
     const char *env_servers = getenv("PDDE_PS_SERVERS"); /* (what a launcher's --servers would set) */
-    *o = (options){.vocab = 1000, .epochs = 1, .servers = env_servers ? atoi(env_servers) : 1, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
+    long env_n = 1;
+    if (env_servers && flag_long("PDDE_PS_SERVERS", env_servers, &env_n)) return -1;
+    *o = (options){.vocab = 1000, .epochs = 1, .servers = (int)env_n, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
                    .mode = PDDE_PS_SYNC, .local = 1, .optimizer = PDDE_PS_ADAGRAD, .table_lr = 0.05f,
                    .cfg = {256, 8, 64, 0.01f, DLRM_DENSE_ADAMW}};
     for (int i = 1; i < argc; i++) {
@@ -68,28 +90,31 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--share-device")) { o->share_device = 1; continue; }
         if (!v) { fprintf(stderr, "dlrm: %s needs a value\n", a); return -1; }
         i++;
+        long n = 0;
+        double x = 0;
+        int bad = 0; /* (each numeric flag read whole: "64x" or "abc" is refused, not read as 64 or 0) */
         if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--synthetic")) o->synthetic = atol(v);
-        else if (!strcmp(a, "--vocab")) o->vocab = atoi(v);
-        else if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
-        else if (!strcmp(a, "--batch")) o->cfg.batch = atoi(v);
-        else if (!strcmp(a, "--dim")) o->cfg.dim = atoi(v);
-        else if (!strcmp(a, "--hidden")) o->cfg.hidden = atoi(v);
-        else if (!strcmp(a, "--lr")) o->cfg.lr = (float)atof(v);
-        else if (!strcmp(a, "--table-lr")) o->table_lr = (float)atof(v);
-        else if (!strcmp(a, "--test-fraction")) o->test_fraction = atof(v);
-        else if (!strcmp(a, "--servers")) o->servers = atoi(v);
-        else if (!strcmp(a, "--staleness")) o->staleness = atoi(v);
-        else if (!strcmp(a, "--geo-steps")) o->geo_steps = atoi(v);
+        else if (!strcmp(a, "--synthetic")) bad = flag_long(a, v, &n), o->synthetic = n;
+        else if (!strcmp(a, "--vocab")) bad = flag_long(a, v, &n), o->vocab = (int)n;
+        else if (!strcmp(a, "--epochs")) bad = flag_long(a, v, &n), o->epochs = (int)n;
+        else if (!strcmp(a, "--batch")) bad = flag_long(a, v, &n), o->cfg.batch = (int)n;
+        else if (!strcmp(a, "--dim")) bad = flag_long(a, v, &n), o->cfg.dim = (int)n;
+        else if (!strcmp(a, "--hidden")) bad = flag_long(a, v, &n), o->cfg.hidden = (int)n;
+        else if (!strcmp(a, "--lr")) bad = flag_double(a, v, &x), o->cfg.lr = (float)x;
+        else if (!strcmp(a, "--table-lr")) bad = flag_double(a, v, &x), o->table_lr = (float)x;
+        else if (!strcmp(a, "--test-fraction")) bad = flag_double(a, v, &x), o->test_fraction = x;
+        else if (!strcmp(a, "--servers")) bad = flag_long(a, v, &n), o->servers = (int)n;
+        else if (!strcmp(a, "--staleness")) bad = flag_long(a, v, &n), o->staleness = (int)n;
+        else if (!strcmp(a, "--geo-steps")) bad = flag_long(a, v, &n), o->geo_steps = (int)n;
         else if (!strcmp(a, "--save")) o->save_dir = v;
         else if (!strcmp(a, "--load")) o->load_dir = v;
         else if (!strcmp(a, "--dense-on")) o->dense_on = v;
         else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
-        else if (!strcmp(a, "--dense-on-servers")) o->dense_on_servers = atoi(v);
-        else if (!strcmp(a, "--pipeline")) o->pipeline = atoi(v);
+        else if (!strcmp(a, "--dense-on-servers")) bad = flag_long(a, v, &n), o->dense_on_servers = (int)n;
+        else if (!strcmp(a, "--pipeline")) bad = flag_long(a, v, &n), o->pipeline = (int)n;
         else if (!strcmp(a, "--cluster")) o->cluster = v;
-        else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = atol(v);
+        else if (!strcmp(a, "--checkpoint-every")) bad = flag_long(a, v, &n), o->ckpt_every = n;
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
             else if (!strcmp(v, "adagrad")) o->optimizer = PDDE_PS_ADAGRAD;
@@ -102,6 +127,19 @@ static int parse(int argc, char **argv, options *o) {
             else if (!strcmp(v, "geo")) o->mode = PDDE_PS_GEO;
             else if (!o->local) { fprintf(stderr, "dlrm: --mode %s: expected local, sync, async or geo\n", v); return -1; }
         } else { fprintf(stderr, "dlrm: unknown option %s (--help lists them)\n", a); return -1; }
+        if (bad) return -1;
+    }
+    if (o->data && o->synthetic) { /* (synthetic data is written to a file: it would replace the data) */
+        fprintf(stderr, "dlrm: --data %s and --synthetic: one or the other\n", o->data);
+        return -1;
+    }
+    if (o->synthetic < 0 || o->staleness < 0 || o->geo_steps < 1 || o->ckpt_every < 0) {
+        fprintf(stderr, "dlrm: --synthetic, --staleness and --checkpoint-every must be >= 0, --geo-steps >= 1\n");
+        return -1;
+    }
+    if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) && errno != EEXIST) { /* (here, not at the first checkpoint) */
+        fprintf(stderr, "dlrm: --checkpoint %s: %s\n", o->ckpt_dir, strerror(errno));
+        return -1;
     }
     if (o->pipeline < 0 || o->pipeline > 16) { fprintf(stderr, "dlrm: --pipeline %d: expected 0 (off) to 16 slots\n", o->pipeline); return -1; }
     if (o->cfg.batch <= 0 || o->cfg.dim <= 0 || o->cfg.hidden <= 0 || o->epochs <= 0 || o->servers <= 0 ||

@@ -417,7 +417,9 @@ int main(int argc, char **argv) {
     rc = tool("verify", C, NULL, out, sizeof out);
     CHECK(rc == 1 && strstr(out, name) && strstr(out, "missing") && strstr(out, "tensor"), "verify refuses the missing shard naming it: %s", out);
     char *load_missing[] = {"dp=1", "3", "3", loadarg, failarg, NULL};
-    CHECK(run_job(&p, 1, load_missing, NULL, 60) == 0 && strstr(p.out, "refusal as expected") && strstr(p.out, "missing"),
+    char damaged[64]; /* (a missing shard is a damaged checkpoint, not an absent one: a resume must not start afresh over it) */
+    snprintf(damaged, sizeof damaged, "load refused: %s:", pdde_status_str(PDDE_ERR_CORRUPT));
+    CHECK(run_job(&p, 1, load_missing, NULL, 60) == 0 && strstr(p.out, "refusal as expected") && strstr(p.out, "missing") && strstr(p.out, damaged),
           "a load refuses the missing shard naming it and the tensor (%s)", p.out);
     rename(moved, shard);
     CHECK(tool("verify", C, NULL, out, sizeof out) == 0, "restored, it verifies again: %s", out);

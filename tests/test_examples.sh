@@ -47,4 +47,16 @@ awk -v a="$l1" -v b="$l2" -v tol="$TOL" 'BEGIN { d = a - b; if (d < 0) d = -d; m
 check "2 ranks reach 1 rank's loss within $TOL relative ($l2 vs $l1)" $?
 awk -v a="$l1" 'BEGIN { exit !(a < 0.1) }'
 check "the loss fell from ln 3 = 1.10 to below 0.1 ($l1)" $?
+# dlrm refuses a numeric flag it cannot read whole, and --data with --synthetic (which would write over the data)
+if [ -x "$build/dlrm" ]; then
+    printf 'keep me\n' >"$tmp/mine.tsv"
+    "$build/dlrm" --data "$tmp/mine.tsv" --synthetic 3000 >"$tmp/dl.out" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -q 'one or the other' "$tmp/dl.out" && [ "$(cat "$tmp/mine.tsv")" = "keep me" ]
+    check "dlrm --data F --synthetic N is refused and F is untouched (rc $rc)" $?
+    "$build/dlrm" --batch 64x >"$tmp/dl.out" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -q -- "--batch wants a whole number, got '64x'" "$tmp/dl.out"
+    check "dlrm --batch 64x is refused, naming the flag (rc $rc)" $?
+fi
 finish

@@ -526,6 +526,8 @@ int main(int argc, char **argv) {
     }
 
     int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
+    int cause_at_failure = 0;
+    char cause_then[700] = "";
     double next_stop_check = 0;
     double stop_at = 0;     /* when to SIGKILL after a SIGTERM */
     double drain_until = 0; /* once every rank is gone: how long their leftovers may hold the pipes */
@@ -591,6 +593,9 @@ int main(int argc, char **argv) {
                 }
                 if (bad && failed < 0 && !got_signal) {
                     failed = r;
+                    /* what the store had recorded when the first rank ended, before pdde-run stopped the others
+                     * (their ends come later: none of them is the cause) */
+                    cause_at_failure = pdde_store_server_first_failure(srv, cause_then, sizeof cause_then);
                     char how[128];
                     describe(&ch[r], how, sizeof how);
                     for (int k = 0; k < n && stopped_rank < 0; k++)
@@ -673,7 +678,8 @@ int main(int argc, char **argv) {
     if (failed >= 0) {
         char how[128], cause[700];
         describe(&ch[failed], how, sizeof how);
-        int has_cause = pdde_store_server_first_failure(srv, cause, sizeof cause), cause_rank = -1;
+        int has_cause = elastic ? pdde_store_server_first_failure(srv, cause, sizeof cause) : cause_at_failure, cause_rank = -1;
+        if (!elastic && has_cause) snprintf(cause, sizeof cause, "%s", cause_then);
         /* a rank that quit with an error status of its own also drops its store connection, which the store records as
          * a death: then its own exit (and its message, above) is the cause, not that record */
         if (has_cause && sscanf(cause, "rank %d", &cause_rank) == 1)
