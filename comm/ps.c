@@ -817,7 +817,7 @@ void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out
  * any step). step: the table's step read after the caller's own step was applied; a checkpoint that
  * already holds it is enough. Called before the step is acknowledged: a worker that saw its push
  * acknowledged past a checkpoint step knows the checkpoint holds it. */
-static pdde_status ps_auto_checkpoint(pdde_ps_server *s, int64_t step, bool force) {
+static pdde_status ps_auto_checkpoint(pdde_ps_server *s, int64_t step, bool force, bool holds_lock) {
     if (!s->ckpt_path) return PDDE_OK;
     pthread_mutex_lock(&s->ckpt_lock);
     pdde_status st = PDDE_OK;
@@ -829,7 +829,9 @@ static pdde_status ps_auto_checkpoint(pdde_ps_server *s, int64_t step, bool forc
             fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx));
         else {
             s->ckpt_step = held;
-            pthread_mutex_lock(&s->lock), s->stats.checkpoints++, pthread_mutex_unlock(&s->lock);
+            if (!holds_lock) pthread_mutex_lock(&s->lock); /* (a sync round closes under it) */
+            s->stats.checkpoints++;
+            if (!holds_lock) pthread_mutex_unlock(&s->lock);
         }
     }
     pthread_mutex_unlock(&s->ckpt_lock);
@@ -940,7 +942,7 @@ static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker 
     pthread_rwlock_wrlock(&s->round_lock);
     pdde_status st = pdde_ps_table_push(s->table, s->round_n, s->round_ids, s->round_sum, 1.0f / (float)waiting);
     pthread_rwlock_unlock(&s->round_lock);
-    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), false);
+    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), false, true);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     for (int i = 0; i < nw; i++) {
@@ -1065,7 +1067,7 @@ static pdde_status ps_handle(ps_run *run, int i, ps_hdr h, bool *holding) {
              * moves once its push is in the table and before it is acknowledged, so a pull the
              * bound releases sees it and the worker's next pull is measured with it */
             pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
-            if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false);
+            if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false, false);
             pthread_mutex_lock(&s->lock);
             s->stats.pushes++;
             w[i].clock++;
@@ -1079,7 +1081,7 @@ static pdde_status ps_handle(ps_run *run, int i, ps_hdr h, bool *holding) {
         break;
     case PS_ADD: {
         pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
-        if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false);
+        if (!sa) sa = ps_auto_checkpoint(s, ps_step(s->table), false, false);
         pthread_mutex_lock(&s->lock);
         s->stats.pushes++;
         w[i].clock++;
@@ -1232,7 +1234,7 @@ pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
     }
     free(run.w);
     pthread_mutex_destroy(&run.lock), pthread_cond_destroy(&run.cv);
-    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), true); /* the job's last steps */
+    if (!st) st = ps_auto_checkpoint(s, ps_step(s->table), true, false); /* the job's last steps */
     return st;
 }
 

@@ -108,7 +108,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--ckpt-async")) { o->ckpt_async = 1; continue; }
         if (!strcmp(a, "--ft-replicas")) { o->ft = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
-        if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
+        if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
         else if (!strcmp(a, "--width")) iv = &o->model.width;

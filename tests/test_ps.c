@@ -376,11 +376,18 @@ static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     int rank = pdde_comm_rank(world);
     pdde_comm *workers = NULL;
     pdde_comm_split(world, rank < SYNC_SERVERS ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
-    if (rank < SYNC_SERVERS) {
+    if (rank < SYNC_SERVERS) { /* (each writing a checkpoint every 2 steps, as a sync round closes: the results stay the same) */
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/sync%d", g_dir, dense_on_servers);
+        mkdir(dir, 0755);
+        p.checkpoint_dir = dir, p.checkpoint_every = 2;
         pdde_ps_server *srv;
+        pdde_ps_server_stats stats = {0};
         pdde_status st = pdde_ps_server_init(ctx, &p, rank, &srv);
         if (!st) st = pdde_ps_server_run(srv, world);
-        CHECK(st == PDDE_OK, "server %d: %s", rank, pdde_last_error(ctx));
+        if (!st) pdde_ps_server_stats_get(srv, &stats);
+        CHECK(st == PDDE_OK && stats.checkpoints >= SYNC_STEPS / 2, "server %d: %lld automatic checkpoints in %d sync steps: %s", rank,
+              (long long)stats.checkpoints, SYNC_STEPS, pdde_last_error(ctx));
         pdde_ps_server_free(srv);
         return;
     }
