@@ -456,6 +456,17 @@ static void test_grow(void) {
     /* the same training as 2 ranks without changes, up to the reductions' rounding (4 ranks after) */
     if (at > 0) compare_losses("grow", m, m_base2, 1, at + 10, 1e-4);
     free(a.out), free(b.out);
+    /* a joiner whose job is not there (nothing listens at its --rdzv): an error within seconds, no rank started */
+    char nojob[128], m3[300];
+    snprintf(nojob, sizeof nojob, "tcp://127.0.0.1:%d/none", job_free_port());
+    snprintf(m3, sizeof m3, "%s/nojob.jsonl", g_tmp);
+    const char *lone[] = {"-n", "1", "--join", "--rdzv", nojob, NULL};
+    double t0 = test_now();
+    job c = job_start(NULL, m3, lone, NULL);
+    int rc_c = job_finish(&c, JOB_LIMIT_S);
+    CHECK(rc_c == 2 && strstr(job_text(&c), "no job store at") && test_now() - t0 < 20, "a joiner with no job: rc %d in %.1f s\n%s", rc_c,
+          test_now() - t0, job_text(&c));
+    free(c.out);
 }
 
 /* A member lost while the next world forms: member 2 dies right after the members of the generation

@@ -480,6 +480,15 @@ int main(int argc, char **argv) {
     } else {
         snprintf(addr, sizeof addr, "%s", store_addr);
     }
+    if (join) { /* the job's store answers now, or there is no job to join: say so rather than start ranks that wait */
+        pdde_store *probe = NULL;
+        if (pdde_store_connect(ctx, addr, 5, &probe)) {
+            fprintf(stderr, "pdde-run: --join: no job store at %s answers (%s): the job is not running, its secret differs, or the URL is wrong\n",
+                    addr, pdde_last_error(ctx));
+            return 2;
+        }
+        pdde_store_close(probe);
+    }
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
