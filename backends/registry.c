@@ -68,7 +68,8 @@ static void plugin_load(pdde_context *ctx, registry_family *f, const char *path)
     pdde_backend_plugin_fn entry = NULL;
     const pdde_backend_iface *b = NULL;
     if (!(f->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
-        snprintf(f->why, sizeof f->why, "plugin %.400s does not load: %.500s", path, dlerror());
+        snprintf(f->why, sizeof f->why, "plugin %.400s does not load: %.450s%s", path, dlerror(),
+                 strchr(path, '/') ? "" : " (a name without '/' is looked up on the library path: write ./NAME for a file here)");
     } else if (!(*(void **)&entry = dlsym(f->dl, PDDE_BACKEND_PLUGIN_ENTRY))) {
         snprintf(f->why, sizeof f->why, "plugin %.400s has no entry symbol %s (backends/README.md)", path, PDDE_BACKEND_PLUGIN_ENTRY);
     } else if (!(b = entry(&host))) {
@@ -125,6 +126,14 @@ PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_par
         if (!iface_valid(f->iface)) {
             f->status = PDDE_ERR_INVALID_ARG;
             snprintf(f->why, sizeof f->why, "backend %d: invalid interface (api_version, struct_size or a required slot)", i);
+            continue;
+        }
+        int same = 0; /* (the same plugin listed twice, or a second backend of a name already taken) */
+        for (int k = 0; k < r->n_families - 1 && !same; k++) same = r->families[k].iface && !strcmp(r->families[k].iface->name, f->iface->name);
+        if (same) {
+            f->status = PDDE_ERR_INVALID_ARG;
+            snprintf(f->why, sizeof f->why, "a second backend named %.64s (listed twice?): this one is left out", f->iface->name);
+            f->iface = NULL;
             continue;
         }
         if (i > 0 && !backend_wanted(p ? p->backends : NULL, f->iface->name)) {

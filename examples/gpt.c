@@ -199,6 +199,12 @@ static int parse(int argc, char **argv, options *o) {
                 "ep < dp dividing dp\n", o->ep, o->dp, m->moe_experts);
         return -1;
     }
+    int moe_blocks = 0;
+    for (int l = 0; l < m->layers; l++) moe_blocks += gpt_block_is_moe(m, l);
+    if (m->moe_experts > 1 && !moe_blocks) {
+        fprintf(stderr, "gpt: --moe-experts %d: no block is MoE (--moe-every %d over --layers %d)\n", m->moe_experts, m->moe_every, m->layers);
+        return -1;
+    }
     if (o->ep > 1) m->moe_ep = 1;
     int ep_ranks = o->ep > 1 ? o->ep : o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
     if (m->moe_ep && m->moe_experts % ep_ranks) {

@@ -137,6 +137,26 @@ static pdde_status fallback_fn(void *arg) {
     return mlp_run(f->ctx, f->device, 0, &f->r, &f->on_device, &f->on_cpu_gelu);
 }
 
+/* The same plugin listed twice is loaded once: the second entry is left out, saying why. */
+static void test_listed_twice(void) {
+    char toy[4200], twice[8500];
+    plugin_path(toy, sizeof toy, "libpdde_toy.so");
+    snprintf(twice, sizeof twice, "%s:%s", toy, toy);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backend_plugins = twice;
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx) != PDDE_OK) { CHECK(0, "context"); return; }
+    int toys = 0, refused = 0;
+    for (int b = 0; b < pdde_backend_count(ctx); b++) {
+        const char *why = NULL, *name = pdde_backend_name(ctx, b);
+        toys += name && !strcmp(name, "toy") && pdde_backend_status(ctx, b, &why) == PDDE_OK;
+        refused += pdde_backend_status(ctx, b, &why) != PDDE_OK && why && strstr(why, "a second backend named toy");
+    }
+    CHECK(toys == 1 && refused == 1 && pdde_device_find(ctx, "toy", 1) < 0, "a plugin listed twice: one toy backend (%d), one refusal (%d)", toys,
+          refused);
+    pdde_context_free(ctx);
+}
+
 static void test_fallback(void) {
     char toy[4200];
     plugin_path(toy, sizeof toy, "libpdde_toy.so");
@@ -221,5 +241,6 @@ int main(int argc, char **argv) {
     *strrchr(plugin_dir, '/') = 0;
     test_loader();
     test_fallback();
+    test_listed_twice();
     return test_finish();
 }
