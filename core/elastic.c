@@ -189,14 +189,27 @@ static void *elastic_heartbeat(void *arg) {
     return NULL;
 }
 
+/* The variable's value, or dflt where it is unset or, said on stderr, not a number (of seconds > 0) */
 static int elastic_env_int(const char *name, int dflt) {
     const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
+    char *end = NULL;
+    long x = v && *v ? strtol(v, &end, 10) : dflt;
+    if (v && *v && (end == v || *end || x < INT_MIN || x > INT_MAX)) {
+        fprintf(stderr, "pdde: %s=\"%s\": not a whole number; using %d\n", name, v, dflt);
+        return dflt;
+    }
+    return (int)x;
 }
 
 static double elastic_env_double(const char *name, double dflt) {
     const char *v = getenv(name);
-    return v && *v && atof(v) > 0 ? atof(v) : dflt;
+    char *end = NULL;
+    double x = v && *v ? strtod(v, &end) : dflt;
+    if (v && *v && (end == v || *end || !(x > 0) || !isfinite(x))) {
+        fprintf(stderr, "pdde: %s=\"%s\": not a number of seconds > 0; using %g\n", name, v, dflt);
+        return dflt;
+    }
+    return x;
 }
 
 static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids, int *n_joined, int cap);
