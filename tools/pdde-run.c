@@ -535,8 +535,7 @@ int main(int argc, char **argv) {
     }
 
     int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
-    int cause_at_failure = 0;
-    char cause_then[700] = "";
+    char cause[700] = ""; /* the store's first recorded failure: when the first rank ended (--elastic: at the end) */
     double next_stop_check = 0;
     double stop_at = 0;     /* when to SIGKILL after a SIGTERM */
     double drain_until = 0; /* once every rank is gone: how long their leftovers may hold the pipes */
@@ -604,7 +603,7 @@ int main(int argc, char **argv) {
                     failed = r;
                     /* what the store had recorded when the first rank ended, before pdde-run stopped the others
                      * (their ends come later: none of them is the cause) */
-                    cause_at_failure = pdde_store_server_first_failure(srv, cause_then, sizeof cause_then);
+                    pdde_store_server_first_failure(srv, cause, sizeof cause);
                     char how[128];
                     describe(&ch[r], how, sizeof how);
                     for (int k = 0; k < n && stopped_rank < 0; k++)
@@ -685,10 +684,10 @@ int main(int argc, char **argv) {
         }
     }
     if (failed >= 0) {
-        char how[128], cause[700];
+        char how[128];
         describe(&ch[failed], how, sizeof how);
-        int has_cause = elastic ? pdde_store_server_first_failure(srv, cause, sizeof cause) : cause_at_failure, cause_rank = -1;
-        if (!elastic && has_cause) snprintf(cause, sizeof cause, "%s", cause_then);
+        if (elastic) pdde_store_server_first_failure(srv, cause, sizeof cause);
+        int has_cause = cause[0] != 0, cause_rank = -1;
         /* a rank that quit with an error status of its own also drops its store connection, which the store records as
          * a death: then its own exit (and its message, above) is the cause, not that record */
         if (has_cause && sscanf(cause, "rank %d", &cause_rank) == 1)
