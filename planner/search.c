@@ -779,9 +779,20 @@ static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices 
     if (d->n_devices < 1 || !d->flops || !d->mem_bw || !d->memory)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: devices need n_devices >= 1, flops, mem_bw and memory");
     for (int i = 0; i < d->n_devices; i++)
-        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0) || (d->op_latency && !(d->op_latency[i] >= 0 && d->op_latency[i] < 1)))
-            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: device %d: flops %g, mem_bw %g, memory %g must be positive", i, d->flops[i],
-                              d->mem_bw[i], d->memory[i]);
+        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0) || (d->op_latency && !(d->op_latency[i] >= 0 && d->op_latency[i] < 1))) {
+            /* named as the cluster has it (the ranks' devices are its devices' copies), with the families
+             * a calibration must measure together: a figure of 0 is one pdde-bench did not measure */
+            char families[128] = "";
+            for (int j = 0, n = 0; j < d->n_devices && n < (int)sizeof families; j++) {
+                const char *b = d->backend ? d->backend[j] : "cpu";
+                if (!strstr(families, b)) n += snprintf(families + n, sizeof families - (size_t)n, "%s%s", n ? "," : "", b);
+            }
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: cluster device %d (%s, rank %d's): flops %g, mem_bw %g, memory %g must be positive; "
+                              "op_latency %g in [0, 1) (a cluster file: run pdde-bench --devices %s%s%s)", d->cluster_device ? d->cluster_device[i] : i,
+                              d->backend ? d->backend[i] : "cpu", i, d->flops[i], d->mem_bw[i], d->memory[i], d->op_latency ? d->op_latency[i] : 0,
+                              families, d->place_flops && !strstr(families, d->place_backend) ? "," : "",
+                              d->place_flops && !strstr(families, d->place_backend) ? d->place_backend : "");
+        }
     if (!(d->intra_bw >= 0) || !(d->inter_bw >= 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0) || isinf(d->intra_bw + d->inter_bw))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths (0 = no link) and latencies must be finite and >= 0");
     if (p->batch < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: params.batch (the global batch of the graph) must be >= 1");

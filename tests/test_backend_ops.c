@@ -8,7 +8,9 @@
  *
  *   test_backend_ops [--backend NAME | --plugin /path/lib.so] [--op NAME] [--perf] [-v]
  *
- * --op matches the op under test or any op in the case's graph (e.g. softmax_back). --perf prints
+ * --op selects the cases of that op, or for an op no case is of (e.g. softmax_back) the cases whose graph
+ * runs it. The gradient checks' loss, sum(y * weights), runs on the CPU: the device under test runs
+ * only the case's own ops, and a wrong op fails its own cases, not the others' backward. --perf prints
  * GFLOP/s (matmul) or GB/s per op and shape on each device instead of checking. The last line is
  * "N passed, N failed". A case's inputs are seeded by its op and parameters; PDDE_TEST_SEED=N (default 0)
  * salts every seed, to check that a bound holds for the op and not for one draw. Also checked: an
@@ -854,6 +856,30 @@ static double to_double(const pdde_tensor *t, const void *buf, int64_t i) {
     }
 }
 
+/* The layer of the suite's checking loss (checking_loss): run_on puts it on the CPU, so that the
+ * device under test runs only the case's own ops and a wrong mul or sum there fails its own cases, not
+ * every gradient check. */
+enum { CHECKING_LOSS_LAYER = 1000 };
+static int checking_loss_devices[CHECKING_LOSS_LAYER + 1];
+
+/* Session params sp put the checking loss's layer on the CPU (the other layers on sp's device). */
+static void checking_loss_on_cpu(pdde_session_params *sp) {
+    checking_loss_devices[CHECKING_LOSS_LAYER] = 0;
+    for (int l = 0; l < CHECKING_LOSS_LAYER; l++) checking_loss_devices[l] = -1;
+    sp->layer_devices = checking_loss_devices;
+    sp->n_layer_devices = CHECKING_LOSS_LAYER + 1;
+}
+
+/* sum(y * dy_weights) on the CPU (with its backward: autodiff keeps a node's layer), so that every
+ * element of y gets a gradient of its own. */
+static pdde_tensor *checking_loss(pdde_graph *g, pdde_tensor *y) {
+    pdde_graph_set_layer(g, CHECKING_LOSS_LAYER);
+    pdde_tensor *w = pdde_input(g, "dy_weights", PDDE_F32, y->ndim, y->shape);
+    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
+    pdde_graph_set_layer(g, -1);
+    return loss;
+}
+
 /* Runs g on device with the case's inputs; reads the tensors of checks. steps > 0: training steps. */
 /* How many nodes of the session run `op` on `device` (op NULL or not an op's name, as "attention": any
  * node that computes there). A device that does not run the op under test gets it moved to the CPU
@@ -882,10 +908,10 @@ static bool moe_kernels_on(const char *backend) {
 
 static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
                           const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
-    (void)ctx;
     memset(out, 0, sizeof *out); /* (freed by the caller whatever happens) */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
+    checking_loss_on_cpu(&sp);
     pdde_session *s;
     pdde_status st = pdde_session_init(g, &sp, &s);
     if (st) return st;
@@ -893,7 +919,9 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     const char *op = case_index >= 0 && case_index < N_CASES ? cases[case_index].op : NULL;
     if (device != 0 && !nodes_on(s, device, op)) {
         pdde_session_free(s);
-        return PDDE_ERR_UNSUPPORTED; /* the op under test would run on the CPU: nothing to compare */
+        /* the op under test would run on the CPU: nothing to compare */
+        return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "no %s node runs on device %d: the session left %s to the CPU", op ? op : "", device,
+                          op ? "it" : "the graph");
     }
     g_moe_elsewhere = 0, g_ce_back = 0, g_ce_fused = 0;
     for (int i = 0; i < pdde_session_node_count(s); i++) {
@@ -964,6 +992,7 @@ typedef struct {
     const char *backend, *op;
     int perf, verbose;
     int strict; /* an op the device does not run is a failure (the built-in GPU backends run them all) */
+    int op_has_cases; /* op is some case's op under test */
 } options;
 
 static int n_unsupported; /* cases whose op the device under test does not run */
@@ -974,9 +1003,10 @@ static void case_label(const op_case *c, char *buf, size_t n) {
     if (k < (int)n) snprintf(buf + k, n - (size_t)k, ")");
 }
 
+/* Whether a node of g runs op name (the checking loss's nodes left out). */
 static bool graph_has_op(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
-        if (!strcmp(pdde_op_name(pdde_graph_tensor(g, i)->op), name)) return true;
+        if (pdde_graph_tensor(g, i)->layer != CHECKING_LOSS_LAYER && !strcmp(pdde_op_name(pdde_graph_tensor(g, i)->op), name)) return true;
     return false;
 }
 
@@ -1062,8 +1092,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     } else if (y) {
         pdde_tensor *loss = y;
         if (!(y->flags & PDDE_TENSOR_LOSS)) {
-            pdde_tensor *w = pdde_input(g, "dy_weights", PDDE_F32, y->ndim, y->shape);
-            loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
+            loss = checking_loss(g, y);
         }
         pdde_backward(g, loss);
         run_mode = PDDE_RUN_FORWARD_BACKWARD;
@@ -1100,7 +1129,8 @@ static void run_case(const options *o, int ci, int device, int mode) {
         pdde_graph_free(g);
         return;
     }
-    if (o->op && strcmp(o->op, c->op) && !graph_has_op(g, o->op)) { pdde_graph_free(g); return; }
+    /* --op NAME: the cases of op NAME; an op no case is of (a backward op): the cases whose graph runs it */
+    if (o->op && strcmp(o->op, c->op) && (o->op_has_cases || !graph_has_op(g, o->op))) { pdde_graph_free(g); return; }
     pdde_device_props props;
     pdde_device_get_props(o->ctx, device, &props);
     const char *what = mode == 0 ? "fwd" : mode == 1 ? "grad" : "steps";
@@ -1139,7 +1169,8 @@ static void run_case(const options *o, int ci, int device, int mode) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
             if (e > worst || k == 0) worst = e, worst_name = got.t[k]->name;
         }
-        CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
+        CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g (%.4g times the bound)", label, what, props.backend, worst_name, worst, tol,
+              worst / tol);
         /* (the built-in GPU backends take the fused form; a plugin may not, and then runs the two apart) */
         bool builtin_gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
         if ((c->build == b_cross_entropy_fused || c->build == b_cross_entropy_staged) && mode == 1 && (builtin_gpu || g_ce_fused))
@@ -1183,7 +1214,7 @@ static pdde_tensor *attention_graph(pdde_graph *g, const int64_t *s, bool fused,
     pdde_graph_set_compute_dtype(g, dt);
     pdde_tensor *y = fused ? pdde_attention(g, q, k, v) : pdde_attention_unfused(g, q, k, v);
     pdde_graph_set_compute_dtype(g, PDDE_F32);
-    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, 4, s)), -1, 0);
+    pdde_tensor *loss = checking_loss(g, y);
     pdde_mark_output(y);
     pdde_backward(g, loss);
     checks[0] = y, checks[1] = q->grad, checks[2] = k->grad, checks[3] = v->grad;
@@ -1306,7 +1337,7 @@ static pdde_tensor *attention_qkv_graph(pdde_graph *g, const int64_t *s, bool fu
                          (int64_t[]){B, T, C});
     }
     pdde_graph_set_compute_dtype(g, PDDE_F32);
-    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, 3, (int64_t[]){B, T, C})), -1, 0);
+    pdde_tensor *loss = checking_loss(g, y);
     pdde_mark_output(y);
     pdde_backward(g, loss);
     checks[0] = y, checks[1] = qkv->grad;
@@ -1585,7 +1616,7 @@ static pdde_tensor *bias_gelu_graph(pdde_graph *g, const int64_t *s, bool fused,
     pdde_tensor *x = pdde_param(g, "x", 2, s, 0.0f), *b = pdde_param(g, "bias", 1, s + 1, 0.0f);
     pdde_tensor *x3 = pdde_scale(g, x, 3.0f);
     pdde_tensor *y = fused ? pdde_bias_gelu(g, x3, b) : pdde_gelu(g, pdde_bias_add(g, x3, b));
-    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, 2, s)), -1, 0);
+    pdde_tensor *loss = checking_loss(g, y);
     pdde_mark_output(y);
     pdde_backward(g, loss);
     checks[0] = y, checks[1] = x->grad, checks[2] = b->grad;
@@ -1616,7 +1647,7 @@ static void test_fused_bias_gelu(const options *o, int device) {
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 3; k++) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
-            CHECK(got.len[k] == ref.len[k] && e <= tol, "%s: %s NMSE %.3g > %.0e", label, k ? cu[k]->name : "output", e, tol);
+            CHECK(got.len[k] == ref.len[k] && e <= tol, "%s: %s NMSE %.3g > %.3g", label, k ? cu[k]->name : "output", e, tol);
             if (o->verbose) printf("  %-58s %-8s NMSE %.3g\n", label, k ? cu[k]->name : "output", e);
         }
         results_free(&got), results_free(&ref);
@@ -1639,7 +1670,7 @@ static pdde_tensor *bgrad_graph(pdde_graph *g, const int64_t *s, const pdde_tens
     pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){s[2], s[3]}, 0.0f), *b = pdde_param(g, "bias", 1, (int64_t[]){s[3]}, 0.0f);
     pdde_tensor *xw = pdde_matmul(g, x, w, 0, 0);
     pdde_tensor *y = s[4] ? pdde_bias_gelu(g, xw, b) : pdde_gelu(g, pdde_bias_add(g, xw, b));
-    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, y->ndim, y->shape)), -1, 0);
+    pdde_tensor *loss = checking_loss(g, y);
     pdde_mark_output(y);
     pdde_backward(g, loss);
     checks[0] = y, checks[1] = x->grad, checks[2] = w->grad, checks[3] = b->grad;
@@ -1700,7 +1731,7 @@ static void test_fused_bias_grad(const options *o, int device) {
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 4; k++) { /* (bf16: the sums' 2^-9 round-off of each term; a wrong sum is off by O(1)) */
             double e = nmse(got.v[k], ref.v[k], got.len[k]), tol = s[5] && k == 3 ? 1e-4 : s[5] ? 1e-6 : T_MM;
-            CHECK(got.len[k] == ref.len[k] && e <= tol, "%s: %s NMSE %.3g > %.0e", label, k ? cu[k]->name : "output", e, tol);
+            CHECK(got.len[k] == ref.len[k] && e <= tol, "%s: %s NMSE %.3g > %.3g", label, k ? cu[k]->name : "output", e, tol);
             if (o->verbose) printf("  %-72s %-8s NMSE %.3g\n", label, k ? cu[k]->name : "output", e);
         }
         results_free(&got), results_free(&ref);
@@ -1725,10 +1756,15 @@ static void test_bias_grad_sums(const options *o, int device) {
         pdde_session *s = NULL;
         pdde_graph_init(o->ctx, &g);
         pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){R, C}), *b = pdde_param(g, "b", 1, (int64_t[]){C}, 0.0f);
+        pdde_tensor *y = pdde_bias_add(g, x, b);
+        pdde_graph_set_layer(g, CHECKING_LOSS_LAYER); /* (the loss on the CPU: only the bias add and its sum on the device) */
         pdde_tensor *w = pdde_input(g, "w", PDDE_F32, 2, (int64_t[]){R, C});
-        pdde_backward(g, pdde_sum(g, pdde_mul(g, pdde_bias_add(g, x, b), w), -1, 0));
+        pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
+        pdde_graph_set_layer(g, -1);
+        pdde_backward(g, loss);
         pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
         sp.device = device;
+        checking_loss_on_cpu(&sp);
         float *wv = malloc((size_t)(R * C) * sizeof *wv), *got = malloc((size_t)C * sizeof *got);
         for (int64_t i = 0; i < R * C; i++) wv[i] = (float)((i / C * 7 + i % C * 3) % 11 - 5);
         pdde_status st = pdde_graph_status(g);
@@ -1939,7 +1975,16 @@ static void test_build_failure(int device) {
 
 static const char usage[] = "usage: %s [--backend NAME | --plugin /path/lib.so] [--op NAME] [--perf] [-v]\n"
                             "  --plugin loads a backend plugin (backends/README.md) and tests its device; ops it does\n"
-                            "  not run are counted as unsupported, not failed (they fall back to the CPU)\n";
+                            "  not run are counted as unsupported, not failed (they fall back to the CPU); so are a\n"
+                            "  plugin's from PDDE_BACKEND_PLUGINS, whose devices --backend NAME selects\n";
+
+/* Whether backend is one of pdde's own (not a plugin's). */
+static bool builtin_backend(const char *backend) {
+    static const char *const builtin[] = {"cpu", "opencl", "cuda", "level_zero"};
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (!strcmp(builtin[i], backend)) return true;
+    return false;
+}
 
 /* Whether name is an op (pdde_op_name) or a case of this suite ("attention"). */
 static bool known_op(const char *name) {
@@ -1987,6 +2032,7 @@ int main(int argc, char **argv) {
         }
         printf("inputs salted by PDDE_TEST_SEED=%llu\n", (unsigned long long)g_seed_salt);
     }
+    for (int ci = 0; ci < N_CASES && o.op; ci++) o.op_has_cases |= !strcmp(cases[ci].op, o.op);
     if (o.op && !known_op(o.op)) {
         fprintf(stderr, "test_backend_ops: --op %s: no such op (pdde_op_name's names, or attention)\n", o.op);
         return 2;
@@ -2018,27 +2064,39 @@ int main(int argc, char **argv) {
         }
         o.backend = pdde_backend_name(ctx, last);
     } else if (!backend_known) {
-        fprintf(stderr, "test_backend_ops: --backend %s: no such backend in this build (see the list above; an out-of-tree one needs --plugin)\n",
+        fprintf(stderr, "test_backend_ops: --backend %s: no such backend in this build (see the list above; an out-of-tree one needs --plugin or PDDE_BACKEND_PLUGINS)\n",
                 o.backend);
         pdde_context_free(ctx);
         return 2;
     }
-    o.strict = !plugin; /* the built-in backends run every op of the suite */
     /* the devices under test: every device but the CPU reference, unless --backend cpu */
     int devs[64], n_devs = 0;
-    for (int d = 0; d < pdde_device_count(ctx) && n_devs < 64; d++) {
+    char all_devices[1024] = "";
+    for (int d = 0, len = 0; d < pdde_device_count(ctx) && n_devs < 64; d++) {
         pdde_device_props p;
         if (pdde_device_get_props(ctx, d, &p) != PDDE_OK) continue;
+        if (len < (int)sizeof all_devices)
+            len += snprintf(all_devices + len, sizeof all_devices - (size_t)len, "%s%d %s (backend %s)", d ? ", " : "", d, p.name, p.backend);
         if (o.backend ? strcmp(p.backend, o.backend) != 0 : (d == 0 && !o.perf)) continue;
         printf("device %d: %s (%s)\n", d, p.name, p.backend);
         devs[n_devs++] = d;
     }
-    if (n_devs == 0) test_skip(o.backend ? o.backend : "opencl", "no device to test%s%s", o.backend ? " for backend " : " besides the CPU", o.backend ? o.backend : "");
+    if (n_devs == 0 && o.backend) { /* (a backend asked for and not tested is no pass) */
+        fprintf(stderr, "test_backend_ops: --backend %s: no device reports backend %s; the devices: %s. A plugin's devices must report "
+                        "its vtable's .name as device_props.backend\n", o.backend, o.backend, all_devices);
+        pdde_context_free(ctx);
+        return 1;
+    }
+    if (n_devs == 0) test_skip("opencl", "no device to test besides the CPU");
     if (!o.perf) test_seeds_by_identity();
     double t0 = now_s();
     for (int k = 0; k < n_devs; k++) {
         double td = now_s();
         int passed0 = test_passed, failed0 = test_failed;
+        /* the built-in backends run every op of the suite; a plugin's device (from --plugin or
+         * PDDE_BACKEND_PLUGINS) may leave ops to the CPU: those are counted, not failed */
+        pdde_device_props under_test;
+        o.strict = pdde_device_get_props(ctx, devs[k], &under_test) != PDDE_OK || builtin_backend(under_test.backend);
         for (int ci = 0; ci < N_CASES; ci++) {
             const op_case *c = &cases[ci];
             if (o.perf) { if (c->grad != 3) run_case(&o, ci, devs[k], 0); continue; }
@@ -2065,6 +2123,7 @@ int main(int argc, char **argv) {
                             test_failed - failed0, n_unsupported, now_s() - td);
         n_unsupported = 0;
     }
+    o.strict = 1; /* (the CPU's own checks below) */
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
     if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0), test_packed_attention(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);

@@ -53,6 +53,16 @@ static double run_overhead, run_floor; /* (no run comes out below run_floor: hal
 static int force_overhead;
 static double deadline = INFINITY; /* --time-limit: past it no more points are measured (the file is written) */ /* --run-overhead: also on a device on the host's cores (PoCL's: not by default) */
 
+/* What the device being measured does not run: set by time_graph when a session refuses an op the
+ * device lacks (strict sessions: no CPU fallback), listed by note_not_run, said once a device. */
+static int not_run_by_device;
+static char not_run[512];
+
+static void note_not_run(const char *what) {
+    size_t n = strlen(not_run);
+    snprintf(not_run + n, sizeof not_run - n, "%s%s", n ? ", " : "", what);
+}
+
 /* Writes a buffer larger than the caches, so that the next run reads its inputs from memory as a
  * training step does (its activations were written long before): run again and again on the same
  * buffers, a memory-bound op ran from the cache up to 10x faster than in the step. */
@@ -98,8 +108,16 @@ static int together_wait(void) {
 static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_mode mode, int fastest) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
+    /* the device's own speed: an op it does not run is not timed on the CPU in its place */
+    sp.no_cpu_fallback = 1;
     pdde_session *s = NULL;
-    if (pdde_graph_status(g) || pdde_session_init(g, &sp, &s)) {
+    pdde_status st = pdde_graph_status(g);
+    if (!st) st = pdde_session_init(g, &sp, &s);
+    if (st == PDDE_ERR_UNSUPPORTED) {
+        not_run_by_device = 1; /* (said once per class or dtype: note_not_run) */
+        return NAN;
+    }
+    if (st) {
         fprintf(stderr, "pdde-bench: device %d: %s\n", device, pdde_last_error(ctx));
         return NAN;
     }
@@ -212,21 +230,24 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
     int n = (int)(sizeof shapes / sizeof shapes[0]), n_all_devices = n - 11;
     /* bf16 and f16 (the mixed-precision GEMMs: half inputs, f32 out) at the squares and the training
      * shapes, every other one: the table's room is shared with f32's */
-    int half = dt != PDDE_F32;
+    int half = dt != PDDE_F32, tried[2] = {0, 0}, refused[2] = {0, 0}; /* [batched]: shapes timed, shapes the device does not run */
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
         if (i >= n_all_devices && (sp->kind == PDDE_DEVICE_CPU || sp->peak_flops < 1e12)) break; /* (a GPU's) */
         if (bench_now() > deadline) break;
         if (half && ((i % 2 && i < n_all_devices) || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
         if (quick && i < n_all_devices && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
+        if (tried[bt > 1] && refused[bt > 1] == tried[bt > 1]) continue; /* (a form the device does not run: said below) */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
             printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
             continue;
         }
         pdde_graph *g = gemm_graph(ctx, dt, bt, m, nn, k);
+        not_run_by_device = 0;
         double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD, 0);
         pdde_graph_free(g);
+        tried[bt > 1]++, refused[bt > 1] += not_run_by_device;
         if (!(t > 0)) continue; /* (a dtype the device does not run: no point) */
         double flops = 2.0 * (double)m * (double)nn * (double)k / t;
         sp->gemm[sp->n_gemm++] = (pdde_gemm_point){dt, m, nn, k, flops};
@@ -234,6 +255,9 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
         printf("  gemm %-4s %5lld x %5lld x %5lld%s %8.2f GFLOP/s\n", pdde_dtype_name(dt), (long long)m, (long long)nn, (long long)k,
                bt > 1 ? " (batched)" : "           ", flops / 1e9);
     }
+    char what[64];
+    for (int b = 0; b < 2; b++)
+        if (refused[b]) snprintf(what, sizeof what, "%s gemm%s", pdde_dtype_name(dt), b ? " batched" : ""), note_not_run(what);
 }
 
 /* The loss of a class graph measured forward + backward: a cross-entropy over the first 8192 values
@@ -419,9 +443,17 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
                 break;
             }
             pdde_run_mode step = class_forward_only(k) ? PDDE_RUN_FORWARD : PDDE_RUN_FORWARD_BACKWARD;
+            not_run_by_device = 0;
             if (bare) t_bare = time_graph(ctx, bare, device, step, 1), pdde_graph_free(bare);
             double t = time_graph(ctx, g, device, in_step ? step : k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD, in_step);
             pdde_graph_free(g);
+            if (not_run_by_device) { /* (the class's graphs hold the same ops at every size) */
+                char what[64];
+                snprintf(what, sizeof what, "%s curve", pdde_op_class_name((pdde_op_class)k));
+                note_not_run(what);
+                printf(" not run by the device");
+                break;
+            }
             /* a noisy run whose rest took it all keeps a tenth */
             if (in_step) t = t - t_bare - others > 0.1 * t ? t - t_bare - others : 0.1 * t;
             int n = sp->n_curve[k];
@@ -510,37 +542,49 @@ static void measure_ps(pdde_context *ctx, pdde_device_spec *sp) {
     free(ids), free(rows);
 }
 
-static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
+/* The host -> device link of device (named name): writes of 4 kB and of 64 MB into an input of a session
+ * on it, each timed alone (a session write returns once the device's stream has synchronised: the
+ * data is there); the bandwidth from the difference, the latency what the small write takes beyond
+ * its bytes (at least half its time). 0 on success; -1 said on stderr, naming the device (the link
+ * then stays at bandwidth 0, which the planner refuses). */
+static int measure_link(pdde_context *ctx, int device, const char *name, pdde_cluster_link *l) {
     double t[2] = {NAN, NAN}, bytes[2] = {4096, 64 << 20};
-    for (int i = 0; i < 2; i++) {
+    char why[512] = "";
+    for (int i = 0; i < 2 && !why[0]; i++) {
         pdde_graph *g = new_graph(ctx);
         pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){(int64_t)bytes[i] / 4});
         pdde_mark_output(pdde_scale(g, x, 1.0f));
         pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
         sp.device = device;
+        sp.no_cpu_fallback = 1; /* (x on the device: its consumer runs there) */
         pdde_session *s = NULL;
         void *h = calloc(1, (size_t)bytes[i]);
-        if (h && !pdde_session_init(g, &sp, &s)) {
-            double v[32];
-            int n = 0;
-            pdde_session_write(s, x, h, (size_t)bytes[i]);
-            pdde_session_read(s, x, h, 4); /* a read synchronises what was written */
-            for (double end = bench_now() + budget_s; n < 32 && (n < 3 || bench_now() < end);) {
-                double t0 = bench_now();
-                if (pdde_session_write(s, x, h, (size_t)bytes[i]) || pdde_session_read(s, x, h, 4)) break;
-                v[n++] = bench_now() - t0;
-            }
-            if (n >= 3) t[i] = bench_median(v, n);
+        double v[32];
+        int n = 0;
+        if (!h) snprintf(why, sizeof why, "out of memory for %.0f bytes", bytes[i]);
+        else if (pdde_graph_status(g) || pdde_session_init(g, &sp, &s) || pdde_session_write(s, x, h, (size_t)bytes[i]) /* (warm-up) */)
+            snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
+        for (double end = bench_now() + budget_s; !why[0] && n < 32 && (n < 3 || bench_now() < end);) {
+            double t0 = bench_now();
+            if (pdde_session_write(s, x, h, (size_t)bytes[i])) snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
+            else v[n++] = bench_now() - t0;
         }
+        if (!why[0]) t[i] = bench_median(v, n);
         free(h);
         pdde_session_free(s);
         pdde_graph_free(g);
     }
-    if (t[1] > t[0] && t[0] > 0) {
-        l->bandwidth = (bytes[1] - bytes[0]) / (t[1] - t[0]);
-        l->latency = t[0] - bytes[0] / l->bandwidth > 0 ? t[0] - bytes[0] / l->bandwidth : 0;
-        printf("  host -> device: latency %.3g us, %.3g GB/s\n", l->latency * 1e6, l->bandwidth / 1e9);
+    if (!why[0] && !(t[1] > t[0] && t[0] > 0))
+        snprintf(why, sizeof why, "a write of %.0f B took %.3g s and one of %.0f B %.3g s: no bandwidth in that", bytes[0], t[0], bytes[1], t[1]);
+    if (why[0]) {
+        fprintf(stderr, "pdde-bench: device %d (%s): the host <-> device link was not measured: %s; it stays at bandwidth 0, which the planner "
+                        "and the cost model refuse\n", device, name, why);
+        return -1;
     }
+    l->bandwidth = (bytes[1] - bytes[0]) / (t[1] - t[0]);
+    l->latency = t[0] - bytes[0] / l->bandwidth > t[0] / 2 ? t[0] - bytes[0] / l->bandwidth : t[0] / 2;
+    printf("host -> device: latency %.3g us, %.3g GB/s\n", l->latency * 1e6, l->bandwidth / 1e9);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -767,7 +811,39 @@ static int measure_comm(pdde_cluster *cl) {
 }
 #endif
 
-/* Loads a cluster file, says what is in it (or which field is wrong), optionally rewrites it. */
+/* Says on stderr what of cluster c (from path) the planner and the cost model need and it lacks: a
+ * device with no GEMM figure (no points, peak_flops 0) or no memory bandwidth (no elementwise curve,
+ * mem_bandwidth 0), a link with bandwidth 0 (a pdde-bench --devices that left a device out, a link
+ * measurement that failed). 1 when something is missing. */
+static int check_missing(const char *path, const pdde_cluster *c) {
+    char backends[256] = "";
+    for (int s = 0, n = 0; s < c->n_specs; s++) /* (every family of the file: what to calibrate) */
+        if (!strstr(backends, c->specs[s].backend))
+            n += snprintf(backends + n, sizeof backends - (size_t)n, "%s%s", n ? "," : "", c->specs[s].backend);
+    int missing = 0;
+    for (int m = 0; m < c->n_machines; m++)
+        for (int d = 0; d < c->machines[m].n_devices; d++) {
+            const pdde_cluster_device *dev = &c->machines[m].devices[d];
+            const pdde_device_spec *sp = &c->specs[dev->spec];
+            int no_flops = !sp->n_gemm && !(sp->peak_flops > 0), no_bw = !sp->n_curve[PDDE_OPCLASS_ELEMENTWISE] && !(sp->mem_bandwidth > 0);
+            if (!no_flops && !no_bw) continue;
+            fprintf(stderr, "pdde-bench --check: %s: device %d (\"%s\", %s) has %s%s%s: the planner cannot use it\n", path, dev->id, sp->name,
+                    sp->backend, no_flops ? "no GEMM figures (0 GEMM points, peak_flops 0)" : "", no_flops && no_bw ? " and " : "",
+                    no_bw ? "no memory bandwidth (no elementwise curve, mem_bandwidth 0)" : "");
+            missing = 1;
+        }
+    for (int i = 0; i < c->n_links; i++)
+        if (!(c->links[i].bandwidth > 0)) {
+            fprintf(stderr, "pdde-bench --check: %s: the %s link between devices %d and %d has bandwidth 0: the cost model cannot time a copy over it\n",
+                    path, pdde_link_kind_name(c->links[i].kind), c->links[i].a, c->links[i].b);
+            missing = 1;
+        }
+    if (missing) fprintf(stderr, "pdde-bench --check: %s is incomplete: measure every device of it at once: pdde-bench --devices %s\n", path, backends);
+    return missing;
+}
+
+/* Loads a cluster file, says what is in it (or which field is wrong) and what it lacks (exit 1),
+ * optionally rewrites it. */
 static int check_file(const char *path, int rewrite) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -791,9 +867,10 @@ static int check_file(const char *path, int rewrite) {
         if (rewrite) st = pdde_cluster_save(ctx, c, path);
     }
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+    int missing = !st && check_missing(path, c);
     pdde_cluster_free(c);
     pdde_context_free(ctx);
-    return st ? 1 : 0;
+    return st || missing ? 1 : 0;
 }
 
 /* 1, saying why, when the directory of the output file cannot take it */
@@ -895,6 +972,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < cl->n_calibs; i++) pdde_cluster_add_calib(c, &cl->calibs[i]);
     }
     pdde_cluster_free(cl);
+    int links_failed = 0;
     printf("machine %s: %d cores, %d NUMA nodes, %.1f GB memory\n", c->machines[0].name, c->machines[0].cores,
            c->machines[0].numa_nodes, (double)c->machines[0].host_memory / 1e9);
     for (int d = 0; d < c->machines[0].n_devices; d++) {
@@ -914,14 +992,28 @@ int main(int argc, char **argv) {
         measure_curves(ctx, c, dev->id, sp);
         if (sp->kind == PDDE_DEVICE_CPU) measure_ps(ctx, sp);
         if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
-        run_overhead = run_floor = 0; /* (a copy's time is its run's) */
+        if (not_run[0]) /* (once a device: what its figures leave out, and what the cost model uses instead) */
+            printf("  %s does not run: %s. Left out of its figures: the cost model prices a GEMM of a dtype or form not measured by the "
+                   "nearest measured shapes%s, a class with no curve by its broader class's curve or else the elementwise bandwidth (%.3g GB/s)\n",
+                   sp->backend, not_run, sp->n_gemm ? "" : " (none here: peak_flops 0)", sp->mem_bandwidth / 1e9);
+        not_run[0] = 0;
+    }
+    run_overhead = run_floor = 0; /* (a copy's time is its run's) */
+    for (int d = 0; d < c->machines[0].n_devices; d++) { /* (every device's: a second one of a model has a link of its own) */
+        pdde_cluster_device *dev = &c->machines[0].devices[d];
+        const pdde_device_spec *sp = &c->specs[dev->spec];
+        if (devices && !strstr(devices, sp->backend)) continue;
         for (int i = 0; i < c->n_links; i++)
-            if (c->links[i].b == dev->id && c->links[i].a != dev->id) measure_link(ctx, dev->id, &c->links[i]);
+            if (c->links[i].b == dev->id && c->links[i].a != dev->id) {
+                printf("device %d (%s): ", dev->id, sp->name);
+                links_failed |= measure_link(ctx, dev->id, sp->name, &c->links[i]) != 0;
+            }
     }
     pdde_status st = pdde_cluster_save(ctx, c, out);
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
     else printf("wrote %s in %.1f s%s\n", out, bench_now() - t0, bench_now() > deadline ? " (the time limit cut the measurements short)" : "");
+    if (!st && links_failed) fprintf(stderr, "pdde-bench: wrote %s, but a host <-> device link in it is unmeasured (above): exit 1\n", out);
     pdde_cluster_free(c);
     pdde_context_free(ctx);
-    return st ? 1 : 0;
+    return st || links_failed ? 1 : 0;
 }
