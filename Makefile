@@ -82,7 +82,7 @@ TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsu
 EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 # The toy backend plugin (examples/toy_backend.c), and the same built with another vtable version,
 # which the loader must refuse (test_plugin).
-PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so
+PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so $(BUILD)/libpdde_toy_misnamed.so $(BUILD)/libpdde_toy_badmul.so
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
@@ -179,6 +179,12 @@ $(BUILD)/libpdde_toy.so: examples/toy_backend.c pdde.h | $(BUILD)
 	$(CC) $(CFLAGS) -shared $< -o $@
 $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 	$(CC) $(CFLAGS) -DTOY_API_VERSION=99 -shared $< -o $@
+# the conformance suite's wrong plugins (test_plugin_ops): devices that report another backend than the
+# plugin's name, and a mul off by 1e-4
+$(BUILD)/libpdde_toy_misnamed.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/strcpy(out->backend, "toy")/strcpy(out->backend, "toyaccel")/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+$(BUILD)/libpdde_toy_badmul.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/y\[i\] = a\[i\] \* b\[i\];/y[i] = a[i] * b[i] * 1.0001f;/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
@@ -196,6 +202,7 @@ $(BUILD)/test_zero3_run: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(if $(filter 1,$(HAVE_
 $(BUILD)/test_zero3_device: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(BUILD)/pdde-info $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
+$(BUILD)/test_bench_plugin: $(BUILD)/pdde-bench $(BUILD)/pdde-plan $(PLUGINS)
 # (these run gpt, examples/elastic or pdde-run, built from the same library as the test: a test of a
 # library change must not run the binaries of an older one)
 RUN_TOOL := $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)

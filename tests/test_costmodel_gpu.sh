@@ -5,7 +5,7 @@
 # carries both with their error. The prediction's accuracy is the benchmark's to report (a timing, and
 # a loaded machine's measured step moves by more than the cost model's error); checked here is that the
 # prediction is made of the calibration: its op classes add up to it, and the same file with every
-# figure of the device twice as slow predicts twice the step. With the cuda device and no GPU: it says
+# figure of the device twice as slow predicts twice the step; the host <-> device link is measured. With the cuda device and no GPU: it says
 # so and exits 0.
 . tests/script_util.sh costmodel-gpu
 model=layers=2,width=64,heads=2,ctx=32,vocab=128,batch=4
@@ -48,7 +48,18 @@ check "the device twice as slow predicts $p2 ms, twice $p ms" $?
 grep -q '"fused_attention_half_backward"' "$f" && grep -q '"dtype":[[:space:]]*"bf16"' "$f"
 check "the cluster file has the device's bf16 attention curves and bf16 GEMM points" $?
 "$build/pdde-bench" --check "$f" >"$tmp/check.out" 2>&1
-check "the cluster file reads back ($(head -1 "$tmp/check.out"))" $?
+code=$?
+# (calibrated --devices opencl: the CPU beside it unmeasured, which --check says, exit 1)
+grep -q "1 machine, 2 devices" "$tmp/check.out" && [ $code = 1 ] && grep -q 'device 0 (".*", cpu) has no GEMM figures' "$tmp/check.out" &&
+    ! grep -q "link between" "$tmp/check.out"
+check "the cluster file reads back, the CPU it left out named (exit $code: $(grep -m1 "machine" "$tmp/check.out"))" $?
+python3 - "$f" >"$tmp/link.out" 2>&1 <<'EOF2'
+import json, sys
+links = json.load(open(sys.argv[1]))["links"]
+print(", ".join("%s %d-%d: %.3g GB/s, %.3g us" % (l["kind"], l["a"], l["b"], l["bandwidth"] / 1e9, l["latency"] * 1e6) for l in links))
+sys.exit(0 if links and all(l["bandwidth"] > 0 and l["latency"] > 0 for l in links) else 1)
+EOF2
+check "the CPU <-> opencl link measured, bandwidth and latency > 0 ($(cat "$tmp/link.out"))" $?
 grep -q "a session run: .* us of its own" "$tmp/ocl.out"
 check "the run overhead was measured (--run-overhead)" $?
 # the GPU's pipeline where there is none: a clear word, exit 0

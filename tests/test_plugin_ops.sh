@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The conformance suite as a vendor runs it on an out-of-tree backend: test_backend_ops --plugin with
 # the toy plugin passes its ops (and counts the ones the toy leaves to the CPU as unsupported, not
-# passed); a plugin of another vtable version, an unknown --backend or --op fail with a message and a
-# non-zero exit instead of "0 passed"; --help goes to stdout with exit 0. Run from the repository root.
+# passed), and so with the plugin from PDDE_BACKEND_PLUGINS; a plugin whose devices report another
+# backend, of another vtable version, an unknown --backend or --op fail with a message and a non-zero
+# exit instead of "0 passed"; a wrong mul fails mul's cases only; --help goes to stdout with exit 0.
+# Run from the repository root.
 . tests/script_util.sh plugin-ops
 
 "$build/test_backend_ops" --plugin "$build/libpdde_toy.so" >"$tmp/toy.log" 2>&1
@@ -12,6 +14,36 @@ passed=$(awk '/^device [0-9]+: [0-9]+ passed/ {print $3}' "$tmp/toy.log")
 unsupported=$(sed -n 's/^device [0-9]*: .* failed, \([0-9]*\) cases of ops it does not run.*/\1/p' "$tmp/toy.log")
 [ "${passed:-0}" -ge 10 ] && [ "${unsupported:-0}" -ge 10 ]
 check "the toy's ops pass and the others are counted unsupported (passed '$passed', unsupported '$unsupported')" $?
+
+# the same plugin from the environment (as an application loads it) is a plugin too: its ops left to the CPU are
+# counted, not failed as "unsupported by the device"
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy.so" "$build/test_backend_ops" --backend toy >"$tmp/env.log" 2>&1
+rc=$?
+unsupported=$(sed -n 's/^device [0-9]*: .* 0 failed, \([0-9]*\) cases of ops it does not run.*/\1/p' "$tmp/env.log")
+[ $rc -eq 0 ] && [ "${unsupported:-0}" -ge 10 ] && ! grep -q "unsupported by the device" "$tmp/env.log"
+check "PDDE_BACKEND_PLUGINS=libpdde_toy.so test_backend_ops --backend toy exits 0, unsupported counted (rc $rc, unsupported '$unsupported')" $?
+
+# a plugin whose devices report another backend than its .name (make builds it from the toy): --backend NAME
+# tests nothing, so it fails
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_misnamed.so" "$build/test_backend_ops" --backend toy >"$tmp/mis.log" 2>&1
+code=$?
+[ $code -ne 0 ] && grep -q "no device reports backend toy; the devices: 0 .*(backend cpu).*(backend toyaccel)" "$tmp/mis.log"
+rc=$?
+check "a plugin whose devices report another backend: --backend toy exits non-zero listing the devices (exit $code: $(tail -1 "$tmp/mis.log"))" $rc
+
+# a wrong mul (libpdde_toy_badmul.so): only mul's own cases fail (the gradient checks' loss runs on the CPU),
+# and --op mul runs those
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_badmul.so" "$build/test_backend_ops" --backend toy >"$tmp/badmul.log" 2>&1
+code=$?
+failed=$(grep -c "^FAIL" "$tmp/badmul.log")
+others=$(grep "^FAIL" "$tmp/badmul.log" | grep -vc "worst <= tol: mul(")
+[ $code -ne 0 ] && [ "$failed" -ge 1 ] && [ "$others" -eq 0 ] && grep -q "times the bound" "$tmp/badmul.log"
+check "a toy with a wrong mul: $failed failures, all mul's own ($others others; exit $code; $(grep -m1 '^FAIL' "$tmp/badmul.log"))" $?
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_badmul.so" "$build/test_backend_ops" --backend toy --op mul -v >"$tmp/opmul.log" 2>&1
+cases=$(grep -c "^  toy " "$tmp/opmul.log")
+not_mul=$(grep "^  toy " "$tmp/opmul.log" | grep -vc " mul(")
+[ "$cases" -ge 1 ] && [ "$not_mul" -eq 0 ]
+check "--op mul runs mul's cases only ($cases lines, $not_mul of other ops)" $?
 
 "$build/test_backend_ops" --plugin "$build/libpdde_toy_v99.so" >"$tmp/v99.log" 2>&1
 code=$?

@@ -3,7 +3,10 @@
  *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S] [--run-overhead]
  *              [--time-limit S]   (past S seconds no more points are measured; the file is written)
  *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
- *                                           summary; --rewrite saves it back in canonical form
+ *                                           summary and what the planner would refuse (exit 1: a device
+ *                                           without figures, a link of bandwidth 0); --rewrite saves it
+ *                                           back in canonical form
+ *   A plugin's device is measured with the plugin in PDDE_BACKEND_PLUGINS (there is no --plugin).
  *
  * For every device (the CPU, and the OpenCL/CUDA/Level Zero devices the backends find) it runs pdde
  * graphs through that device's backend and measures: the GEMM throughput over sizes and shapes (a
@@ -17,7 +20,9 @@
  * On a device with memory of its own (a GPU), every run's time is less the session run's own cost (a
  * step pays it once, not per op; --run-overhead: on every accelerator), and the GEMM table goes on to
  * GPT-2's training shapes; an accelerator's bf16 fused attention gets curves of its own (the whole op).
- * --devices LIST measures only those families. Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
+ * --devices LIST measures only those families. Every run is the device's own (no CPU fallback): what a
+ * device does not run is left out of its figures and said once. Host <-> device writes, each timed alone,
+ * give the CPU-device link (unmeasured: an error naming the device, exit 1). Then it forks 2 ranks around a store on
  * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
  * a small and a large size: latency and bandwidth of each (pdde_collective_calib) and of the
  * machine's shared-memory link. Before the devices, a GEMM, an elementwise and a row op run alone and
