@@ -1873,7 +1873,8 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  * rank's device: the one the cost model predicts fastest for graph where it can time them all
  * (cluster's measured figures, or peak figures), else a GPU (or an accelerator of its own) over the
  * CPU; a device computing on the host's own CPU cores (PoCL) is not taken over the CPU without a
- * measurement saying it is faster. choice.why says how the device was chosen, in one line. */
+ * measurement saying it is faster, nor one that does not run graph's in-place nodes (its optimizer
+ * updates: they cannot go to the CPU). choice.why says how the device was chosen, in one line. */
 typedef struct {
     const char *backend;          /* "cuda", "opencl", "level_zero", "cpu", a plugin's family, BACKEND:INDEX (that
                                      device, whatever the local rank) or "auto"; NULL = $PDDE_DEVICE, else "auto" */
@@ -1881,8 +1882,8 @@ typedef struct {
     int share;                    /* 1: ranks may share devices; 0 = only when $PDDE_DEVICE_SHARE is 1 */
     const pdde_graph *graph;      /* auto: the training step (forward, backward, optimizer) the cost model
                                      times on each candidate; NULL = by kind */
-    const pdde_cluster *cluster;  /* auto: measured figures (pdde-bench's file of this machine: device ids are
-                                     device indices); NULL = the backends' peak figures */
+    const pdde_cluster *cluster;  /* auto: measured figures (pdde-bench's file of this machine: the k-th device of
+                                     a family is its first machine's k-th of that backend); NULL = the backends' peak figures */
 } pdde_device_select_params;
 #define PDDE_DEVICE_SELECT_PARAMS_INIT {NULL, NULL, 0, NULL, NULL}
 

@@ -82,24 +82,41 @@ static pdde_status device_select_named(pdde_context *ctx, const char *backend, i
     return PDDE_OK;
 }
 
-/* The cluster device that stands for local device d: the same id with the same backend (a cluster
- * pdde-bench measured on this machine: its ids are the device indices), else -1. */
+/* The id of the cluster device that stands for local device d, the k-th device of its family here: the
+ * k-th device of that backend on the cluster's first machine (a cluster pdde-bench measured on this
+ * machine; its ids are the indices of its own context, which may have started other families), else -1. */
 static int device_select_cluster_id(pdde_context *ctx, const pdde_cluster *c, int d) {
     pdde_device_props p;
-    int machine;
-    const pdde_cluster_device *cd = c ? pdde_cluster_find_device(c, d, &machine) : NULL;
-    if (!cd || cd->spec < 0 || cd->spec >= c->n_specs || pdde_device_get_props(ctx, d, &p)) return -1;
-    return strcmp(c->specs[cd->spec].backend, p.backend) ? -1 : d;
+    if (!c || c->n_machines < 1 || pdde_device_get_props(ctx, d, &p)) return -1;
+    int k = 0;
+    while (pdde_device_find(ctx, p.backend, k) >= 0 && pdde_device_find(ctx, p.backend, k) != d) k++;
+    const pdde_cluster_machine *m = &c->machines[0];
+    for (int i = 0; i < m->n_devices; i++) {
+        int spec = m->devices[i].spec;
+        if (spec >= 0 && spec < c->n_specs && !strcmp(c->specs[spec].backend, p.backend) && k-- == 0) return m->devices[i].id;
+    }
+    return -1;
+}
+
+/* The first in-place node of g that device d does not run (an optimizer update, a gradient
+ * accumulation: they write their storage where it is, so cannot go to the CPU), else NULL. */
+static const pdde_tensor *device_select_inplace_refused(pdde_context *ctx, const pdde_graph *g, int d) {
+    for (int i = 0; g && i < g->n; i++) {
+        const pdde_tensor *t = g->nodes[i];
+        if (t->op != PDDE_OP_NONE && (t->flags & PDDE_TENSOR_INPLACE) && !registry_device_supports(ctx, ctx->registry, d, t)) return t;
+    }
+    return NULL;
 }
 
 /* The cost model's step time of g on local device d (NaN: no measured or peak figures to time it). */
 static double device_select_predict(pdde_context *ctx, const pdde_cluster *measured, const pdde_cluster *detected, const pdde_graph *g,
                                     int d, int *uncalibrated) {
-    const pdde_cluster *c = device_select_cluster_id(ctx, measured, d) >= 0 ? measured : detected;
+    int id = device_select_cluster_id(ctx, measured, d);
+    const pdde_cluster *c = id >= 0 ? measured : detected;
     pdde_cost_program *prog = NULL;
     pdde_cost_result *r = NULL;
     double t = NAN;
-    if (pdde_cost_program_from_graph(g, d, &prog) == PDDE_OK) {
+    if (pdde_cost_program_from_graph(g, id >= 0 ? id : d, &prog) == PDDE_OK) {
         if (pdde_cost_simulate(ctx, c, prog, &r) == PDDE_OK && isfinite(r->step_time) && r->step_time > 0)
             t = r->step_time, *uncalibrated = r->uncalibrated;
     }
@@ -133,6 +150,13 @@ static pdde_status device_select_auto(pdde_context *ctx, const pdde_device_selec
             continue;
         }
         device_choice_fill(ctx, name, lr % count, count, &cand[n]);
+        const pdde_tensor *refused = device_select_inplace_refused(ctx, p->graph, cand[n].device);
+        if (refused) {
+            if (sk < sizeof skipped)
+                sk += (size_t)snprintf(skipped + sk, sizeof skipped - sk, "; not %s: it does not run %s, which works in place", name,
+                                       pdde_op_name(refused->op));
+            continue;
+        }
         cand[n++].shared = lr >= count;
     }
     pdde_cluster *detected = NULL;
