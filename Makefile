@@ -82,7 +82,8 @@ TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsu
 EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 # The toy backend plugin (examples/toy_backend.c), and the same built with another vtable version,
 # which the loader must refuse (test_plugin).
-PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so $(BUILD)/libpdde_toy_misnamed.so $(BUILD)/libpdde_toy_badmul.so
+PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so $(BUILD)/libpdde_toy_misnamed.so $(BUILD)/libpdde_toy_badmul.so \
+             $(BUILD)/libpdde_toy2.so
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
@@ -179,8 +180,11 @@ $(BUILD)/libpdde_toy.so: examples/toy_backend.c pdde.h | $(BUILD)
 	$(CC) $(CFLAGS) -shared $< -o $@
 $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 	$(CC) $(CFLAGS) -DTOY_API_VERSION=99 -shared $< -o $@
-# the conformance suite's wrong plugins (test_plugin_ops): devices that report another backend than the
+# the toy as a second family, "toy2" (test_plugin: device indices that differ between contexts); the
+# conformance suite's wrong plugins (test_plugin_ops): devices that report another backend than the
 # plugin's name, and a mul off by 1e-4
+$(BUILD)/libpdde_toy2.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/"toy"/"toy2"/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
 $(BUILD)/libpdde_toy_misnamed.so: examples/toy_backend.c pdde.h | $(BUILD)
 	sed 's/strcpy(out->backend, "toy")/strcpy(out->backend, "toyaccel")/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
 $(BUILD)/libpdde_toy_badmul.so: examples/toy_backend.c pdde.h | $(BUILD)

@@ -6,7 +6,9 @@
  * MLP placed on the toy device (its GELU, sums and reductions are not the toy's) compiles, runs the
  * toy's ops on the toy and the others on the CPU with copies, says so in one line, and gives the
  * loss and every gradient of the same graph on the CPU alone; with no_cpu_fallback (or
- * PDDE_CPU_FALLBACK=0) the unsupported op is an error naming it. */
+ * PDDE_CPU_FALLBACK=0) the unsupported op is an error naming it. pdde_device_select's auto does not take
+ * a plugin's device that does not run the step's in-place optimizer update, and matches a measured
+ * cluster's devices by family and index (a calibration's context may have had other families). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "tests/test_util.h"
@@ -234,6 +236,78 @@ static void test_fallback(void) {
     pdde_context_free(ctx);
 }
 
+/* A step of y = x w (the toy's op) whose loss needs the CPU, with AdamW (in place) when optimizer. */
+static pdde_graph *auto_graph(pdde_context *ctx, int optimizer) {
+    pdde_graph *g = NULL;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){64, 64}), *w = pdde_param(g, "w", 2, (int64_t[]){64, 64}, 0.1f);
+    pdde_tensor *y = pdde_matmul(g, x, w, 0, 0);
+    if (!optimizer) { pdde_mark_output(y); return g; }
+    pdde_backward(g, pdde_mean(g, y, -1, 0));
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_optimizer_adamw(g, &op);
+    return g;
+}
+
+/* pdde_device_select's auto with the toy plugins: a training step whose optimizer update the toy does not
+ * run (in place: it cannot go to the CPU) is not given the toy; and a measured cluster matches devices by
+ * family and index, not by id: measured in a context of the CPU and the toy (the toy its device 1, then
+ * toy2 added as device 2), auto in a context of the CPU, toy2 and the toy (toy2 device 1, the toy 2)
+ * times each by its own figures: the toy, measured 1000x the others, is taken. */
+static void test_auto_device(void) {
+    char plugins[8500], toy[4200];
+    plugin_path(toy, sizeof toy, "libpdde_toy.so");
+    plugin_path(plugins, sizeof plugins, "libpdde_toy2.so");
+    snprintf(plugins + strlen(plugins), sizeof plugins - strlen(plugins), ":%s", toy);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backend_plugins = plugins, cp.backends = "cpu,toy2,toy"; /* (another family's devices before the toy's) */
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx) != PDDE_OK) { CHECK(0, "context: %s", pdde_last_error(NULL)); return; }
+    int lr = 0, toy_here = pdde_device_find(ctx, "toy", 0);
+    CHECK(toy_here == 2 && pdde_device_find(ctx, "toy2", 0) == 1, "toy2 device 1 (%d), the toy device 2 (%d)", pdde_device_find(ctx, "toy2", 0), toy_here);
+    pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+    pdde_device_choice choice;
+    ds.backend = "auto", ds.local_rank = &lr, ds.graph = auto_graph(ctx, 1);
+    pdde_status st = pdde_device_select(ctx, &ds, &choice);
+    CHECK(st == PDDE_OK && !strcmp(choice.backend, "cpu") && strstr(choice.why, "not toy: it does not run adamw_update"),
+          "auto with an AdamW step: %s, the CPU, saying why not the toy (%s)", choice.backend, st ? pdde_last_error(ctx) : choice.why);
+    pdde_graph_free((pdde_graph *)ds.graph);
+
+    pdde_context_params cp2 = PDDE_CONTEXT_PARAMS_INIT;
+    cp2.backend_plugins = toy, cp2.backends = "cpu,toy";
+    pdde_context *ctx2;
+    pdde_cluster *measured = NULL;
+    if (pdde_context_init(&cp2, &ctx2) == PDDE_OK) pdde_cluster_detect(ctx2, &measured);
+    int toy_id = -1;
+    for (int s = 0; measured && s < measured->n_specs; s++) {
+        pdde_device_spec *sp = &measured->specs[s];
+        double scale = strcmp(sp->backend, "toy") ? 1 : 1000;
+        sp->n_gemm = 0, sp->peak_flops = 1e10 * scale, sp->mem_bandwidth = 1e10 * scale;
+        memset(sp->n_curve, 0, sizeof sp->n_curve);
+        if (scale > 1) { /* toy2: the toy's spec at the others' speed, as device 2 */
+            pdde_device_spec other = *sp;
+            snprintf(other.name, sizeof other.name, "toy2");
+            snprintf(other.backend, sizeof other.backend, "toy2");
+            other.peak_flops = other.mem_bandwidth = 1e10;
+            for (int d = 0; d < measured->machines[0].n_devices; d++)
+                if (measured->machines[0].devices[d].spec == s) toy_id = measured->machines[0].devices[d].id;
+            pdde_cluster_device dev = {.id = 2, .spec = pdde_cluster_add_spec(measured, &other), .memory = 1 << 30};
+            pdde_cluster_add_device(measured, 0, &dev);
+            break;
+        }
+    }
+    CHECK(measured && toy_id == 1, "the measured cluster has the toy as device 1 (%d)", toy_id);
+    ds.graph = auto_graph(ctx, 0), ds.cluster = measured;
+    st = pdde_device_select(ctx, &ds, &choice);
+    CHECK(st == PDDE_OK && choice.device == toy_here && strstr(choice.why, "predicted"),
+          "auto with the measured cluster: device %d (%s), want the toy, device %d here (%s)", choice.device, choice.backend, toy_here,
+          st ? pdde_last_error(ctx) : choice.why);
+    pdde_graph_free((pdde_graph *)ds.graph);
+    pdde_cluster_free(measured);
+    pdde_context_free(ctx2);
+    pdde_context_free(ctx);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* the plugins are built next to this test */
@@ -242,5 +316,6 @@ int main(int argc, char **argv) {
     test_loader();
     test_fallback();
     test_listed_twice();
+    test_auto_device();
     return test_finish();
 }
