@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A new device's calibration as backends/README.md's bring-up guide has it: pdde-bench on the toy plugin
-# (loaded from PDDE_BACKEND_PLUGINS), which runs only f32 2-D matmuls and a few elementwise ops. Its
+# (loaded from PDDE_BACKEND_PLUGINS, and by --plugin), which runs only f32 2-D matmuls and a few elementwise ops. Its
 # figures are its own (strict sessions: nothing timed on the CPU in its place): f32 GEMM points and the
 # elementwise curve, no bf16 GEMM, no attention curve, and one line saying what it does not run; its
 # host <-> device link measured (bandwidth and latency > 0). The file calibrates the toy alone
@@ -29,6 +29,12 @@ rc=$?
 check "the toy's figures are its own: f32 GEMM points and the elementwise curve only; its link measured ($(cat "$tmp/figures.out"))" $rc
 [ "$(grep -c "toy does not run: .*bf16 gemm.*attention curve.*the cost model prices" "$tmp/bench.out")" = 1 ]
 check "what the toy does not run is said once ($(grep -m1 -o "toy does not run: .\{60\}" "$tmp/bench.out"))" $?
+
+# --plugin loads it as the environment does
+timeout 60 "$build/pdde-bench" --plugin "$build/libpdde_toy.so" --quick --no-comm --devices toy --time-limit 1 -o "$tmp/p.json" >"$tmp/p.out" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "^device 1 (toy:" "$tmp/p.out"
+check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $?
 
 "$build/pdde-bench" --check "$tmp/toy.json" >"$tmp/check.out" 2>&1
 code=$?

@@ -6,7 +6,7 @@
  *                                           summary and what the planner would refuse (exit 1: a device
  *                                           without figures, a link of bandwidth 0); --rewrite saves it
  *                                           back in canonical form
- *   A plugin's device is measured with the plugin in PDDE_BACKEND_PLUGINS (there is no --plugin).
+ *   --plugin LIST loads backend plugins (as PDDE_BACKEND_PLUGINS, which it replaces) to measure their devices.
  *
  * For every device (the CPU, and the OpenCL/CUDA/Level Zero devices the backends find) it runs pdde
  * graphs through that device's backend and measures: the GEMM throughput over sizes and shapes (a
@@ -910,7 +910,7 @@ static int devices_missing(pdde_context *ctx, const pdde_cluster *c, const char 
 }
 
 int main(int argc, char **argv) {
-    const char *out = "cluster.json", *devices = NULL, *check = NULL;
+    const char *out = "cluster.json", *devices = NULL, *check = NULL, *plugins = NULL;
     int no_comm = 0, rewrite = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
@@ -922,8 +922,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
         else if (!strcmp(argv[i], "--run-overhead")) force_overhead = 1;
         else if (!strcmp(argv[i], "--time-limit") && i + 1 < argc && atof(argv[i + 1]) > 0) deadline = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--plugin") && i + 1 < argc) plugins = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point] [--run-overhead] [--time-limit seconds]\n"
+            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point] [--run-overhead] [--time-limit seconds] [--plugin /path/lib.so]\n"
                             "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
             return 2;
         }
@@ -956,6 +957,7 @@ int main(int argc, char **argv) {
     if (!devices || strstr(devices, "cpu")) measure_contention(slowdown); /* forks too: before the context */
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = devices;
+    cp.backend_plugins = plugins; /* (NULL: PDDE_BACKEND_PLUGINS) */
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx)) {
         fprintf(stderr, "pdde-bench: no context\n");
