@@ -28,21 +28,25 @@ EOF
 rc=$?
 check "the toy's figures are its own: f32 GEMM points and the elementwise curve only; its link measured ($(cat "$tmp/figures.out"))" $rc
 [ "$(grep -c "toy does not run: .*bf16 gemm.*attention curve.*the cost model prices" "$tmp/bench.out")" = 1 ]
-check "what the toy does not run is said once ($(grep -m1 -o "toy does not run: .\{60\}" "$tmp/bench.out"))" $?
+rc=$?
+check "what the toy does not run is said once ($(grep -m1 -o "toy does not run: .\{60\}" "$tmp/bench.out"))" $rc
 
 # --plugin loads it as the environment does
 timeout 60 "$build/pdde-bench" --plugin "$build/libpdde_toy.so" --quick --no-comm --devices toy --time-limit 1 -o "$tmp/p.json" >"$tmp/p.out" 2>&1
 rc=$?
 [ $rc = 0 ] && grep -q "^device 1 (toy:" "$tmp/p.out"
-check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $?
+ok=$?
+check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $ok
 
 "$build/pdde-bench" --check "$tmp/toy.json" >"$tmp/check.out" 2>&1
 code=$?
 [ $code = 1 ] && grep -q 'device 0 (".*", cpu) has no GEMM figures' "$tmp/check.out" && grep -q "pdde-bench --devices cpu,toy" "$tmp/check.out"
-check "--check on it names the unmeasured CPU and the calibration to run (exit $code: $(tail -1 "$tmp/check.out"))" $?
+rc=$?
+check "--check on it names the unmeasured CPU and the calibration to run (exit $code: $(tail -1 "$tmp/check.out"))" $rc
 
 "$build/pdde-plan" --auto --cluster "$tmp/toy.json" --ranks 2 >"$tmp/plan.out" 2>&1
 code=$?
 [ $code != 0 ] && grep -q "cluster device 0 (cpu, rank [0-9]'s): flops 0.*run pdde-bench --devices .*cpu" "$tmp/plan.out"
-check "the planner's error names the cluster device and the calibration (exit $code: $(head -1 "$tmp/plan.out"))" $?
+rc=$?
+check "the planner's error names the cluster device and the calibration (exit $code: $(head -1 "$tmp/plan.out"))" $rc
 finish

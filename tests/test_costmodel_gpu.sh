@@ -52,14 +52,16 @@ code=$?
 # (calibrated --devices opencl: the CPU beside it unmeasured, which --check says, exit 1)
 grep -q "1 machine, 2 devices" "$tmp/check.out" && [ $code = 1 ] && grep -q 'device 0 (".*", cpu) has no GEMM figures' "$tmp/check.out" &&
     ! grep -q "link between" "$tmp/check.out"
-check "the cluster file reads back, the CPU it left out named (exit $code: $(grep -m1 "machine" "$tmp/check.out"))" $?
+rc=$?
+check "the cluster file reads back, the CPU it left out named (exit $code: $(grep -m1 "machine" "$tmp/check.out"))" $rc
 python3 - "$f" >"$tmp/link.out" 2>&1 <<'EOF2'
 import json, sys
 links = json.load(open(sys.argv[1]))["links"]
 print(", ".join("%s %d-%d: %.3g GB/s, %.3g us" % (l["kind"], l["a"], l["b"], l["bandwidth"] / 1e9, l["latency"] * 1e6) for l in links))
 sys.exit(0 if links and all(l["bandwidth"] > 0 and l["latency"] > 0 for l in links) else 1)
 EOF2
-check "the CPU <-> opencl link measured, bandwidth and latency > 0 ($(cat "$tmp/link.out"))" $?
+rc=$?
+check "the CPU <-> opencl link measured, bandwidth and latency > 0 ($(cat "$tmp/link.out"))" $rc
 grep -q "a session run: .* us of its own" "$tmp/ocl.out"
 check "the run overhead was measured (--run-overhead)" $?
 # the GPU's pipeline where there is none: a clear word, exit 0

@@ -38,7 +38,8 @@ code=$?
 failed=$(grep -c "^FAIL" "$tmp/badmul.log")
 others=$(grep "^FAIL" "$tmp/badmul.log" | grep -vc "worst <= tol: mul(")
 [ $code -ne 0 ] && [ "$failed" -ge 1 ] && [ "$others" -eq 0 ] && grep -q "times the bound" "$tmp/badmul.log"
-check "a toy with a wrong mul: $failed failures, all mul's own ($others others; exit $code; $(grep -m1 '^FAIL' "$tmp/badmul.log"))" $?
+rc=$?
+check "a toy with a wrong mul: $failed failures, all mul's own ($others others; exit $code; $(grep -m1 '^FAIL' "$tmp/badmul.log"))" $rc
 PDDE_BACKEND_PLUGINS="$build/libpdde_toy_badmul.so" "$build/test_backend_ops" --backend toy --op mul -v >"$tmp/opmul.log" 2>&1
 cases=$(grep -c "^  toy " "$tmp/opmul.log")
 not_mul=$(grep "^  toy " "$tmp/opmul.log" | grep -vc " mul(")
