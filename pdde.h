@@ -2139,6 +2139,10 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
  * job's store address so, for pdde-run --join. PDDE_ERR_STATE without a lease, PDDE_ERR_INVALID_ARG on
  * a store that is not etcd. */
 pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len);
+/* Deletes every key of etcd that starts with prefix, and the death notices registered for them (range
+ * deletes). pdde-run clears an elastic run's keys so (elastic/JOB/RUN/). PDDE_ERR_INVALID_ARG on a store
+ * that is not etcd or an empty prefix. */
+pdde_status pdde_store_etcd_remove_prefix(pdde_store *s, const char *prefix);
 typedef struct {
     const char *job;          /* the job's name in the store; NULL = PDDE_ELASTIC_JOB (pdde-run sets it) */
     int min_ranks;            /* fewer survivors stop the job; 0 = PDDE_ELASTIC_MIN or 1 */
