@@ -455,8 +455,25 @@ static char *etcd_value(const char *key) {
     return out;
 }
 
+/* Node `node` of 2 (2 ranks each, one pdde-run each, node 0's store on 127.0.0.1:port) of the job of
+ * job_start. */
+static job job_start_node(const char *rdzv, const char *metrics, int steps, int node, int port) {
+    char run[600], gpt[600], st[16], store[32];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(st, sizeof st, "%d", steps);
+    snprintf(store, sizeof store, "127.0.0.1:%d", port);
+    char *argv[] = {run, "-n", "2", "--nnodes", "2", "--node-rank", node ? "1" : "0", "--store", store, "--elastic", "--min", "2",
+                    "--peer-timeout", "1.5", "--grace", "1", "--rdzv", (char *)rdzv, gpt, "--layers", "1", "--width", "32", "--heads",
+                    "2", "--ctx", "16", "--batch", "12", "--steps", st, "--val-every", "0", "--sample-len", "0", "--threads", "1",
+                    "--metrics", (char *)metrics, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=10", "PDDE_JOB_SECRET=test-etcd-nodes-secret-0123456789abcdef", NULL};
+    return job_spawn(argv, env);
+}
+
 /* One job name, several runs: etcd keeps what a run wrote (exit notes, death notices, generations) after
- * it, and a run must not read an earlier one's. The same --rdzv etcd://.../again twice in a row, then a
+ * it, and a run must not read an earlier one's. The same --rdzv etcd://.../again twice in a row (the
+ * second on two nodes: node 1's pdde-run reads the run id from node 0's store), then a
  * run killed by SIGKILL (its keys stay, its store address too until its lease ends), then at once a
  * third: each trains to the end and gives the losses of a run of a fresh name (1e-6). A run that ends
  * cleanly leaves no keys of its run (its id: etcd's elastic/again/run while it runs); one started once
@@ -488,16 +505,22 @@ static void test_same_name(void) {
             free(left);
         }
         snprintf(m[k], sizeof m[k], "%s/again%d.jsonl", g_tmp, k);
-        job j = job_start(rdzv, m[k], steps);
+        char m_node1[300];
+        snprintf(m_node1, sizeof m_node1, "%s/again%d_node1.jsonl", g_tmp, k);
+        int port = job_free_port(), rc_node1 = 0;
+        job j = k == 1 ? job_start_node(rdzv, m[k], steps, 0, port) : job_start(rdzv, m[k], steps), j1 = {0};
+        if (k == 1) j1 = job_start_node(rdzv, m_node1, steps, 1, port);
         while (!run_ids[k] && !job_poll(&j, 20) && test_now() - j.t0 < limit) {
             char *id = etcd_value("elastic/again/run");
             if (id && (!killed_run || strcmp(id, killed_run))) run_ids[k] = id;
             else free(id);
         }
         rc = job_end(&j, limit);
-        CHECK(rc == 0 && run_ids[k], "run %d of job 'again'%s trains to the end: rc %d, run id %s\n%s", k + 1,
-              k == 2 ? " (right after one killed)" : "", rc, run_ids[k] ? run_ids[k] : "(none seen)", job_text(&j));
-        free(j.out);
+        if (k == 1) rc_node1 = job_end(&j1, limit);
+        CHECK(rc == 0 && rc_node1 == 0 && run_ids[k], "run %d of job 'again'%s trains to the end: rc %d (node 1: %d), run id %s\n%s\n%s", k + 1,
+              k == 1 ? " (on 2 nodes)" : k == 2 ? " (right after one killed)" : "", rc, rc_node1, run_ids[k] ? run_ids[k] : "(none seen)",
+              job_text(&j), job_text(&j1));
+        free(j.out), free(j1.out);
         char what[64];
         snprintf(what, sizeof what, "job 'again', run %d", k + 1);
         if (rc == 0) compare_losses(what, m[k], m_fresh, steps, 1e-6);

@@ -6,7 +6,8 @@
  *   pdde-run -n 2 --nnodes 2 --node-rank 1 --store 10.0.0.1:29500 ./prog      (on host B)
  *       several hosts: run pdde-run on each (by hand, a batch system or ssh); node 0 hosts the store
  *       on the given address, the others connect to it. Node k runs ranks k*n .. k*n+n-1. Every node
- *       needs the same job secret (PDDE_JOB_SECRET_FILE on a shared home, or PDDE_JOB_SECRET).
+ *       needs the same job secret (PDDE_JOB_SECRET_FILE on a shared home, or PDDE_JOB_SECRET); a node whose
+ *       secret the store refuses stops at once, before starting its ranks.
  *
  * Each rank gets PDDE_RANK, PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_LOCAL_SIZE, PDDE_STORE_ADDR, the
  * job secret (PDDE_JOB_SECRET, made here unless the user gave one) and its share of the cores
