@@ -583,13 +583,13 @@ int main(int argc, char **argv) {
     const char *peer_env = getenv("PDDE_PEER_TIMEOUT"); /* (the ranks' peer timeout: --peer-timeout sets it) */
     double peer_timeout_s = peer_env && atof(peer_env) > 0 ? atof(peer_env) : 5;
     double notes_lease = peer_timeout_s, notes_ping = 0;
+    int publish = etcd && notes && node_rank == 0; /* (then the lease also keeps the store's address in etcd) */
+    if (publish) clear_dead_runs(ctx, notes, job); /* (before this run registers anything there) */
     if (notes) {
         char key[300];
         snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
         if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
     }
-    int publish = etcd && notes && node_rank == 0; /* (then the lease also keeps the store's address in etcd) */
-    if (publish) clear_dead_runs(ctx, notes, job);
     if (run_id[0] && node_rank == 0) { /* (for the other nodes and joiners: check_job_store) */
         pdde_store *own = NULL;
         char key[300];
