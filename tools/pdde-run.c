@@ -308,10 +308,10 @@ static void make_run_id(char *out, size_t cap) {
     snprintf(out, cap, "r%lx-%x-%08x", (long)time(NULL), (unsigned)getpid(), r);
 }
 
-/* A node other than 0, or a joiner: connects to the job's store now, so that another job secret is said at
- * once (the store's handshake proves the secret both ways), not when the ranks start. With etcd (run !=
- * NULL) it reads the run id node 0's pdde-run put there (it is there before node 0 starts its ranks). 0;
- * 2 after saying why (another secret; no store answers with etcd, or a joiner: no run to join). */
+/* A node other than 0, or a joiner: connects to the job's store before starting ranks, so that another job
+ * secret is said at once (the store's handshake proves the secret both ways), not when the ranks start.
+ * With etcd (run != NULL) it reads the run id node 0's pdde-run put there (it is there before node 0 starts
+ * its ranks). 0; 2 after saying why (another secret, no store answering within timeout_s, no run id). */
 static int check_job_store(pdde_context *ctx, const char *addr, const char *job, double timeout_s, int join, char *run, size_t cap) {
     pdde_store *s = NULL;
     pdde_status st = pdde_store_connect(ctx, addr, timeout_s, &s);
@@ -325,12 +325,11 @@ static int check_job_store(pdde_context *ctx, const char *addr, const char *job,
                 pdde_last_error(ctx));
         return 2;
     }
-    if (st && run) {
-        fprintf(stderr, "pdde-run: no job store at %s answers within %.3g s (%s): node 0's pdde-run has not started there\n", addr,
+    if (st) {
+        fprintf(stderr, "pdde-run: no job store at %s answers within %.3g s (%s): node 0's pdde-run is not running there\n", addr,
                 timeout_s, pdde_last_error(ctx));
         return 2;
     }
-    if (st) return 0; /* (the ranks wait for the store themselves, as long as they are told to) */
     if (run) {
         char key[300];
         void *v = NULL;
@@ -559,7 +558,8 @@ int main(int argc, char **argv) {
      * another node's store proves now that the secrets agree. */
     char run_id[64] = "";
     if (etcd && elastic && node_rank == 0) make_run_id(run_id, sizeof run_id);
-    if (node_rank > 0 && check_job_store(ctx, addr, job, join ? 5 : 60, join, etcd && elastic ? run_id : NULL, sizeof run_id))
+    /* (a node waits for node 0's store as long as its ranks would: the communicator's 300 s to set up) */
+    if (node_rank > 0 && check_job_store(ctx, addr, job, join ? 5 : 300, join, etcd && elastic ? run_id : NULL, sizeof run_id))
         return 2;
     char members[160]; /* the prefix of the members' keys, as theirs (core/elastic.c: the job's name cut at 100 bytes) */
     snprintf(members, sizeof members, "elastic/%.100s%s%.40s", job, run_id[0] ? "/" : "", run_id);
