@@ -231,8 +231,8 @@ ifeq ($(HAVE_UCX),1)
   COMM_PARTS := $(wildcard comm/*.c)
 endif
 check-parts: $(BUILD)/pdde.o
-	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
-	@for f in $(COMM_PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wno-unused-function -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wpedantic -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@for f in $(COMM_PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wpedantic -Wno-unused-function -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
 	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ && $$3 !~ /^__/ {print $$3}'); \
 	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
 	@echo "check-parts: $(words $(PARTS) $(COMM_PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
