@@ -87,7 +87,7 @@ if [ -x "$build/pdde-run" ]; then
     check "--plan pp=2,stages=5:1: losses '$(losses "$tmp/cut.log")' equal one process's '$ref'" $([ "$(losses "$tmp/cut.log")" = "$ref" ] && echo 0 || echo 1)
     # the plans the search returns run as they say: a stage recomputing its first layers (rc), and a
     # stage per block of ranks (blocks=1: ranks 0 and 1 are stage 0)
-    arena() { grep -E "^\[$2\] gpt: data" "$1" | sed -E 's/.*activations ([0-9.]+) MB \(plan\).*/\1/'; }
+    arena() { grep -E "^\[$2\] gpt: data" "$1" | sed -E "s/.*activations ([0-9.]+) MB \(the memory plan's arenas.*/\1/"; }
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4 "${args[@]}" >"$tmp/pp.log" 2>&1
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,rc=2:0 "${args[@]}" >"$tmp/rc.log" 2>&1
     rc=$?
