@@ -446,8 +446,8 @@ static int measured_cluster(pdde_context *ctx, const options *o, pdde_cluster **
         return 0;
     }
     if (pdde_cluster_load(ctx, path, out) == PDDE_OK) return 0;
-    fprintf(stderr, "gpt: %s%s: %s (build/pdde-bench -o FILE writes one, --check FILE reads one back)%s\n", o->cluster ? "--cluster " : "",
-            path, pdde_last_error(ctx), o->cluster ? "" : ": going on without it");
+    fprintf(stderr, "gpt: %s%s (build/pdde-bench -o FILE writes one, --check FILE reads one back)%s\n", o->cluster ? "--cluster: " : "",
+            pdde_last_error(ctx), o->cluster ? "" : ": going on without it"); /* (the library's message names the file) */
     return o->cluster != NULL;
 }
 

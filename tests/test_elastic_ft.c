@@ -229,10 +229,11 @@ static void test_brief_stop(unsigned seed) {
     const char *t = job_text(&j), *second = strstr(t, "resumed at step ");
     second = second ? strstr(second + 1, "resumed at step ") : NULL;
     CHECK(rc == 0 && resumed >= 0 && strstr(line, "rank 2 lost (SIGSTOP)") && !strstr(line, "rank 1 lost") &&
-              strstr(line, "re-plan 3 -> 2 ranks") && !second && strstr(t, "2 ranks finished, 1 lost") && after[0] == before[0] &&
+              strstr(line, "re-plan 3 -> 2 ranks") && strstr(line, "each replica's rows kept (the batch not re-split), batch ") &&
+              !second && strstr(t, "2 ranks finished, 1 lost") && after[0] == before[0] &&
               after[1] == before[1],
-          "brief stop: rank 1 paused 0.3 s at step ~%d stays a member, rank 2 stopped for good is lost, one recovery, the job "
-          "finishes on 2 ranks: rc %d, pids before %d %d %d, after %d %d %d:\n%s", step_paused, rc, before[0], before[1], before[2],
+          "brief stop: rank 1 paused 0.3 s at step ~%d stays a member, rank 2 stopped for good is lost, one recovery (the batch "
+          "not re-split, the line says), the job finishes on 2 ranks: rc %d, pids before %d %d %d, after %d %d %d:\n%s", step_paused, rc, before[0], before[1], before[2],
           after[0], after[1], after[2], t);
     if (rc || resumed < 0) { free(j.out); return; }
     printf("brief stop: rank 1 paused 0.3 s at step ~%d (seed %u), then %s\n", step_paused, seed, line);
