@@ -152,7 +152,7 @@ static int parse(int argc, char **argv, options *o) {
 }
 
 int main(int argc, char **argv) {
-    options o;
+    options o = {0}; /* (parse fills it; zeroed for the compilers that cannot see that) */
     if (parse(argc, argv, &o)) return 2;
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx)) { fprintf(stderr, "dlrm: no context\n"); return 1; }
