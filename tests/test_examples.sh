@@ -64,6 +64,7 @@ if [ -x "$build/dlrm" ]; then
     "$build/dlrm" --data "$tmp/criteo.tsv" --batch 64 >"$tmp/dl.out" 2>&1
     rc=$?
     [ $rc = 0 ] && grep -q '900 for training, 100 held out' "$tmp/dl.out" && grep -Eq '^held out \(100 samples\): AUC 0\.[0-9]+  logloss 0\.[0-9]+' "$tmp/dl.out"
-    check "dlrm evaluates all 100 held-out samples in batches of 64 (rc $rc: $(grep -m1 '^held out' "$tmp/dl.out"))" $?
+    ok=$?
+    check "dlrm evaluates all 100 held-out samples in batches of 64 (rc $rc: $(grep -m1 '^held out' "$tmp/dl.out"))" $ok
 fi
 finish

@@ -19,7 +19,8 @@ JSON
 "$build/pdde-bench" --check "$tmp/two.json" >"$tmp/check.out" 2>&1
 rc=$?
 [ $rc = 0 ] && grep -Eq ' slow +cpu +50\.0 GFLOP/s f32 peak' "$tmp/check.out" && grep -Eq ' fast +cpu +2\.5 TFLOP/s f32 peak' "$tmp/check.out"
-check "--check: 5e10 FLOP/s as 50.0 GFLOP/s, 2.5e12 as 2.5 TFLOP/s (rc $rc: $(grep -o '[0-9.]* [GT]FLOP/s' "$tmp/check.out" | tr '\n' ' '))" $?
+ok=$?
+check "--check: 5e10 FLOP/s as 50.0 GFLOP/s, 2.5e12 as 2.5 TFLOP/s (rc $rc: $(grep -o '[0-9.]* [GT]FLOP/s' "$tmp/check.out" | tr '\n' ' '))" $ok
 
 if [ ! -x "$build/pdde-run" ]; then
     echo "SKIP ucx: pdde without UCX measures no collectives"

@@ -63,22 +63,27 @@ check "a forced plan whose micro-batches do not divide the batch is refused ($(h
 rc=$?
 compute=$(sed -n 's/^rank   [01] |.*| compute \([0-9.e-]*\) s.*/\1/p' "$tmp/best.log" | sort -u)
 [ $rc = 0 ] && [ "$(grep -c '^rank   [01] |' "$tmp/best.log")" = 2 ] && [ "$(echo "$compute" | wc -l)" = 1 ]
-check "--auto --timeline beside a slow accelerator simulates the best plan on the search's devices, both on the CPU (rc $rc, compute: $(echo $compute))" $?
+ok=$?
+check "--auto --timeline beside a slow accelerator simulates the best plan on the search's devices, both on the CPU (rc $rc, compute: $(echo $compute))" $ok
 # memory in GiB throughout (the plans' peaks, the reasons, the timeline), no decimal GB or MB
 grep -Eq '^best .* peak [0-9.e+-]+ GiB \(device' "$tmp/best.log" && grep -Eq '^rank   0 \|.*peak [0-9.e+-]+ GiB$' "$tmp/best.log" &&
     ! grep -Eq '[0-9] (GB|MB)([^/]|$)' "$tmp/best.log" "$tmp/plan.log" "$tmp/tl.log"
-check "pdde-plan says memory in GiB only ($(grep -m1 -o 'peak [^(]*' "$tmp/best.log"))" $?
+ok=$?
+check "pdde-plan says memory in GiB only ($(grep -m1 -o 'peak [^(]*' "$tmp/best.log"))" $ok
 "$build/pdde-plan" --dp 2 --zero 1 >"$tmp/hand.log" 2>&1 && grep -Eq '^ranks 0 1: parameters [0-9.e+-]+ GiB' "$tmp/hand.log" && ! grep -Eq '[0-9] (GB|MB)([^/]|$)' "$tmp/hand.log"
-check "pdde-plan --dp 2 --zero 1 says each rank's bytes in GiB ($(grep -m1 '^ranks' "$tmp/hand.log"))" $?
+ok=$?
+check "pdde-plan --dp 2 --zero 1 says each rank's bytes in GiB ($(grep -m1 '^ranks' "$tmp/hand.log"))" $ok
 # a bad --model: the key named and the keys it takes
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,depth=3 >"$tmp/model.log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk)" "$tmp/model.log"
-check "--model gpt:layers=2,depth=3 names the key and lists the keys (rc $rc: $(head -1 "$tmp/model.log"))" $?
+ok=$?
+check "--model gpt:layers=2,depth=3 names the key and lists the keys (rc $rc: $(head -1 "$tmp/model.log"))" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=x >"$tmp/model.log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "'layers=x' is not KEY=N" "$tmp/model.log"
-check "--model gpt:layers=x says what it expected (rc $rc: $(head -1 "$tmp/model.log"))" $?
+ok=$?
+check "--model gpt:layers=x says what it expected (rc $rc: $(head -1 "$tmp/model.log"))" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
 rc=$?
@@ -96,7 +101,8 @@ for how in "" "--plan auto"; do
     "$build/gpt" $how --cluster "$tmp/broken.json" "${args[@]}" >"$tmp/broken.log" 2>&1
     rc=$?
     [ $rc != 0 ] && grep -q "broken.json: .*peak_flops" "$tmp/broken.log" && ! grep -q 'step *1/4' "$tmp/broken.log"
-    check "gpt $how --cluster FILE that does not parse stops, naming the file and the field (rc $rc: $(grep -m1 broken.json "$tmp/broken.log"))" $?
+    ok=$?
+    check "gpt $how --cluster FILE that does not parse stops, naming the file and the field (rc $rc: $(grep -m1 broken.json "$tmp/broken.log"))" $ok
 done
 if [ -x "$build/pdde-run" ]; then
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan auto --cluster "$tmp/cluster.json" "${args[@]}" >"$tmp/auto.log" 2>&1
@@ -110,7 +116,8 @@ if [ -x "$build/pdde-run" ]; then
         rc=$?
         [ $rc != 0 ] && grep -q 'the launcher started 2 ranks but the plan (--dp 1 x --tp 1 x --pp 1) uses one' "$tmp/world.log" &&
             grep -q 'Give --dp 2' "$tmp/world.log" && ! grep -q 'step *1/4' "$tmp/world.log" && [ ! -e "$tmp/twice" ]
-        check "pdde-run -n 2 gpt $how without --dp is refused, nothing trained or written (rc $rc: $(grep -m1 'launcher started' "$tmp/world.log" | cut -c1-150))" $?
+        ok=$?
+        check "pdde-run -n 2 gpt $how without --dp is refused, nothing trained or written (rc $rc: $(grep -m1 'launcher started' "$tmp/world.log" | cut -c1-150))" $ok
     done
     grep -q 'the experts over the --dp ranks' "$tmp/world.log"
     check "--moe-ep without --dp: the message says the experts split over the --dp ranks" $?
