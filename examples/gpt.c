@@ -468,10 +468,10 @@ static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g,
 static int world_too_large(pdde_context *ctx, const options *o) {
     pdde_comm_env env;
     if (pdde_comm_env_read(ctx, &env) != PDDE_OK || env.world_size <= 1) return 0; /* (no launcher: one process) */
-    if (env.rank == 0)
-        fprintf(stderr, "gpt: the launcher started %d ranks but the plan (--dp 1 x --tp 1 x --pp 1) uses one: each would train its own copy%s. "
-                "Give --dp %d (or --tp, --pp, --plan) to use them%s\n", env.world_size, o->ckpt_dir ? " into the same --ckpt-dir" : "",
-                env.world_size, o->model.moe_ep ? " (--moe-ep splits the experts over the --dp ranks)" : "");
+    /* (every rank says it: the launcher may stop the others when the first one ends) */
+    fprintf(stderr, "gpt: the launcher started %d ranks but the plan (--dp 1 x --tp 1 x --pp 1) uses one: each would train its own copy%s. "
+            "Give --dp %d (or --tp, --pp, --plan) to use them%s\n", env.world_size, o->ckpt_dir ? " into the same --ckpt-dir" : "",
+            env.world_size, o->model.moe_ep ? " (--moe-ep splits the experts over the --dp ranks)" : "");
     return 1;
 }
 
