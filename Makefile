@@ -200,6 +200,8 @@ $(BUILD)/test_zero3_run: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(if $(filter 1,$(HAVE_
 $(BUILD)/test_zero3_device: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(BUILD)/pdde-info $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
+# (test_pdde_bench runs pdde-bench --check and --quick)
+$(BUILD)/test_pdde_bench: $(BUILD)/pdde-bench
 # (these run gpt, examples/elastic or pdde-run, built from the same library as the test: a test of a
 # library change must not run the binaries of an older one)
 RUN_TOOL := $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
