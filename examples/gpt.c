@@ -166,6 +166,17 @@ static int parse(int argc, char **argv, options *o) {
         }
         i++;
     }
+    /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
+     * plans for itself) */
+    bool plan_given = o->plan != NULL;
+    for (int i = 1; i < argc; i++)
+        plan_given |= !strcmp(argv[i], "--dp") || !strcmp(argv[i], "--tp") || !strcmp(argv[i], "--pp") || !strcmp(argv[i], "--ep");
+    pdde_comm_env env;
+    if (!plan_given && !(getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) && pdde_comm_env_read(NULL, &env) == PDDE_OK &&
+        env.world_size > 1) {
+        o->dp = env.world_size;
+        if (env.rank == 0) printf("gpt: %d ranks and no plan given: data parallel over them (--dp %d)\n", env.world_size, env.world_size);
+    }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N|tp|dp:N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
@@ -462,9 +473,9 @@ static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g,
     return st != PDDE_OK;
 }
 
-/* 1, saying so, when a launcher started more ranks than the plan's one: each would train its own copy
- * of the model (and write the same --ckpt-dir). Expert parallelism needs them as an ep group too: its
- * experts split over the --dp (or --tp) ranks. */
+/* 1, saying so, when a launcher started more ranks than the given plan's one: each would train its own
+ * copy of the model (and write the same --ckpt-dir). Expert parallelism needs them as an ep group too:
+ * its experts split over the --dp (or --tp) ranks. (With no plan given, dp is the launcher's ranks.) */
 static int world_too_large(pdde_context *ctx, const options *o) {
     pdde_comm_env env;
     if (pdde_comm_env_read(ctx, &env) != PDDE_OK || env.world_size <= 1) return 0; /* (no launcher: one process) */
@@ -516,9 +527,9 @@ int main(int argc, char **argv) {
         .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse(argc, argv, &o)) return 2;
     o.model.moe_bias = o.moe_bias_rate > 0;
-    setvbuf(stdout, NULL, _IOLBF, 0);
 
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = o.threads;

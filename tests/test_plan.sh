@@ -110,17 +110,24 @@ if [ -x "$build/pdde-run" ]; then
     check "pdde-run -n 2 gpt --plan auto exits 0 ($(tail -2 "$tmp/auto.log"))" $rc
     grep -q 'the planner chose dp=' "$tmp/auto.log"
     check "gpt says which plan the planner chose" $?
-    # a plan of one rank under a launcher of two would train two copies: refused, saying what to give
-    for how in "" "--moe-experts 8 --moe-ep"; do
+    # no plan given under a launcher of two: data parallel over both, the losses of one process
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${args[@]}" >"$tmp/default.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] && grep -q 'gpt: 2 ranks and no plan given: data parallel over them (--dp 2)' "$tmp/default.log" &&
+        [ "$(losses "$tmp/default.log")" = "$ref" ]
+    ok=$?
+    check "pdde-run -n 2 gpt without a plan trains data parallel over both ranks, the losses '$(losses "$tmp/default.log")' of one process (rc $rc)" $ok
+    # a given plan of one rank under a launcher of two would train two copies: refused, saying what to give
+    for how in "--dp 1" "--dp 1 --moe-experts 8 --moe-ep"; do
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $how --ckpt-dir "$tmp/twice" "${args[@]}" >"$tmp/world.log" 2>&1
         rc=$?
         [ $rc != 0 ] && grep -q 'the launcher started 2 ranks but the plan (--dp 1 x --tp 1 x --pp 1) uses one' "$tmp/world.log" &&
             grep -q 'Give --dp 2' "$tmp/world.log" && ! grep -q 'step *1/4' "$tmp/world.log" && [ ! -e "$tmp/twice" ]
         ok=$?
-        check "pdde-run -n 2 gpt $how without --dp is refused, nothing trained or written (rc $rc: $(grep -m1 'launcher started' "$tmp/world.log" | cut -c1-150))" $ok
+        check "pdde-run -n 2 gpt $how is refused, nothing trained or written (rc $rc: $(grep -m1 'launcher started' "$tmp/world.log" | cut -c1-150))" $ok
     done
     grep -q 'the experts over the --dp ranks' "$tmp/world.log"
-    check "--moe-ep without --dp: the message says the experts split over the --dp ranks" $?
+    check "--moe-ep with --dp 1: the message says the experts split over the --dp ranks" $?
     check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
     # split parameters start as their slices of one process's initial values (tensor parallel: each
     # rank its columns; ZeRO-3: each its rows), so the losses are one process's from step 1 on
