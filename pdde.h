@@ -149,7 +149,7 @@ const char *pdde_last_error(const pdde_context *ctx);
 int pdde_context_thread_count(const pdde_context *ctx);
 /* Records an error message on ctx and returns status (for backends, plugins and the library itself);
  * safe on any thread: the message is the calling thread's (see pdde_last_error). */
-int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
+pdde_status pdde_error(pdde_context *ctx, pdde_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -480,7 +480,7 @@ typedef struct {
     float min_lr_ratio;
     int grad_accum_steps;  /* micro-batches per optimizer step; 0 = 1 (the loss is scaled by 1/n) */
 } pdde_optimizer_params;
-#define PDDE_OPTIMIZER_PARAMS_INIT {0}
+#define PDDE_OPTIMIZER_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, PDDE_LR_CONSTANT, 0, 0, 0, 0}
 
 pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p);
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p);
