@@ -48,7 +48,8 @@ check "the device twice as slow predicts $p2 ms, twice $p ms" $?
 grep -q '"fused_attention_half_backward"' "$f" && grep -q '"dtype":[[:space:]]*"bf16"' "$f"
 check "the cluster file has the device's bf16 attention curves and bf16 GEMM points" $?
 "$build/pdde-bench" --check "$f" >"$tmp/check.out" 2>&1
-check "the cluster file reads back ($(head -1 "$tmp/check.out"))" $?
+rc=$?
+check "the cluster file reads back ($(head -1 "$tmp/check.out"))" $rc
 grep -q "a session run: .* us of its own" "$tmp/ocl.out"
 check "the run overhead was measured (--run-overhead)" $?
 # the GPU's pipeline where there is none: a clear word, exit 0
