@@ -1296,10 +1296,9 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->g = g;
     s->last_loss = NAN;
     s->schedule = g->opt;
-    const char *prof = getenv("PDDE_PROFILE");
-    if (prof && *prof && strcmp(prof, "0") && strcmp(prof, "1") && strcmp(prof, "device"))
-        fprintf(stderr, "pdde: PDDE_PROFILE=\"%s\": expected 1 (host times per op) or device (the device's own, with bounds); profiling on host times\n", prof);
-    s->profile = prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "device") != 0;
+    static const char *const profiles[] = {"0", "1", "device"}; /* off; host times per op; the device's own, with bounds */
+    int profile = pdde_env_choice("PDDE_PROFILE", profiles, 3, 0);
+    s->profile = profile == 1;
     s->check_nonfinite = pdde_env_bool("PDDE_CHECK_NONFINITE", 0);
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
                             p.gradient_bucket_bytes, NULL, false};
@@ -1332,7 +1331,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
-    if (st == PDDE_OK && prof && !strcmp(prof, "device")) st = profile_want(s, p.cluster);
+    if (st == PDDE_OK && profile == 2) st = profile_want(s, p.cluster);
     if (st == PDDE_OK) st = session_place(s);
     if (st == PDDE_OK && s->devprof) st = profile_open(s);
 #ifdef PDDE_HAVE_COMM

@@ -5,7 +5,8 @@
  * what each variable sets:
  *  - PDDE_NUM_THREADS (core/context.c): the context's thread count;
  *  - PDDE_MEMORY_HEADROOM and PDDE_MEMORY_AVAILABLE (core/memory_admission.c): what a session may use;
- *  - PDDE_DIRECT_GRADS (planner/lower.c, a switch): the gradient accumulations a step runs. */
+ *  - PDDE_DIRECT_GRADS (planner/lower.c, a switch): the gradient accumulations a step runs;
+ *  - PDDE_PROFILE (core/session.c, a word): the per-op profile at a session's end. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -105,10 +106,11 @@ static void test_memory(void) {
           "PDDE_MEMORY_AVAILABLE=lots: what the system says is used, said: %s; said: %s", error, err);
 }
 
-/* The gradient accumulations a training step runs under PDDE_DIRECT_GRADS=value (NULL: unset) */
-static double accums_under(const char *value, char *err, size_t n) {
-    if (value) setenv("PDDE_DIRECT_GRADS", value, 1);
-    else unsetenv("PDDE_DIRECT_GRADS");
+/* The gradient accumulations a training step runs under name=value (NULL: unset), and what the session
+ * said on stderr from its start to its end */
+static double step_under(const char *name, const char *value, char *err, size_t n) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu", cp.n_threads = 1;
     pdde_context *ctx;
@@ -123,20 +125,22 @@ static double accums_under(const char *value, char *err, size_t n) {
     pdde_optimizer_adamw(g, NULL);
     capture_begin();
     pdde_status st = pdde_session_init(g, NULL, &s);
-    capture_end(err, n);
     int32_t tokens[2 * 8] = {0};
     double runs = -1;
     if (!st && !pdde_session_write(s, m.ids, tokens, sizeof tokens) && !pdde_session_write(s, m.targets, tokens, sizeof tokens) &&
         !pdde_session_run(s, PDDE_RUN_STEP))
         runs = (double)pdde_session_op_runs(s, PDDE_OP_GRAD_ACCUM);
     else
-        fprintf(stderr, "session under PDDE_DIRECT_GRADS=%s: %s\n", value ? value : "(unset)", pdde_last_error(ctx));
+        fprintf(stderr, "session under %s=%s: %s\n", name, value ? value : "(unset)", pdde_last_error(ctx));
     pdde_session_free(s);
+    capture_end(err, n);
     pdde_graph_free(g);
     pdde_context_free(ctx);
-    unsetenv("PDDE_DIRECT_GRADS");
+    unsetenv(name);
     return runs;
 }
+
+static double accums_under(const char *value, char *err, size_t n) { return step_under("PDDE_DIRECT_GRADS", value, err, n); }
 
 static void test_switch(void) {
     char err[4096];
@@ -154,9 +158,21 @@ static void test_switch(void) {
     }
 }
 
+/* A word: PDDE_PROFILE=1 prints the time per op at the session's end; a word it does not know is said, and
+ * the default (0: no profile) taken */
+static void test_word(void) {
+    char err[8192];
+    step_under("PDDE_PROFILE", "1", err, sizeof err);
+    CHECK(strstr(err, "pdde profile:") && !strstr(err, "expected"), "PDDE_PROFILE=1 profiles: %s", err);
+    step_under("PDDE_PROFILE", "host", err, sizeof err);
+    CHECK(!strstr(err, "pdde profile:") && count(err, "pdde: PDDE_PROFILE=\"host\": expected one of 0, 1, device; using the default, 0\n") == 1,
+          "PDDE_PROFILE=host: no profile, said once: %s", err);
+}
+
 int main(void) {
     test_num_threads();
     test_memory();
     test_switch();
+    test_word();
     return test_finish();
 }
