@@ -47,7 +47,8 @@ PDDE_PRIVATE bool pdde_env_int(const char *name, long dflt, long lo, long hi, lo
         return true;
     }
     char expected[96], used[32];
-    if (hi == LONG_MAX) snprintf(expected, sizeof expected, "a whole number >= %ld", lo);
+    if (lo <= INT_MIN && hi >= INT_MAX) snprintf(expected, sizeof expected, "a whole number");
+    else if (hi >= INT_MAX) snprintf(expected, sizeof expected, "a whole number >= %ld", lo);
     else snprintf(expected, sizeof expected, "a whole number from %ld to %ld", lo, hi);
     snprintf(used, sizeof used, "%ld", dflt);
     pdde_env_warn(name, v, expected, used);
