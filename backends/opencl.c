@@ -228,7 +228,7 @@ static pdde_status pdde_ocl_init(pdde_context *ctx, void **family, int *n_device
         return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no OpenCL ICD loader (libOpenCL.so.1)");
     }
 #define X(ret, name, args)                                                                                  \
-    f->cl.name = (ret(CL_API_CALL *) args)dlsym(f->lib, #name);                                             \
+    *(void **)&f->cl.name = dlsym(f->lib, #name); /* (ISO C has no object-to-function pointer cast) */     \
     if (!f->cl.name) {                                                                                      \
         pdde_ocl_free(f);                                                                                   \
         return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "OpenCL ICD loader lacks %s (OpenCL 1.2 needed)", #name); \

@@ -1636,7 +1636,7 @@ static pdde_status ps_command(pdde_ps_client *c, int op, const char *path, int s
     }
     bool lost = false;
     for (int s = first; s <= last && !st && op != PS_BYE; s++) {
-        ps_hdr h;
+        ps_hdr h = {0};
         st = pdde_comm_recv(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_REPLY));
         if (st) st = ps_failed(c, st, op, req, 0, s);
         else st = ps_check_reply(c, s, op, req, 0, &h, &lost);

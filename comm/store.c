@@ -250,7 +250,7 @@ static int store_put(pdde_store_server *srv, store_client *c, const void *key, s
     store_account(srv, c, len, e->len);
     free(e->val);
     e->val = v; e->len = len;
-    if (klen >= 7 && !memcmp(key + klen - 7, "/failed", 7)) {
+    if (klen >= 7 && !memcmp((const char *)key + klen - 7, "/failed", 7)) {
         const char *bar = memchr(v, '|', len), *text = bar ? bar + 1 : v; /* "status|message" */
         pthread_mutex_lock(&srv->fail_lock);
         if (!srv->first_failure[0])

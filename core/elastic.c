@@ -3,7 +3,8 @@
  * world, let the caller re-plan and rebuild its session, restore the snapshot, continue).
  * A part of pdde.c: included there in place (it reads and writes the session's private state).
  *
- * Keys, under J = "elastic/<job>":
+ * Keys, under J = "elastic/<job>", or "elastic/<job>/<run>" with PDDE_ELASTIC_RUN (pdde-run sets a run id
+ * of its own for an etcd job: etcd outlives a run, and a run must not read an earlier one's notes):
  *   J/dead/<id>          a member's death notice: set by the store when its connection drops or its
  *                        lease (heartbeats every lease/4) ends, so a killed or frozen member is known
  *   J/left/<id>          a member that left at a step boundary on purpose
@@ -343,8 +344,11 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     e->async = !pdde_env_bool("PDDE_ELASTIC_SYNC_SNAPSHOT", 0);
     for (int k = 0; k < ELASTIC_SLOTS; k++) e->snap[k].step = -1;
     pthread_mutex_init(&e->store_lock, NULL);
-    const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB");
-    snprintf(e->job, sizeof e->job, "elastic/%.100s", job && *job ? job : "job");
+    const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB"), *run = getenv("PDDE_ELASTIC_RUN");
+    if (run && *run) /* (this run's keys apart from those an earlier run of the job's name left in etcd) */
+        snprintf(e->job, sizeof e->job, "elastic/%.100s/%.40s", job && *job ? job : "job", run);
+    else
+        snprintf(e->job, sizeof e->job, "elastic/%.100s", job && *job ? job : "job");
     e->min_ranks = p.min_ranks > 0 ? p.min_ranks : elastic_env_int("PDDE_ELASTIC_MIN", 1, 1);
     e->max_ranks = p.max_ranks > 0 ? p.max_ranks : elastic_env_int("PDDE_ELASTIC_MAX", env.world_size, 1);
     e->max_restarts = p.max_restarts ? p.max_restarts : elastic_env_int("PDDE_ELASTIC_MAX_RESTARTS", 10, INT_MIN);
