@@ -227,7 +227,7 @@ $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h)
 # backends/cpu_onednn.c is a section of cpu.c (its oneDNN matmul, on cpu.c's thread pool and GEMM
 # job) and is checked with it. A comm/ part includes the comm/ parts below it, whose static helpers
 # it may leave unused: those are not warned about here (the library build warns about them).
-PARTS := backends/base.c backends/cpu.c backends/opencl.c backends/cuda.c backends/level_zero.c backends/registry.c \
+PARTS := backends/base.c backends/env_values.c backends/cpu.c backends/opencl.c backends/cuda.c backends/level_zero.c backends/registry.c \
          $(wildcard planner/*.c)
 ifeq ($(HAVE_UCX),1)
   COMM_PARTS := $(wildcard comm/*.c)

@@ -30,6 +30,7 @@
  * The bottom part, then the backends (each one file; the registry lists them) */
 
 #include "backends/base.c"
+#include "backends/env_values.c"
 #include "backends/cpu.c"
 #ifndef PDDE_NO_OPENCL
 #include "backends/opencl.c"

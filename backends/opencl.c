@@ -534,10 +534,10 @@ static pdde_status pdde_ocl_read(void *dev, void *stream, void *handle, size_t o
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueReadBuffer");
 }
 
-/* PDDE_OPENCL_GEMM=builtin: GEMMs on k_gemm even where the build has CLBlast */
+/* PDDE_OPENCL_GEMM=builtin: GEMMs on k_gemm even where the build has CLBlast (auto: CLBlast where it is) */
 static int pdde_ocl_gemm_env(void) {
-    const char *v = getenv("PDDE_OPENCL_GEMM");
-    return v && !strcmp(v, "builtin");
+    static const char *const words[] = {"auto", "builtin"};
+    return pdde_env_choice("PDDE_OPENCL_GEMM", words, 2, 0) == 1;
 }
 
 /* (a 4-byte pattern where offset and n allow it: runtimes fill words faster than bytes) */
