@@ -269,15 +269,17 @@ static pdde_status store_etcd_add(void *impl, pdde_context *ctx, const char *key
         long long mod = 0;
         pdde_status st = etcd_range(t, ctx, key, &v, &len, &mod, NULL);
         if (st && st != PDDE_ERR_NOT_FOUND) return st;
-        long long now = v ? atoll(v) : 0;
+        long long now = v ? atoll(v) : 0, sum;
         free(v);
+        if (__builtin_add_overflow(now, (long long)delta, &sum))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "etcd: adding %lld to '%s' overflows 64 bits", (long long)delta, key);
         char num[32], cmp[4400];
-        int n = snprintf(num, sizeof num, "%lld", now + (long long)delta);
+        int n = snprintf(num, sizeof num, "%lld", sum);
         if (st == PDDE_ERR_NOT_FOUND) snprintf(cmp, sizeof cmp, "{\"key\":\"%s\",\"target\":\"CREATE\",\"create_revision\":\"0\"}", kb);
         else snprintf(cmp, sizeof cmp, "{\"key\":\"%s\",\"target\":\"MOD\",\"mod_revision\":\"%lld\"}", kb, mod);
         int swapped = 0;
         if ((st = etcd_txn_put(t, ctx, cmp, key, num, (size_t)n, &swapped))) return st;
-        if (swapped) { if (out) *out = now + delta; return PDDE_OK; }
+        if (swapped) { if (out) *out = sum; return PDDE_OK; }
     }
     return pdde_error(ctx, PDDE_ERR_TIMEOUT, "etcd: add to '%s' lost 1000 races in a row", key);
 }

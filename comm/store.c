@@ -423,7 +423,9 @@ static int store_handle(pdde_store_server *srv, store_client *c, const unsigned 
         if (fl[1] != 8) return -1;
         if (!store_may_write(srv, c, e)) return 0;
         long long v = e ? strtoll(e->val, NULL, 10) : 0;
-        v += (long long)get_u64(f[1]);
+        if (__builtin_add_overflow(v, (long long)get_u64(f[1]), &v)) /* (a hostile or broken delta: no signed overflow here) */
+            return store_reply_error(srv, c, PDDE_ERR_INVALID_ARG, "store: adding %lld to '%.200s' overflows 64 bits",
+                                     (long long)get_u64(f[1]), e ? e->key : "(new key)");
         char buf[32];
         int len = snprintf(buf, sizeof buf, "%lld", v);
         if ((limit = store_over_limit(srv, NULL, e, klen, (size_t)len)) || store_put(srv, NULL, key, klen, buf, (size_t)len, 0))

@@ -135,6 +135,9 @@ static void test_ops(pdde_context *ctx) {
     int64_t total = 0;
     CHECK(!bad && pdde_store_add(s, "t/count", 0, &total) == PDDE_OK && total == 100, "4 x 25 concurrent adds give 100: %lld",
           (long long)total);
+    CHECK(pdde_store_add(s, "t/count", INT64_MAX, &total) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "overflows") &&
+              pdde_store_add(s, "t/count", 0, &total) == PDDE_OK && total == 100,
+          "an add past 64 bits is refused, the counter unchanged: %s, %lld", pdde_last_error(ctx), (long long)total);
     /* wait: a watch wakes it when another process sets the key */
     fflush(NULL);
     pid_t setter = fork();
