@@ -198,6 +198,10 @@ $(BUILD)/test_plugin_ops: $(BUILD)/test_backend_ops
 $(BUILD)/test_api_null: tests/test_api_null.sh tests/api_null_sweep.py pdde.h $(BUILD)/libpdde.a | $(BUILD)
 	cp $< $@ && chmod +x $@
 	printf '%s\n' '$(CC) $(strip $(CFLAGS))' '$(strip $(LDLIBS))' >$@.flags
+# (test_cxx_header links a C++ program against this build: the libraries after libpdde.a, beside it)
+$(BUILD)/test_cxx_header: tests/test_cxx_header.sh pdde.h pdde_extension.h $(BUILD)/libpdde.a | $(BUILD)
+	cp $< $@ && chmod +x $@
+	printf '%s\n' '$(CC) $(strip $(CFLAGS))' '$(strip $(LDLIBS))' >$@.flags
 # (test_examples checks that make built every example and runs mlp_dp under pdde-run)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 # (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)
@@ -208,6 +212,8 @@ $(BUILD)/test_zero3_device: $(BUILD)/gpt $(BUILD)/pdde-ckpt $(BUILD)/pdde-info $
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 $(BUILD)/test_bench_plugin: $(BUILD)/pdde-bench $(BUILD)/pdde-plan $(PLUGINS)
+# (test_pdde_bench runs pdde-bench --check and --quick)
+$(BUILD)/test_pdde_bench: $(BUILD)/pdde-bench
 # (these run gpt, examples/elastic or pdde-run, built from the same library as the test: a test of a
 # library change must not run the binaries of an older one)
 RUN_TOOL := $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
@@ -233,14 +239,14 @@ $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h)
 # backends/cpu_onednn.c is a section of cpu.c (its oneDNN matmul, on cpu.c's thread pool and GEMM
 # job) and is checked with it. A comm/ part includes the comm/ parts below it, whose static helpers
 # it may leave unused: those are not warned about here (the library build warns about them).
-PARTS := backends/base.c backends/cpu.c backends/opencl.c backends/cuda.c backends/level_zero.c backends/registry.c \
+PARTS := backends/base.c backends/env_values.c backends/cpu.c backends/opencl.c backends/cuda.c backends/level_zero.c backends/registry.c \
          $(wildcard planner/*.c)
 ifeq ($(HAVE_UCX),1)
   COMM_PARTS := $(wildcard comm/*.c)
 endif
 check-parts: $(BUILD)/pdde.o
-	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
-	@for f in $(COMM_PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wno-unused-function -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wpedantic -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@for f in $(COMM_PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wpedantic -Wno-unused-function -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
 	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ && $$3 !~ /^__/ {print $$3}'); \
 	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
 	@echo "check-parts: $(words $(PARTS) $(COMM_PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
@@ -261,12 +267,12 @@ test:
 
 # TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
 FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
-# The last test is a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
-test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph
+# The last tests are 10 s smoke runs of the fuzzers' seeded drivers (test-fuzz is the long run).
+test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph $(BUILD)/fuzz_parse
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 NO_CJSON=1 $(PORTABLE_TESTS) $(GPU_CHECK_BUILDS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
-	  $(BUILD)/fuzz_graph
+	  $(BUILD)/fuzz_graph $(BUILD)/fuzz_parse
 
 # Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
 # Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
@@ -295,25 +301,31 @@ ifeq ($(HAVE_UCX),1)
 	  $(BUILD)/tsan/test_ps_remote
 endif
 
-# The graph-building fuzzer (tests/fuzz_graph.c) for FUZZ_SECONDS (600) under AddressSanitizer and
-# UBSan, on the portable library (pdde's own kernels, all instrumented): clang's libFuzzer where
-# $(FUZZ_CC) has it (corpus and crashing inputs in build/fuzz), else the seeded random driver.
+# The fuzzers for FUZZ_SECONDS (600) each under AddressSanitizer and UBSan, on the portable library
+# (pdde's own kernels, all instrumented): tests/fuzz_graph.c builds graphs, tests/fuzz_parse.c feeds the
+# readers of plan text, cluster files, checkpoints, table and token files. clang's libFuzzer where
+# $(FUZZ_CC) has it (corpora and crashing inputs in build/fuzz), else the seeded random drivers.
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= $(or $(shell command -v clang-14 2>/dev/null),$(shell command -v clang 2>/dev/null),$(CC))
 FUZZ_FLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread -I.
 test-fuzz:
-	@mkdir -p build/fuzz/corpus
+	@mkdir -p build/fuzz/corpus build/fuzz/corpus_parse
 	@if echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { (void)d; (void)n; return 0; }' | \
 	    $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null; then \
 	  set -ex; \
 	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c pdde.c -o build/fuzz/pdde.o; \
-	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -DFUZZ_LIBFUZZER tests/fuzz_graph.c build/fuzz/pdde.o -o build/fuzz/fuzz_graph -lm -ldl; \
-	  build/fuzz/fuzz_graph -max_total_time=$(FUZZ_SECONDS) -max_len=512 -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
-	    -artifact_prefix=build/fuzz/ build/fuzz/corpus; \
+	  for t in graph:corpus:512 parse:corpus_parse:65536; do \
+	    name=$${t%%:*}; rest=$${t#*:}; \
+	    $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -DFUZZ_LIBFUZZER tests/fuzz_$$name.c build/fuzz/pdde.o -o build/fuzz/fuzz_$$name -lm -ldl; \
+	    build/fuzz/fuzz_$$name -max_total_time=$(FUZZ_SECONDS) -max_len=$${rest#*:} -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
+	      -artifact_prefix=build/fuzz/ build/fuzz/$${rest%%:*}; \
+	  done; \
 	else \
 	  set -ex; \
-	  $(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz_graph.c pdde.c -o build/fuzz/fuzz_graph -lm -ldl; \
-	  build/fuzz/fuzz_graph $(FUZZ_SECONDS) $$(date +%s); \
+	  for name in graph parse; do \
+	    $(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz_$$name.c pdde.c -o build/fuzz/fuzz_$$name -lm -ldl; \
+	    build/fuzz/fuzz_$$name $(FUZZ_SECONDS) $$(date +%s); \
+	  done; \
 	fi
 
 demo:

@@ -149,7 +149,7 @@ const char *pdde_last_error(const pdde_context *ctx);
 int pdde_context_thread_count(const pdde_context *ctx);
 /* Records an error message on ctx and returns status (for backends, plugins and the library itself);
  * safe on any thread: the message is the calling thread's (see pdde_last_error). */
-int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
+pdde_status pdde_error(pdde_context *ctx, pdde_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -480,7 +480,7 @@ typedef struct {
     float min_lr_ratio;
     int grad_accum_steps;  /* micro-batches per optimizer step; 0 = 1 (the loss is scaled by 1/n) */
 } pdde_optimizer_params;
-#define PDDE_OPTIMIZER_PARAMS_INIT {0}
+#define PDDE_OPTIMIZER_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, PDDE_LR_CONSTANT, 0, 0, 0, 0}
 
 pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p);
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p);
@@ -2140,6 +2140,10 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
  * job's store address so, for pdde-run --join. PDDE_ERR_STATE without a lease, PDDE_ERR_INVALID_ARG on
  * a store that is not etcd. */
 pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len);
+/* Deletes every key of etcd that starts with prefix, and the death notices registered for them (range
+ * deletes). pdde-run clears an elastic run's keys so (elastic/JOB/RUN/). PDDE_ERR_INVALID_ARG on a store
+ * that is not etcd or an empty prefix. */
+pdde_status pdde_store_etcd_remove_prefix(pdde_store *s, const char *prefix);
 typedef struct {
     const char *job;          /* the job's name in the store; NULL = PDDE_ELASTIC_JOB (pdde-run sets it) */
     int min_ranks;            /* fewer survivors stop the job; 0 = PDDE_ELASTIC_MIN or 1 */

@@ -95,7 +95,7 @@ pdde_status pdde_device_backend(pdde_context *ctx, int device, const pdde_backen
 typedef struct {
     uint32_t api_version;   /* PDDE_BACKEND_API_VERSION of the loading library */
     uint32_t struct_size;
-    int (*error)(pdde_context *ctx, int status, const char *fmt, ...); /* = pdde_error */
+    pdde_status (*error)(pdde_context *ctx, pdde_status status, const char *fmt, ...); /* = pdde_error */
     const char *(*op_name)(pdde_op op);                                /* = pdde_op_name */
     int64_t (*numel)(const pdde_tensor *t);                            /* = pdde_tensor_numel */
     size_t (*dtype_size)(pdde_dtype t);                                /* = pdde_dtype_size */

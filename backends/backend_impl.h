@@ -1,6 +1,7 @@
 /* backends/backend_impl.h — what the backends layer shares with the layers above it, beyond the
  * public vtable in pdde.h: the context struct, the registry of backend families and devices
- * (registry.c), the optional vtable slot test, the bottom helpers of base.c, and math helpers both the
+ * (registry.c), the optional vtable slot test, the bottom helpers of base.c, the environment readers of
+ * env_values.c, and math helpers both the
  * CPU kernels and the executor's host-side ops use. The named op parameters are op_params.h's.
  * Nothing here knows graphs, sessions or distribution. */
 #ifndef PDDE_BACKEND_IMPL_H
@@ -95,6 +96,18 @@ PDDE_PRIVATE void error_vset(pdde_context *ctx, const char *fmt, va_list ap);
 PDDE_PRIVATE void error_clear(pdde_context *ctx);
 PDDE_PRIVATE uint64_t error_count(void);
 PDDE_PRIVATE const char *error_here(void);
+
+/* env_values.c: the library's tuning variables, one policy for every layer. Unset or empty: the default
+ * (*out = dflt, false). A value that parses whole within [lo, hi]: it (true). Anything else: the default,
+ * and a warning on stderr naming the variable, the value, what is expected and the default (once per process
+ * for each variable and value). pdde_env_bool takes 1/0, on/off, true/false, yes/no (any case) and gives
+ * 1, 0 or dflt (-1: automatic); pdde_env_choice gives the index of the value in words[n], or dflt. */
+PDDE_PRIVATE bool pdde_env_int(const char *name, long dflt, long lo, long hi, long *out);
+PDDE_PRIVATE bool pdde_env_double(const char *name, double dflt, double lo, double hi, double *out);
+PDDE_PRIVATE int pdde_env_bool(const char *name, int dflt);
+PDDE_PRIVATE int pdde_env_choice(const char *name, const char *const *words, int n, int dflt);
+/* The warning itself, for a reader of a value of another form (expected and used: words) */
+PDDE_PRIVATE void pdde_env_warn(const char *name, const char *value, const char *expected, const char *used);
 
 /* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
 PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);

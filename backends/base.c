@@ -87,7 +87,7 @@ PDDE_PRIVATE void error_clear(pdde_context *ctx) {
 PDDE_PRIVATE uint64_t error_count(void) { return thread_errors; }
 PDDE_PRIVATE const char *error_here(void) { return thread_error; }
 
-int pdde_error(pdde_context *ctx, int status, const char *fmt, ...) {
+pdde_status pdde_error(pdde_context *ctx, pdde_status status, const char *fmt, ...) {
     if (ctx) {
         va_list ap;
         va_start(ap, fmt);

@@ -33,6 +33,7 @@
  */
 #ifndef PDDE_NO_CUDA
 
+#include "backend_impl.h" /* first: it sets _GNU_SOURCE; the environment readers */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -433,8 +434,7 @@ static void pcu_load_cublas(pcu_family *f) {
         "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12",
         "/usr/local/cuda/lib64/libcublas.so",
     };
-    const char *env = getenv("PDDE_CUDA_NO_CUBLAS");
-    if (env && env[0] && strcmp(env, "0") != 0) return;
+    if (pdde_env_bool("PDDE_CUDA_NO_CUBLAS", 0)) return;
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) return;
@@ -477,12 +477,12 @@ static void pclt_load(pcu_family *f) {
         "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
         "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12",
     };
-    const char *env = getenv("PDDE_CUDA_LT");
-    if (env && !strcmp(env, "0")) return;
+    int asked = pdde_env_bool("PDDE_CUDA_LT", -1);
+    if (asked == 0) return;
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        if (env && !strcmp(env, "1")) fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
+        if (asked == 1) fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
         return;
     }
     pclt_api a = {.lib = lib};
@@ -532,8 +532,7 @@ static void pclt_device_close(pcu_dev *d) {
 static uint32_t pclt_align(uint64_t addr) { return pgd_gemm_align(addr); }
 
 static int pclt_tune_on(void) {
-    const char *env = getenv("PDDE_CUDA_LT_TUNE");
-    return env && !strcmp(env, "1");
+    return pdde_env_bool("PDDE_CUDA_LT_TUNE", 0);
 }
 
 static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : dt == PDDE_F16 ? PCUBLAS_R_16F : PCUBLAS_R_32F; }
@@ -545,8 +544,7 @@ static void pclt_plan_make(pcu_dev *d, const pcu_stream *s, pclt_plan *p, pdde_d
                            int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, pdde_dtype bias_dt, const uint32_t align[4], uint32_t epi,
                            void *aux) {
     const pclt_api *a = &d->fam->lt;
-    const char *tf = getenv("PDDE_CUDA_TF32");
-    int compute = dt == PDDE_F32 && tf && tf[0] == '1' ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
+    int compute = dt == PDDE_F32 && pdde_env_bool("PDDE_CUDA_TF32", 0) ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
     int32_t opa = tb, opb = ta, bias_type = pclt_type(bias_dt); /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
     if (!epi) epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
     int64_t aux_ld = N;
@@ -964,11 +962,10 @@ static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
 
 /* The dispatcher's environment switches into s (each is described where it is used). */
 static void pcu_switches_read(pcu_stream *s) {
-    const char *lowp = getenv("PDDE_CUDA_GEMMEX_LOWP"), *single = getenv("PDDE_CUDA_GEMM_SINGLE"), *lb = getenv("PDDE_CUDA_LT_LOWP_BIAS");
     s->mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS);
-    s->gemmex_lowp = lowp && !strcmp(lowp, "1");
-    s->lt_lowp_bias = lb && !strcmp(lb, "1");
-    s->gemm_single = single && !strcmp(single, "1");
+    s->gemmex_lowp = pdde_env_bool("PDDE_CUDA_GEMMEX_LOWP", 0);
+    s->lt_lowp_bias = pdde_env_bool("PDDE_CUDA_LT_LOWP_BIAS", 0);
+    s->gemm_single = pdde_env_bool("PDDE_CUDA_GEMM_SINGLE", 0);
     s->embedding_back = pgd_embedding_back_env("PDDE_CUDA_", PGD_EMB_ATOMIC);
     s->embedding_sort = pgd_embedding_sort_env("PDDE_CUDA_");
     s->flash2_variant = pgd_flash2_variant_env();
@@ -1093,27 +1090,21 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
-    const char *lr = getenv("PDDE_CUDA_LT_REDUCTION");
-    d->lt_reduction_all = lr && !strcmp(lr, "all");
-    const char *lw = getenv("PDDE_CUDA_LT_WORKSPACE"); /* (MiB, 0 to 1024: torch's cublasLt took 1 MiB by default in some versions) */
-    char *lw_end = NULL;
-    long lw_mib = lw && *lw ? strtol(lw, &lw_end, 10) : -1;
-    int lw_ok = lw_mib >= 0 && lw_mib <= 1024 && lw_end && !*lw_end;
-    d->lt_workspace_want = lw_ok ? (size_t)lw_mib << 20 : PCLT_WORKSPACE;
-    if (lw && *lw && !lw_ok)
-        fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT_WORKSPACE=%s is not a size in MiB from 0 to 1024: cublasLt's workspace stays 32 MiB\n", lw);
-    const char *ze = getenv("PDDE_CUDA_ZERO");
-    d->zero_on = ze && !strcmp(ze, "1");
-    const char *ge = getenv("PDDE_CUDA_GRAPH");
-    d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
-    if (ge && !strcmp(ge, "1") && !f->graph.ok)
+    static const char *const reductions[] = {"default", "all"};
+    d->lt_reduction_all = pdde_env_choice("PDDE_CUDA_LT_REDUCTION", reductions, 2, 0) == 1;
+    long lw_mib; /* (MiB, 0 to 1024: torch's cublasLt took 1 MiB by default in some versions) */
+    pdde_env_int("PDDE_CUDA_LT_WORKSPACE", (long)(PCLT_WORKSPACE >> 20), 0, 1024, &lw_mib);
+    d->lt_workspace_want = (size_t)lw_mib << 20;
+    d->zero_on = pdde_env_bool("PDDE_CUDA_ZERO", 0);
+    int graph_asked = pdde_env_bool("PDDE_CUDA_GRAPH", 0);
+    d->graph_on = graph_asked && f->graph.ok;
+    if (graph_asked && !f->graph.ok)
         pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags)", 0);
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
             /* (no split-K sums in a bf16 / f16 output's dtype, as cublasLt's plans: the f32 sum is rounded once) */
-            const char *tf = getenv("PDDE_CUDA_TF32");
-            int mode = (tf && tf[0] == '1' ? 3 /* TF32 tensor op */ : 0) | 16 /* DISALLOW_REDUCED_PRECISION_REDUCTION */;
+            int mode = (pdde_env_bool("PDDE_CUDA_TF32", 0) ? 3 /* TF32 tensor op */ : 0) | 16 /* DISALLOW_REDUCED_PRECISION_REDUCTION */;
             if (f->blas.SetMathMode) f->blas.SetMathMode(d->blas, mode);
         }
     }
@@ -1474,8 +1465,7 @@ static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int6
  * to cublasGemmStridedBatchedEx with a batch of 1 (whose kernel choice may differ). */
 static int pcu_gemm_single_on(const pcu_stream *s) {
     if (s->fixed) return s->gemm_single;
-    const char *env = getenv("PDDE_CUDA_GEMM_SINGLE");
-    return env && !strcmp(env, "1");
+    return pdde_env_bool("PDDE_CUDA_GEMM_SINGLE", 0);
 }
 
 /* cuBLAS's mixed-precision GEMM (row-major D = op(A) op(B) as column-major D^T = op(B)^T op(A)^T), f32 compute */
@@ -1511,8 +1501,7 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
  * cublasLt; else such nodes take cublasLt (unless PDDE_CUDA_LT=0) or the GEMM into f32 and a cast. */
 static int pcu_gemmex_lowp_on(const pcu_stream *s) {
     if (s->fixed) return s->gemmex_lowp;
-    const char *env = getenv("PDDE_CUDA_GEMMEX_LOWP");
-    return env && !strcmp(env, "1");
+    return pdde_env_bool("PDDE_CUDA_GEMMEX_LOWP", 0);
 }
 
 static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -1534,8 +1523,7 @@ static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype d
 /* The MoE kernels (gpu_moe.h) run only with PDDE_CUDA_MOE=1 until a GPU has verified them; without it
  * the MoE nodes fall back to the CPU as other unsupported ops do. */
 static int pcu_moe_enabled(void) {
-    const char *env = getenv("PDDE_CUDA_MOE");
-    return env && env[0] && strcmp(env, "0") != 0;
+    return pdde_env_bool("PDDE_CUDA_MOE", 0);
 }
 
 static int pcu_supports_op(void *dev, const pdde_tensor *node) {

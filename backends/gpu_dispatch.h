@@ -207,9 +207,10 @@ typedef struct {
  * k_layernorm_back2 and k_layernorm_gamma2 (pgd_ln2_on: a row in a warp's registers, read once; off on every backend
  * until a GPU run measures it) */
 enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8, PGD_MEM_GELU2 = 16, PGD_MEM_LN2 = 32 };
+static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c);
 /* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS, <prefix>CE1, <prefix>LN2,
  * PDDE_CUDA_ADAMW_VEC and PDDE_CUDA_GELU2 (prefix: the backend's, as PDDE_CUDA_; "1" sets a switch's bit and those it
- * takes with it, "0" clears its own) */
+ * takes with it, "0" clears its own, anything else is said once and changes nothing) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults) {
     static const struct { const char *name; unsigned bit, with; int cuda_only; } sw[] = {
         {"COLSUM2", PGD_MEM_COLSUM2, 0, 0}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS, 0, 0}, {"CE1", PGD_MEM_CE1, 0, 0},
@@ -222,7 +223,9 @@ static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults
         snprintf(name, sizeof name, "%s%s", prefix, sw[i].name);
         const char *v = getenv(name);
         if (v && !strcmp(v, "1")) bits |= sw[i].bit | sw[i].with;
-        if (v && !strcmp(v, "0")) bits &= ~sw[i].bit;
+        else if (v && !strcmp(v, "0")) bits &= ~sw[i].bit;
+        else if (v && *v) /* (a measurement run with a typo would time the default unawares) */
+            pgd_say_once(11 + (int)i, "%s=%s is not 0 or 1: %s", name, v, bits & sw[i].bit ? "it stays on" : "it stays off");
     }
     return bits;
 }
@@ -234,7 +237,6 @@ static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults
  * the CPU. A backend's default, or <prefix>EMBEDDING_BACK=atomic|sorted (prefix: the backend's, as
  * PDDE_CUDA_). */
 enum { PGD_EMB_ATOMIC = 0, PGD_EMB_SORTED = 1 };
-static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c);
 /* <prefix><suffix> as the index of its word in words[n] (an enum's order); unset: dflt; any other word: dflt,
  * said once (pgd_say_once's `which`; fmt given the variable's name, its word and `instead`) */
 static inline int pgd_env_word(const char *prefix, const char *suffix, const char *const *words, int n, int dflt, int which,

@@ -228,7 +228,7 @@ static pdde_status pdde_ocl_init(pdde_context *ctx, void **family, int *n_device
         return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no OpenCL ICD loader (libOpenCL.so.1)");
     }
 #define X(ret, name, args)                                                                                  \
-    f->cl.name = (ret(CL_API_CALL *) args)dlsym(f->lib, #name);                                             \
+    *(void **)&f->cl.name = dlsym(f->lib, #name); /* (ISO C has no object-to-function pointer cast) */     \
     if (!f->cl.name) {                                                                                      \
         pdde_ocl_free(f);                                                                                   \
         return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "OpenCL ICD loader lacks %s (OpenCL 1.2 needed)", #name); \
@@ -534,10 +534,10 @@ static pdde_status pdde_ocl_read(void *dev, void *stream, void *handle, size_t o
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueReadBuffer");
 }
 
-/* PDDE_OPENCL_GEMM=builtin: GEMMs on k_gemm even where the build has CLBlast */
+/* PDDE_OPENCL_GEMM=builtin: GEMMs on k_gemm even where the build has CLBlast (auto: CLBlast where it is) */
 static int pdde_ocl_gemm_env(void) {
-    const char *v = getenv("PDDE_OPENCL_GEMM");
-    return v && !strcmp(v, "builtin");
+    static const char *const words[] = {"auto", "builtin"};
+    return pdde_env_choice("PDDE_OPENCL_GEMM", words, 2, 0) == 1;
 }
 
 /* (a 4-byte pattern where offset and n allow it: runtimes fill words faster than bytes) */

@@ -22,11 +22,8 @@
 
 #include "comm.c"
 
-/* PDDE_COMM_A2A_HIER: -1 unset or empty (auto), 0, 1; anything else is auto too (said once by the caller) */
-static int a2a_hier_env(void) {
-    const char *e = getenv("PDDE_COMM_A2A_HIER");
-    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
-}
+/* PDDE_COMM_A2A_HIER: -1 unset or empty (auto), 0, 1; anything else is auto too (said once) */
+static int a2a_hier_env(void) { return pdde_env_bool("PDDE_COMM_A2A_HIER", -1); }
 
 /* The state of c: host and local index of each rank (hosts in order of first appearance, as
  * comm_topology counts them). NULL where the hierarchical form cannot run (one host, one rank a host,

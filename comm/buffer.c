@@ -134,7 +134,7 @@ pdde_status pdde_comm_buffer_alloc(pdde_comm *c, size_t bytes, void **out) {
     size = (size + page - 1) / page * page;
     comm_buffer *b = calloc(1, sizeof *b);
     if (!b) return pdde_error(ctx, PDDE_ERR_OOM, "pdde_comm_buffer_alloc: out of memory");
-    const char *reg = getenv("PDDE_COMM_REGISTER");
+    bool registered = pdde_env_bool("PDDE_COMM_REGISTER", 1);
     b->fd = -1;
     b->size = size;
     b->pid = (uint64_t)getpid();
@@ -142,7 +142,7 @@ pdde_status pdde_comm_buffer_alloc(pdde_comm *c, size_t bytes, void **out) {
     b->serial = ++comm_buffers.serial;
     pthread_mutex_unlock(&comm_buffers.lock);
     void *p = MAP_FAILED;
-    if (!(reg && !strcmp(reg, "0"))) {
+    if (registered) {
         char name[64];
         comm_buffer_name(name, sizeof name, b->serial);
         b->fd = memfd_create(name, MFD_CLOEXEC);

@@ -163,12 +163,9 @@ static pdde_status comm_new(comm_world *w, int rank, int size, int *ranks, int i
 }
 
 static pdde_comm_algo comm_algo_from_env(pdde_comm_algo given) {
-    const char *e = getenv("PDDE_COMM_ALGO");
-    if (given || !e) return given;
-    if (!strcmp(e, "ring")) return PDDE_ALGO_RING;
-    if (!strcmp(e, "recursive")) return PDDE_ALGO_RECURSIVE;
-    if (!strcmp(e, "two_level")) return PDDE_ALGO_TWO_LEVEL;
-    return PDDE_ALGO_AUTO;
+    static const char *const words[] = {"auto", "ring", "recursive", "two_level"};
+    static const pdde_comm_algo algos[] = {PDDE_ALGO_AUTO, PDDE_ALGO_RING, PDDE_ALGO_RECURSIVE, PDDE_ALGO_TWO_LEVEL};
+    return given ? given : algos[pdde_env_choice("PDDE_COMM_ALGO", words, 4, 0)];
 }
 
 /* A death notice of the world forming (a rank that died or went silent after registering its notice):
@@ -320,14 +317,9 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if (params) p = *params;
     if (p.mem_kind != PDDE_MEM_HOST)
         return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "comm: only host buffers are supported for now");
-    if (p.timeout_s <= 0 && getenv("PDDE_COMM_TIMEOUT")) { /* (a job's processes take it from their launcher) */
-        const char *v = getenv("PDDE_COMM_TIMEOUT");
-        char *end;
-        p.timeout_s = strtod(v, &end);
-        if (end == v || *end || !(p.timeout_s > 0 && p.timeout_s <= 86400))
-            return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_COMM_TIMEOUT='%s': want the operation timeout in seconds, in (0, 86400]", v);
-        if (p.init_timeout_s <= 0) p.init_timeout_s = 300; /* (it bounds the operations; forming the world keeps its own) */
-    }
+    /* (a job's processes take it from their launcher; it bounds the operations, forming the world keeps its own) */
+    if (p.timeout_s <= 0 && pdde_env_double("PDDE_COMM_TIMEOUT", 300, 1e-3, 86400, &p.timeout_s) && p.init_timeout_s <= 0)
+        p.init_timeout_s = 300;
     pdde_comm_env env = {0};
     pdde_status st;
     if (p.world_size > 0) {

@@ -120,11 +120,11 @@ static int comm_slurm_first_host(const char *list, char *out, size_t cap) {
 /* A port in [10000, 30000) from the job id: below Linux's ephemeral range, so rarely taken by
  * another program's outgoing connection; PDDE_STORE_PORT overrides it. */
 static int comm_job_port(const char *job_id) {
-    const char *given = getenv("PDDE_STORE_PORT");
-    if (given && atoi(given) > 0 && atoi(given) < 65536) return atoi(given);
     uint32_t h = 2166136261u;
     for (const char *p = job_id; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
-    return 10000 + (int)(h % 20000);
+    long port;
+    pdde_env_int("PDDE_STORE_PORT", 10000 + (long)(h % 20000), 1, 65535, &port);
+    return (int)port;
 }
 
 /* Fills l for a launcher other than pdde-run when PDDE_STORE_ADDR is not set. */

@@ -12,7 +12,8 @@
  * registrations of it whose alive key is gone, and sets the notice (create-only transaction) for
  * everyone. A clean close deletes the registration and revokes the lease. pdde_store_etcd_set_leased
  * puts a key on the lease itself, so etcd deletes it when the lease ends (pdde-run keeps an elastic
- * job's store address so).
+ * job's store address so). pdde_store_etcd_remove_prefix deletes a prefix's keys and registrations
+ * (a range delete each: how pdde-run clears an elastic run's keys).
  *
  * etcd is reached in the clear without authentication: run it on 127.0.0.1 or a network only the
  * job's hosts reach. Without libcurl (PDDE_HAVE_CURL unset) the connect call says so. */
@@ -268,15 +269,17 @@ static pdde_status store_etcd_add(void *impl, pdde_context *ctx, const char *key
         long long mod = 0;
         pdde_status st = etcd_range(t, ctx, key, &v, &len, &mod, NULL);
         if (st && st != PDDE_ERR_NOT_FOUND) return st;
-        long long now = v ? atoll(v) : 0;
+        long long now = v ? atoll(v) : 0, sum;
         free(v);
+        if (__builtin_add_overflow(now, (long long)delta, &sum))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "etcd: adding %lld to '%s' overflows 64 bits", (long long)delta, key);
         char num[32], cmp[4400];
-        int n = snprintf(num, sizeof num, "%lld", now + (long long)delta);
+        int n = snprintf(num, sizeof num, "%lld", sum);
         if (st == PDDE_ERR_NOT_FOUND) snprintf(cmp, sizeof cmp, "{\"key\":\"%s\",\"target\":\"CREATE\",\"create_revision\":\"0\"}", kb);
         else snprintf(cmp, sizeof cmp, "{\"key\":\"%s\",\"target\":\"MOD\",\"mod_revision\":\"%lld\"}", kb, mod);
         int swapped = 0;
         if ((st = etcd_txn_put(t, ctx, cmp, key, num, (size_t)n, &swapped))) return st;
-        if (swapped) { if (out) *out = now + delta; return PDDE_OK; }
+        if (swapped) { if (out) *out = sum; return PDDE_OK; }
     }
     return pdde_error(ctx, PDDE_ERR_TIMEOUT, "etcd: add to '%s' lost 1000 races in a row", key);
 }
@@ -396,6 +399,24 @@ static pdde_status store_etcd_set_leased(store_etcd *t, pdde_context *ctx, const
     return etcd_put(t, ctx, key, val, len, t->lease);
 }
 
+/* Deletes every key that starts with prefix, and the death-notice registrations under
+ * __pdde/reg/<prefix>: a range delete each, [prefix, prefix with its last byte incremented). */
+static pdde_status store_etcd_remove_prefix(store_etcd *t, pdde_context *ctx, const char *prefix) {
+    size_t pl = strlen(prefix);
+    if (!pl || pl > 1000) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "etcd: a prefix of 1 to 1000 bytes, not %zu", pl);
+    pdde_status st = PDDE_OK;
+    for (int reg = 0; reg < 2 && !st; reg++) {
+        char from[1100], to[1100], fb[1500], tb[1500], body[3100];
+        snprintf(from, sizeof from, "%s%s", reg ? "__pdde/reg/" : "", prefix);
+        snprintf(to, sizeof to, "%s", from);
+        to[strlen(to) - 1]++; /* (a prefix ending in 0xff would wrap: keys here are text) */
+        etcd_b64_encode(from, strlen(from), fb), etcd_b64_encode(to, strlen(to), tb);
+        snprintf(body, sizeof body, "{\"key\":\"%s\",\"range_end\":\"%s\"}", fb, tb);
+        st = etcd_post(t, ctx, "/v3/kv/deleterange", body, t->timeout_s, 0);
+    }
+    return st;
+}
+
 static void store_etcd_close(void *impl) {
     store_etcd *t = impl;
     double was = t->timeout_s;
@@ -450,6 +471,13 @@ pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const voi
     return store_etcd_set_leased(s->impl, s->ctx, key, val, len);
 }
 
+pdde_status pdde_store_etcd_remove_prefix(pdde_store *s, const char *prefix) {
+    STORE_CHECK(s, prefix);
+    if (s->iface != &store_etcd_iface)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "pdde_store_etcd_remove_prefix: store %s is not etcd", s->iface->name);
+    return store_etcd_remove_prefix(s->impl, s->ctx, prefix);
+}
+
 #else /* no libcurl */
 
 pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, double timeout_s, pdde_store **out) {
@@ -460,6 +488,11 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
 
 pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const void *val, size_t len) {
     (void)key, (void)val, (void)len;
+    return pdde_error(s ? s->ctx : NULL, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without libcurl (PDDE_HAVE_CURL)");
+}
+
+pdde_status pdde_store_etcd_remove_prefix(pdde_store *s, const char *prefix) {
+    (void)prefix;
     return pdde_error(s ? s->ctx : NULL, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without libcurl (PDDE_HAVE_CURL)");
 }
 

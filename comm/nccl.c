@@ -291,7 +291,7 @@ static pdde_status nccl_init(const pdde_device_collectives_params *p, void **imp
     union { unsigned char b[16]; int32_t w[4]; } mine;
     char bus[64];
     nccl_device_uuid(index, mine.b, bus, sizeof bus);
-    int32_t *uuids = malloc((size_t)n * sizeof mine);
+    int32_t *uuids = calloc((size_t)n, sizeof mine);
     if (!uuids) { nccl_free(m); return pdde_error(ctx, PDDE_ERR_OOM, "nccl: out of memory"); }
     if ((st = pdde_comm_allgather(p->comm, mine.w, uuids, 4, PDDE_I32))) { free(uuids), nccl_free(m); return st; }
     int shared = pdde_device_ids_shared(uuids, n, sizeof mine, &a, &b);

@@ -768,11 +768,8 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
     pthread_mutex_init(&s->lock, NULL), pthread_mutex_init(&s->ckpt_lock, NULL), pthread_rwlock_init(&s->round_lock, NULL);
     pdde_status st = PDDE_OK;
     if (!s->p.server_threads) { /* PDDE_PS_SERVER_THREADS=k: k threads (1: one request at a time) */
-        const char *env = getenv("PDDE_PS_SERVER_THREADS");
-        char *end = NULL;
-        long k = env ? strtol(env, &end, 10) : PS_SERVER_THREADS;
-        if (env && (end == env || *end || k < 1 || k > PS_SERVER_THREADS_MAX))
-            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: PDDE_PS_SERVER_THREADS=%s is not a count in [1, %d]", env, PS_SERVER_THREADS_MAX);
+        long k;
+        pdde_env_int("PDDE_PS_SERVER_THREADS", PS_SERVER_THREADS, 1, PS_SERVER_THREADS_MAX, &k);
         s->p.server_threads = (int)k;
     }
     if (!st && p->checkpoint_dir && p->checkpoint_every > 0) {
@@ -1292,9 +1289,10 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     const char *stop_at = getenv("PDDE_TEST_PS_STOP_AT_PUSH");
     c->stop_at_push = stop_at ? strtoll(stop_at, NULL, 10) : 0;
     /* PDDE_PS_LANES=k: at most k requests in flight (1: one at a time, as a single lock would) */
-    const char *lanes = getenv("PDDE_PS_LANES"), *timeout = getenv("PDDE_COMM_TIMEOUT");
-    c->n_lanes = lanes && atoi(lanes) > 0 ? (atoi(lanes) < PS_LANES ? atoi(lanes) : PS_LANES) : PS_LANES;
-    c->timeout_s = timeout && atof(timeout) > 0 ? atof(timeout) : 300;
+    long lanes;
+    pdde_env_int("PDDE_PS_LANES", PS_LANES, 1, PS_LANES, &lanes);
+    c->n_lanes = (int)lanes;
+    pdde_env_double("PDDE_COMM_TIMEOUT", 300, 1e-3, 86400, &c->timeout_s); /* (as the communicator reads it) */
     atomic_init(&c->clock, 0), atomic_init(&c->pushes, 0);
     pthread_mutex_init(&c->lock, NULL), pthread_mutex_init(&c->lane_lock, NULL), pthread_cond_init(&c->lane_cv, NULL);
     pthread_rwlock_init(&c->geo_lock, NULL);
@@ -1638,7 +1636,7 @@ static pdde_status ps_command(pdde_ps_client *c, int op, const char *path, int s
     }
     bool lost = false;
     for (int s = first; s <= last && !st && op != PS_BYE; s++) {
-        ps_hdr h;
+        ps_hdr h = {0};
         st = pdde_comm_recv(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, ps_tag(lane, PS_TAG_REPLY));
         if (st) st = ps_failed(c, st, op, req, 0, s);
         else st = ps_check_reply(c, s, op, req, 0, &h, &lost);

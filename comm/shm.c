@@ -166,8 +166,7 @@ static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     comm_world *w = c->w;
     *out = NULL;
     if (c->n_hosts != 1 || c->size < 2 || c->size > SHM_MAX_RANKS) return PDDE_OK;
-    const char *off = getenv("PDDE_COMM_SHM");
-    if (off && !strcmp(off, "0")) return PDDE_OK;
+    if (!pdde_env_bool("PDDE_COMM_SHM", 1)) return PDDE_OK;
     comm_shm *s = calloc(1, sizeof *s);
     if (!s) return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory");
     s->n = c->size;
@@ -175,12 +174,10 @@ static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     s->chunk = SHM_CHUNK_BYTES;
     s->res = ((s->chunk / (size_t)s->n + 63) & ~(size_t)63) + 64; /* a part, rounded up, plus an element */
     s->size = SHM_LINE * (size_t)s->n + 2 * (size_t)s->n * (s->chunk + s->res) + 2 * (size_t)s->n * SHM_ROW(s->n) * 8;
-    const char *cma = getenv("PDDE_COMM_CMA");
-    s->cma_off = cma && !strcmp(cma, "0");
+    s->cma_off = !pdde_env_bool("PDDE_COMM_CMA", 1);
     s->a2a_small = w->spin_s > 0 ? SHM_A2A_SMALL_MAX : SHM_A2A_SMALL_MAX_SHARED;
     s->a2a_small_reg = w->spin_s > 0 ? SHM_A2A_SMALL_REG : SHM_A2A_SMALL_REG_SHARED;
-    const char *sleep = getenv("PDDE_COMM_A2A_SLEEP");
-    s->a2a_sleep = w->spin_s == 0 && !(sleep && !strcmp(sleep, "0"));
+    s->a2a_sleep = w->spin_s == 0 && pdde_env_bool("PDDE_COMM_A2A_SLEEP", 1);
     s->pid = (uint64_t)getpid();
     char key[300];
     snprintf(key, sizeof key, "%s/shm/%lld", w->prefix, (long long)serial);

@@ -250,7 +250,7 @@ static int store_put(pdde_store_server *srv, store_client *c, const void *key, s
     store_account(srv, c, len, e->len);
     free(e->val);
     e->val = v; e->len = len;
-    if (klen >= 7 && !memcmp(key + klen - 7, "/failed", 7)) {
+    if (klen >= 7 && !memcmp((const char *)key + klen - 7, "/failed", 7)) {
         const char *bar = memchr(v, '|', len), *text = bar ? bar + 1 : v; /* "status|message" */
         pthread_mutex_lock(&srv->fail_lock);
         if (!srv->first_failure[0])
@@ -423,7 +423,9 @@ static int store_handle(pdde_store_server *srv, store_client *c, const unsigned 
         if (fl[1] != 8) return -1;
         if (!store_may_write(srv, c, e)) return 0;
         long long v = e ? strtoll(e->val, NULL, 10) : 0;
-        v += (long long)get_u64(f[1]);
+        if (__builtin_add_overflow(v, (long long)get_u64(f[1]), &v)) /* (a hostile or broken delta: no signed overflow here) */
+            return store_reply_error(srv, c, PDDE_ERR_INVALID_ARG, "store: adding %lld to '%.200s' overflows 64 bits",
+                                     (long long)get_u64(f[1]), e ? e->key : "(new key)");
         char buf[32];
         int len = snprintf(buf, sizeof buf, "%lld", v);
         if ((limit = store_over_limit(srv, NULL, e, klen, (size_t)len)) || store_put(srv, NULL, key, klen, buf, (size_t)len, 0))

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 
 #include "../pdde_extension.h" /* the store and transport vtables */
+#include "../backends/backend_impl.h" /* the environment readers every layer shares (pdde_env_*) */
 
 static double comm_now(void) {
     struct timespec ts;

@@ -13,12 +13,9 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     error_init(ctx);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
-    const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
-    char *end = NULL;
-    long n_share = share ? strtol(share, &end, 10) : 0;
-    if (share && *share && (end == share || *end || n_share < 1 || n_share > 1 << 16)) /* (said; the default then) */
-        fprintf(stderr, "pdde: PDDE_NUM_THREADS=\"%s\": expected a thread count >= 1; using %d\n", share, p.n_threads > 0 ? p.n_threads : (int)cores);
-    else if (p.n_threads <= 0 && share && *share) p.n_threads = (int)n_share;
+    long share; /* a launcher's share of the cores for this rank */
+    if (pdde_env_int("PDDE_NUM_THREADS", p.n_threads > 0 ? p.n_threads : cores, 1, 1 << 16, &share) && p.n_threads <= 0)
+        p.n_threads = (int)share;
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (int)cores;
     /* more threads than this only contend for the cores, and thousands exhaust the process's thread
      * limit (device runtimes started later then fail to start their own) */

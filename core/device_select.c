@@ -209,9 +209,9 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
     if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
     pdde_device_select_params p = params ? *params : (pdde_device_select_params)PDDE_DEVICE_SELECT_PARAMS_INIT;
     memset(out, 0, sizeof *out);
-    const char *env = getenv("PDDE_DEVICE"), *share_env = getenv("PDDE_DEVICE_SHARE");
+    const char *env = getenv("PDDE_DEVICE");
     const char *asked = p.backend && *p.backend ? p.backend : env && *env ? env : "auto";
-    if (!p.share && share_env && !strcmp(share_env, "1")) p.share = 1;
+    if (!p.share && pdde_env_bool("PDDE_DEVICE_SHARE", 0)) p.share = 1;
     char how[96];
     int lr = p.local_rank ? *p.local_rank : device_select_local_rank(ctx, how, sizeof how);
     if (p.local_rank) {

@@ -3,7 +3,8 @@
  * world, let the caller re-plan and rebuild its session, restore the snapshot, continue).
  * A part of pdde.c: included there in place (it reads and writes the session's private state).
  *
- * Keys, under J = "elastic/<job>":
+ * Keys, under J = "elastic/<job>", or "elastic/<job>/<run>" with PDDE_ELASTIC_RUN (pdde-run sets a run id
+ * of its own for an etcd job: etcd outlives a run, and a run must not read an earlier one's notes):
  *   J/dead/<id>          a member's death notice: set by the store when its connection drops or its
  *                        lease (heartbeats every lease/4) ends, so a killed or frozen member is known
  *   J/left/<id>          a member that left at a step boundary on purpose
@@ -189,26 +190,17 @@ static void *elastic_heartbeat(void *arg) {
     return NULL;
 }
 
-/* The variable's value, or dflt where it is unset or, said on stderr, not a number (of seconds > 0) */
-static int elastic_env_int(const char *name, int dflt) {
-    const char *v = getenv(name);
-    char *end = NULL;
-    long x = v && *v ? strtol(v, &end, 10) : dflt;
-    if (v && *v && (end == v || *end || x < INT_MIN || x > INT_MAX)) {
-        fprintf(stderr, "pdde: %s=\"%s\": not a whole number; using %d\n", name, v, dflt);
-        return dflt;
-    }
+/* The variable's value, or dflt where it is unset or, said on stderr, not a whole number >= lo */
+static int elastic_env_int(const char *name, int dflt, int lo) {
+    long x;
+    pdde_env_int(name, dflt, lo, INT_MAX, &x);
     return (int)x;
 }
 
-static double elastic_env_double(const char *name, double dflt) {
-    const char *v = getenv(name);
-    char *end = NULL;
-    double x = v && *v ? strtod(v, &end) : dflt;
-    if (v && *v && (end == v || *end || !(x > 0) || !isfinite(x))) {
-        fprintf(stderr, "pdde: %s=\"%s\": not a number of seconds > 0; using %g\n", name, v, dflt);
-        return dflt;
-    }
+/* ...a number of seconds, at least a millisecond */
+static double elastic_env_seconds(const char *name, double dflt) {
+    double x;
+    pdde_env_double(name, dflt, 1e-3, INFINITY, &x);
     return x;
 }
 
@@ -349,19 +341,21 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     e->latest = -1, e->pending_slot = -1, e->general_peer_gen = -1;
     pthread_mutex_init(&e->copy_lock, NULL);
     pthread_cond_init(&e->copy_cv, NULL);
-    const char *sync = getenv("PDDE_ELASTIC_SYNC_SNAPSHOT");
-    e->async = !(sync && atoi(sync));
+    e->async = !pdde_env_bool("PDDE_ELASTIC_SYNC_SNAPSHOT", 0);
     for (int k = 0; k < ELASTIC_SLOTS; k++) e->snap[k].step = -1;
     pthread_mutex_init(&e->store_lock, NULL);
-    const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB");
-    snprintf(e->job, sizeof e->job, "elastic/%.100s", job && *job ? job : "job");
-    e->min_ranks = p.min_ranks > 0 ? p.min_ranks : elastic_env_int("PDDE_ELASTIC_MIN", 1);
-    e->max_ranks = p.max_ranks > 0 ? p.max_ranks : elastic_env_int("PDDE_ELASTIC_MAX", env.world_size);
-    e->max_restarts = p.max_restarts ? p.max_restarts : elastic_env_int("PDDE_ELASTIC_MAX_RESTARTS", 10);
-    e->snapshot_every = p.snapshot_every > 0 ? p.snapshot_every : elastic_env_int("PDDE_ELASTIC_SNAPSHOT_EVERY", 1);
+    const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB"), *run = getenv("PDDE_ELASTIC_RUN");
+    if (run && *run) /* (this run's keys apart from those an earlier run of the job's name left in etcd) */
+        snprintf(e->job, sizeof e->job, "elastic/%.100s/%.40s", job && *job ? job : "job", run);
+    else
+        snprintf(e->job, sizeof e->job, "elastic/%.100s", job && *job ? job : "job");
+    e->min_ranks = p.min_ranks > 0 ? p.min_ranks : elastic_env_int("PDDE_ELASTIC_MIN", 1, 1);
+    e->max_ranks = p.max_ranks > 0 ? p.max_ranks : elastic_env_int("PDDE_ELASTIC_MAX", env.world_size, 1);
+    e->max_restarts = p.max_restarts ? p.max_restarts : elastic_env_int("PDDE_ELASTIC_MAX_RESTARTS", 10, INT_MIN);
+    e->snapshot_every = p.snapshot_every > 0 ? p.snapshot_every : elastic_env_int("PDDE_ELASTIC_SNAPSHOT_EVERY", 1, 1);
     if (e->snapshot_every < 1) e->snapshot_every = 1;
-    e->peer_timeout_s = p.peer_timeout_s > 0 ? p.peer_timeout_s : elastic_env_double("PDDE_PEER_TIMEOUT", 5);
-    e->timeout_s = p.timeout_s > 0 ? p.timeout_s : elastic_env_double("PDDE_ELASTIC_TIMEOUT", 300);
+    e->peer_timeout_s = p.peer_timeout_s > 0 ? p.peer_timeout_s : elastic_env_seconds("PDDE_PEER_TIMEOUT", 5);
+    e->timeout_s = p.timeout_s > 0 ? p.timeout_s : elastic_env_seconds("PDDE_ELASTIC_TIMEOUT", 300);
     const char *leave = getenv("PDDE_ELASTIC_LEAVE");
     snprintf(e->leave, sizeof e->leave, "%s", leave ? leave : "");
     e->id = e->rank = env.rank;
@@ -381,8 +375,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     if (rdzv && !strncmp(rdzv, "etcd://", 7)) st = pdde_store_etcd_connect(ctx, rdzv, e->timeout_s, &e->store);
     else st = pdde_store_connect(ctx, env.store_addr, e->timeout_s, &e->store);
     if (st) goto fail;
-    const char *join = getenv("PDDE_ELASTIC_JOIN");
-    int joiner = join && atoi(join) > 0;
+    int joiner = pdde_env_bool("PDDE_ELASTIC_JOIN", 0) == 1;
     if (joiner) { /* an id of its own, after those of the ranks started and of earlier joiners */
         int64_t k = 0;
         snprintf(key, sizeof key, "%s/joined", e->job);

@@ -30,6 +30,7 @@ static double parse_bytes(const char *v) {
 static double host_available(const char **source) {
     const char *env = getenv("PDDE_MEMORY_AVAILABLE");
     if (env && *env && parse_bytes(env) >= 0) { *source = "PDDE_MEMORY_AVAILABLE"; return parse_bytes(env); }
+    if (env && *env) pdde_env_warn("PDDE_MEMORY_AVAILABLE", env, "a byte count with an optional k, M, G or T suffix", "what the system says");
     double avail = -1;
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
@@ -57,8 +58,9 @@ static double host_available(const char **source) {
 
 static pdde_status session_admit(pdde_session *s, const pdde_session_params *p) {
     double headroom = p->memory_headroom;
-    const char *env = getenv("PDDE_MEMORY_HEADROOM");
-    if (headroom == 0 && env && *env) headroom = strcmp(env, "off") == 0 ? -1 : strtod(env, NULL);
+    const char *env = getenv("PDDE_MEMORY_HEADROOM"); /* off, or a fraction below 1 */
+    if (headroom == 0 && env && !strcmp(env, "off")) headroom = -1;
+    else if (headroom == 0) pdde_env_double("PDDE_MEMORY_HEADROOM", PDDE_DEFAULT_HEADROOM, 0, 0.999, &headroom);
     if (headroom == 0) headroom = PDDE_DEFAULT_HEADROOM;
     if (headroom < 0 || !isfinite(headroom)) return PDDE_OK;
     if (headroom >= 1) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: memory headroom %g must be below 1", headroom);

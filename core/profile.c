@@ -106,7 +106,7 @@ static bool profile_cluster_peaks(const pdde_session *s, int d, struct profile_p
 
 /* PDDE_PROFILE_PEAKS=GBPS,TFLOPS[,F32_TFLOPS]: a device's memory bandwidth in GB/s and its GEMM rate in
  * TFLOP/s (with a third figure: the half-precision GEMMs' rate, the third f32's). false: unset, or a bad
- * value (said once, at the session's start). */
+ * value (said once a process, at a session's start). */
 static bool profile_env_peaks(struct profile_peaks *pk) {
     const char *v = getenv("PDDE_PROFILE_PEAKS");
     if (!v || !*v) return false;
@@ -122,8 +122,8 @@ static bool profile_env_peaks(struct profile_peaks *pk) {
         c++;
     }
     if (n < 2 || *c) {
-        fprintf(stderr, "pdde: PDDE_PROFILE_PEAKS=\"%s\": expected GBPS,TFLOPS or GBPS,TFLOPS,F32_TFLOPS, numbers > 0 (4800,989,67: an "
-                        "H200's bandwidth and dense bf16 and f32 rates); the device profile has no bound column\n", v);
+        pdde_env_warn("PDDE_PROFILE_PEAKS", v, "GBPS,TFLOPS or GBPS,TFLOPS,F32_TFLOPS, numbers > 0 (4800,989,67: an H200's bandwidth and "
+                      "dense bf16 and f32 rates)", "none: the device profile has no bound column");
         return false;
     }
     memset(pk, 0, sizeof *pk);

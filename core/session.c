@@ -487,11 +487,7 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_session_pa
  * of that device (copy_stream), beside its backward. PDDE_COPY_STREAM=1 for every such backend, 0 for
  * none; by default OpenCL's (the CUDA and Level Zero paths have not run on a GPU). */
 static pdde_status session_copy_streams(pdde_session *s) {
-    const char *env = getenv("PDDE_COPY_STREAM");
-    int mode = env && *env ? (env[1] ? 2 : env[0] - '0') : -1;
-    if (mode != -1 && mode != 0 && mode != 1)
-        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_COPY_STREAM=%s: expected 0 (copies on the device's stream) or 1 "
-                          "(on a second stream of the device)", env);
+    int mode = pdde_env_bool("PDDE_COPY_STREAM", -1);
     if (mode == 0 || !s->requests) return PDDE_OK;
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *b = s->order[i];
@@ -1300,12 +1296,10 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->g = g;
     s->last_loss = NAN;
     s->schedule = g->opt;
-    const char *prof = getenv("PDDE_PROFILE");
-    if (prof && *prof && strcmp(prof, "0") && strcmp(prof, "1") && strcmp(prof, "device"))
-        fprintf(stderr, "pdde: PDDE_PROFILE=\"%s\": expected 1 (host times per op) or device (the device's own, with bounds); profiling on host times\n", prof);
-    s->profile = prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "device") != 0;
-    const char *check = getenv("PDDE_CHECK_NONFINITE");
-    s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
+    static const char *const profiles[] = {"0", "1", "device"}; /* off; host times per op; the device's own, with bounds */
+    int profile = pdde_env_choice("PDDE_PROFILE", profiles, 3, 0);
+    s->profile = profile == 1;
+    s->check_nonfinite = pdde_env_bool("PDDE_CHECK_NONFINITE", 0);
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
                             p.gradient_bucket_bytes, NULL, false};
     lp.no_cpu_fallback = program_no_cpu_fallback(&p);
@@ -1337,7 +1331,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
-    if (st == PDDE_OK && prof && !strcmp(prof, "device")) st = profile_want(s, p.cluster);
+    if (st == PDDE_OK && profile == 2) st = profile_want(s, p.cluster);
     if (st == PDDE_OK) st = session_place(s);
     if (st == PDDE_OK && s->devprof) st = profile_open(s);
 #ifdef PDDE_HAVE_COMM

@@ -41,8 +41,9 @@ static pdde_status trace_open(pdde_session *s, const char *path) {
     struct session_trace *tr = calloc(1, sizeof *tr);
     if (!tr) return pdde_error(s->ctx, PDDE_ERR_OOM, "trace: out of memory");
     int rank = 0, size = 1;
-    const char *er = getenv("PDDE_RANK"), *ew = getenv("PDDE_WORLD_SIZE");
-    if (er && ew) rank = atoi(er), size = atoi(ew);
+    long er, ew; /* (a launcher's, for a run that has no communicator) */
+    bool has_rank = pdde_env_int("PDDE_RANK", 0, 0, INT_MAX, &er), has_size = pdde_env_int("PDDE_WORLD_SIZE", 1, 1, INT_MAX, &ew);
+    if (has_rank && has_size) rank = (int)er, size = (int)ew;
 #ifdef PDDE_HAVE_COMM
     if (s->world) rank = pdde_comm_rank(s->world), size = pdde_comm_size(s->world);
 #endif

@@ -152,7 +152,7 @@ static int parse(int argc, char **argv, options *o) {
 }
 
 int main(int argc, char **argv) {
-    options o;
+    options o = {0}; /* (parse fills it; zeroed for the compilers that cannot see that) */
     if (parse(argc, argv, &o)) return 2;
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx)) { fprintf(stderr, "dlrm: no context\n"); return 1; }
@@ -313,8 +313,8 @@ int main(int argc, char **argv) {
     if (st) fprintf(stderr, "dlrm: training: %s\n", pdde_last_error(ctx)), rc = 1;
     double train_s = dlrm_seconds(CLOCK_MONOTONIC) - t0;
 
-    if (!st && lead && n_test >= o.cfg.batch) {
-        long nt = n_test / o.cfg.batch * o.cfg.batch;
+    if (!st && lead && n_test > 0) {
+        long nt = n_test; /* (all of them: dlrm_predict fills up the last batch) */
         double *p = malloc((size_t)nt * sizeof *p);
         int *y = malloc((size_t)nt * sizeof *y);
         for (long i = 0; i < nt; i++) y[i] = samples[n_train + i].label;

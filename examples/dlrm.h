@@ -440,22 +440,33 @@ static inline void dlrm_slot_free(dlrm_slot *sl) {
     memset(sl, 0, sizeof *sl);
 }
 
-/* Click probabilities of n samples (whole batches only: n is rounded down). */
+/* Click probabilities of n samples, every one (the last batch filled up to the graph's batch). */
 static inline pdde_status dlrm_predict(pdde_session *s, const dlrm_model *m, pdde_sparse_batch *sb, pdde_ps_client *c,
                                        const dlrm_sample *samples, long n, double *p, uint64_t *ids_scratch) {
     int B = m->cfg.batch;
     float *logits = malloc((size_t)B * 2 * sizeof *logits);
-    pdde_status st = logits ? PDDE_OK : PDDE_ERR_OOM;
-    for (long i = 0; i + B <= n && !st; i += B) {
-        dlrm_batch_ids(samples + i, B, ids_scratch);
+    double *last = malloc((size_t)B * sizeof *last);
+    dlrm_sample *tail = malloc((size_t)B * sizeof *tail);
+    pdde_status st = logits && last && tail ? PDDE_OK : PDDE_ERR_OOM;
+    for (long i = 0; i < n && !st; i += B) {
+        /* the graph takes whole batches: the last, shorter one is filled with copies of its last sample
+         * (the same ids: no row is added by them) and their predictions left out */
+        long rows = n - i < B ? n - i : B;
+        const dlrm_sample *batch = samples + i;
+        if (rows < B) {
+            for (long r = 0; r < B; r++) tail[r] = samples[i + (r < rows ? r : rows - 1)];
+            batch = tail;
+        }
+        dlrm_batch_ids(batch, B, ids_scratch);
         st = pdde_sparse_batch_pull(sb, c, ids_scratch);
         if (!st) st = pdde_sparse_batch_feed(sb, s);
-        if (!st) st = dlrm_feed_dense(s, m, samples + i);
+        if (!st) st = dlrm_feed_dense(s, m, batch);
         if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
         if (!st) st = pdde_session_read(s, m->logits, logits, (size_t)B * 2 * sizeof *logits);
-        if (!st) dlrm_probs(logits, B, p + i);
+        if (!st) dlrm_probs(logits, B, rows < B ? last : p + i);
+        if (!st && rows < B) memcpy(p + i, last, (size_t)rows * sizeof *p);
     }
-    free(logits);
+    free(logits), free(last), free(tail);
     return st;
 }
 

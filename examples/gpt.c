@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     gpt_config model;
@@ -86,8 +87,8 @@ static void usage(FILE *f) {
             "                              under pdde-run --elastic it re-plans at every change, data parallel; FILE's\n"
             "                              figures also time the devices of --device auto and give PDDE_PROFILE=device\n"
             "                              the peaks it measured: peaks=cluster)\n"
-            "           [--ft-replicas]   (under pdde-run --elastic: fault-tolerant data parallelism without re-planning: each\n"
-            "                              rank keeps its replica's rows of every batch; a lost replica's rows are dropped and\n"
+            "           [--ft-replicas]   (under pdde-run --elastic: fault-tolerant data parallelism without re-splitting the batch:\n"
+            "                              each rank keeps its replica's rows of every batch; a lost replica's rows are dropped and\n"
             "                              the survivors average over the samples they have; a replica that comes back\n"
             "                              (pdde-run --restart, or --join) takes a missing replica's rows from a member's state)\n");
 }
@@ -164,6 +165,17 @@ static int parse(int argc, char **argv, options *o) {
             if (end == v || *end || !isfinite(*fv) || *fv < 0) { fprintf(stderr, "gpt: %s wants a finite number >= 0, got '%s'\n", a, v); return -1; }
         }
         i++;
+    }
+    /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
+     * plans for itself) */
+    bool plan_given = o->plan != NULL;
+    for (int i = 1; i < argc; i++)
+        plan_given |= !strcmp(argv[i], "--dp") || !strcmp(argv[i], "--tp") || !strcmp(argv[i], "--pp") || !strcmp(argv[i], "--ep");
+    pdde_comm_env env;
+    if (!plan_given && !(getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) && pdde_comm_env_read(NULL, &env) == PDDE_OK &&
+        env.world_size > 1) {
+        o->dp = env.world_size;
+        if (env.rank == 0) printf("gpt: %d ranks and no plan given: data parallel over them (--dp %d)\n", env.world_size, env.world_size);
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
@@ -432,18 +444,22 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
 
-/* The cluster file's figures (--cluster, else build/cluster.json where there is one), NULL without: auto
- * --device times the step by them, and PDDE_PROFILE=device takes its peaks from them. A --cluster that does
- * not load is said; the run goes on without it (devices timed by kind, the profile without measured peaks). */
-static pdde_cluster *measured_cluster(pdde_context *ctx, const options *o) {
-    pdde_cluster *measured = NULL;
+/* The cluster file's figures (--cluster, else build/cluster.json where there is one) into *out, NULL
+ * without: auto --device times the step by them, and PDDE_PROFILE=device takes its peaks from them. A
+ * --cluster that is there but does not load is an error (as for --plan auto), naming the file and the
+ * field; one that is not there, or a build/cluster.json that does not load, is said, and the run goes
+ * on without (devices timed by kind). */
+static int measured_cluster(pdde_context *ctx, const options *o, pdde_cluster **out) {
     const char *path = o->cluster ? o->cluster : "build/cluster.json";
-    FILE *f = o->cluster ? NULL : fopen(path, "r");
-    bool there = o->cluster || f;
-    if (f) fclose(f);
-    if (there && pdde_cluster_load(ctx, path, &measured) != PDDE_OK && o->cluster)
-        fprintf(stderr, "gpt: --cluster %s: %s (going on without it)\n", path, pdde_last_error(ctx));
-    return measured;
+    *out = NULL;
+    if (access(path, F_OK)) {
+        if (o->cluster) fprintf(stderr, "gpt: --cluster %s: %s (going on without it)\n", path, strerror(errno));
+        return 0;
+    }
+    if (pdde_cluster_load(ctx, path, out) == PDDE_OK) return 0;
+    fprintf(stderr, "gpt: %s%s (build/pdde-bench -o FILE writes one, --check FILE reads one back)%s\n", o->cluster ? "--cluster: " : "",
+            pdde_last_error(ctx), o->cluster ? "" : ": going on without it"); /* (the library's message names the file) */
+    return o->cluster != NULL;
 }
 
 /* --device (else $PDDE_DEVICE, else auto) for this rank, auto timing the step g on each candidate with
@@ -455,6 +471,19 @@ static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g,
     pdde_status st = pdde_device_select(ctx, &ds, out);
     if (st) fprintf(stderr, "gpt: %s: %s\n", o->device ? "--device" : "PDDE_DEVICE", pdde_last_error(ctx));
     return st != PDDE_OK;
+}
+
+/* 1, saying so, when a launcher started more ranks than the given plan's one: each would train its own
+ * copy of the model (and write the same --ckpt-dir). Expert parallelism needs them as an ep group too:
+ * its experts split over the --dp (or --tp) ranks. (With no plan given, dp is the launcher's ranks.) */
+static int world_too_large(pdde_context *ctx, const options *o) {
+    pdde_comm_env env;
+    if (pdde_comm_env_read(ctx, &env) != PDDE_OK || env.world_size <= 1) return 0; /* (no launcher: one process) */
+    /* (every rank says it: the launcher may stop the others when the first one ends) */
+    fprintf(stderr, "gpt: the launcher started %d ranks but the plan (--dp 1 x --tp 1 x --pp 1) uses one: each would train its own copy%s. "
+            "Give --dp %d (or --tp, --pp, --plan) to use them%s\n", env.world_size, o->ckpt_dir ? " into the same --ckpt-dir" : "",
+            env.world_size, o->model.moe_ep ? " (--moe-ep splits the experts over the --dp ranks)" : "");
+    return 1;
 }
 
 /* The MoE log line: the balance loss (1 = even), tokens per expert of the first MoE block, the busiest
@@ -498,9 +527,9 @@ int main(int argc, char **argv) {
         .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse(argc, argv, &o)) return 2;
     o.model.moe_bias = o.moe_bias_rate > 0;
-    setvbuf(stdout, NULL, _IOLBF, 0);
 
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = o.threads;
@@ -522,7 +551,7 @@ int main(int argc, char **argv) {
      * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
      * in-memory snapshot and go on) */
     pdde_elastic *el = NULL;
-    char el_plan[128] = "";
+    char el_plan[256] = "";
     int el_tp0 = 1, el_pp0 = 1; /* --tp, --pp asked for: kept while the ranks there are allow them */
     int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
@@ -573,16 +602,19 @@ elastic_rebuild:
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
         if (el_auto) pdde_plan_str(&o.parsed_plan, el_plan, sizeof el_plan);
         else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d", o.dp, o.tp, o.pp, o.micro, o.dp > 1 ? o.zero : 0);
-        if (o.ft && ranks < ft_dp0) { /* say whose samples are dropped */
+        if (o.ft) { /* the batch is not re-split: each rank keeps its replica's rows; say whose are dropped */
             size_t n = strlen(el_plan);
-            n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", batch %d: the samples of replica", o.model.batch);
-            for (int d = 0; d < ft_dp0 && n < sizeof el_plan; d++) {
+            n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", each replica's rows kept (the batch not re-split)");
+            if (ranks < ft_dp0 && n < sizeof el_plan) n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", batch %d: the samples of replica", o.model.batch);
+            for (int d = 0; d < ft_dp0 && ranks < ft_dp0 && n < sizeof el_plan; d++) {
                 int held = 0;
                 for (int k = 0; k < ranks; k++) held |= ft_ids[k] == d;
                 if (!held) n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, " %d", d);
             }
-            if (n < sizeof el_plan) snprintf(el_plan + n, sizeof el_plan - n, " dropped");
+            if (ranks < ft_dp0 && n < sizeof el_plan) snprintf(el_plan + n, sizeof el_plan - n, " dropped");
         }
+    } else if (ranks == 1 && world_too_large(ctx, &o)) {
+        return 2;
     } else if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
@@ -621,7 +653,8 @@ elastic_rebuild:
     sp.trace = o.trace;
     /* the rank's device (its local rank's of the backend asked for) runs the whole step */
     pdde_device_choice dc;
-    pdde_cluster *measured = measured_cluster(ctx, &o);
+    pdde_cluster *measured = NULL;
+    if (measured_cluster(ctx, &o, &measured)) return 1;
     sp.cluster = measured; /* (PDDE_PROFILE=device's peaks, read at the session's start) */
     if (rank_device(ctx, &o, g, measured, &dc)) { pdde_cluster_free(measured); return 1; }
     sp.device = dc.device;
@@ -667,9 +700,12 @@ elastic_rebuild:
     if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
     if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
     printf("\n");
-    printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (plan) of %.1f MB\n",
+    /* the arena holds one micro-batch's activations per micro-batch in flight (pipeline stages keep
+     * several), with the memory plan's reuse; the sum is one pass's tensors as if none shared memory */
+    printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (the memory plan's "
+           "arenas, one a micro-batch in flight: %.1f MB alive at most in each; %.1f MB a micro-batch's tensors summed without reuse)\n",
            o.data, (long long)pdde_data_token_count(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
-           ms.arena_bytes / 1e6, ms.activation_bytes / 1e6);
+           ms.arena_bytes / 1e6, ms.activation_peak_bytes / 1e6, ms.activation_bytes / 1e6);
 
     char ckpt[4096] = "";
     if (o.ckpt_dir) {

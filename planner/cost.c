@@ -1275,8 +1275,8 @@ void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width) {
                 if (ev->lane == 0) line[x] = '#'; /* compute wins a shared column */
                 else if (line[x] == '.') line[x] = '=';
         }
-        fprintf(f, "rank %3d |%s| compute %.3g s, comm wait %.3g s, idle %.3g s, peak %.4g MB\n", k, line,
-                r->compute_time[k], r->comm_wait[k], r->idle[k], r->peak_memory[k] / 1e6);
+        fprintf(f, "rank %3d |%s| compute %.3g s, comm wait %.3g s, idle %.3g s, peak %.4g GiB\n", k, line,
+                r->compute_time[k], r->comm_wait[k], r->idle[k], r->peak_memory[k] / 1073741824.0);
     }
     free(line);
 }

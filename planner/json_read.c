@@ -3,8 +3,8 @@
  * by key; arrays walked child by child), under cJSON's names inside this layer only, so that
  * planner/cluster.c reads a cluster file the same way in both builds. Strict RFC 8259 syntax;
  * nesting is bounded (no stack overflow on hostile input); an error gives the byte it stopped at. */
-#ifndef PDDE_HAVE_CJSON
 #include "planner_impl.h"
+#ifndef PDDE_HAVE_CJSON
 
 #include <math.h>
 #include <stdbool.h>

@@ -489,8 +489,7 @@ static bool cache_reusable(const pdde_tensor *x, pdde_phase made, pdde_phase now
  * whole parameters; cheaper where they are small). Lowering, the memory plan and the cost model read it
  * here, so they agree. */
 PDDE_PRIVATE bool lower_regather_on(void) {
-    const char *env = getenv("PDDE_ZERO3_REGATHER");
-    return !(env && !strcmp(env, "0"));
+    return pdde_env_bool("PDDE_ZERO3_REGATHER", 1);
 }
 
 /* Whether x is a parameter's value (the parameter, or its copy onto a device or its cast, as forward
@@ -825,8 +824,7 @@ static pdde_status lower_partition(lowering *L) {
 /* Whether casts stay as autocast wrote them: only with PDDE_FOLD_CASTS=0 (to compare; the same losses). */
 static bool casts_kept_on(const lowering *L, int device) {
     (void)L, (void)device;
-    const char *env = getenv("PDDE_FOLD_CASTS");
-    return env && !strcmp(env, "0");
+    return !pdde_env_bool("PDDE_FOLD_CASTS", 1);
 }
 
 static pdde_status lower_shadows(lowering *L) {
@@ -860,9 +858,8 @@ static const struct { const char *name; bool cuda_bf16; } lower_fusions[] = {
 };
 
 PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16) {
-    const char *env = getenv(name);
-    if (env && !strcmp(env, "1")) return true;
-    if (env && !strcmp(env, "0")) return false;
+    int asked = pdde_env_bool(name, -1);
+    if (asked >= 0) return asked;
     bool cuda = backend && !strcmp(backend, "cuda") && bf16;
     for (size_t i = 0; i < sizeof lower_fusions / sizeof lower_fusions[0]; i++)
         if (!strcmp(lower_fusions[i].name, name)) return cuda && lower_fusions[i].cuda_bf16;
@@ -1991,10 +1988,7 @@ static pdde_status lower_schedule(lowering *L) {
  * result (the intermediate buffer, alive until the second completes) as well as the second's. */
 
 /* ZeRO-3's prefetch, on unless PDDE_ZERO3_PREFETCH=0. */
-static bool lower_prefetch_on(void) {
-    const char *env = getenv("PDDE_ZERO3_PREFETCH");
-    return !env || strcmp(env, "0") != 0;
-}
+static bool lower_prefetch_on(void) { return pdde_env_bool("PDDE_ZERO3_PREFETCH", -1) != 0; }
 
 /* Whether lowering prefetches a ZeRO-3 gather whose shard and result are on host memory (host_memory)
  * or on a device of `backend`: on host memory unless PDDE_ZERO3_PREFETCH=0; on device memory OpenCL's
@@ -2002,9 +1996,8 @@ static bool lower_prefetch_on(void) {
  * stay blocking by default until a GPU run measures them). Lowering decides by it, the search's
  * estimate prices the gathers by it. */
 PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, const char *backend) {
-    const char *env = getenv("PDDE_ZERO3_PREFETCH");
     if (!lower_prefetch_on()) return false;
-    return host_memory || (env && !strcmp(env, "1")) || (backend && !strcmp(backend, "opencl"));
+    return host_memory || pdde_env_bool("PDDE_ZERO3_PREFETCH", -1) == 1 || (backend && !strcmp(backend, "opencl"));
 }
 
 /* Work a prefetched gather can travel behind: a node that computes (not a leaf, a view, a wait or
@@ -2209,8 +2202,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
  * too: its first backward is micro-batch 0's). Only accumulators an update of the program zeroes (or the
  * zeroing after a sharded update), one accumulation each. The values are the same bits (0 + g is g). */
 PDDE_PRIVATE bool lower_direct_grads_on(void) {
-    const char *env = getenv("PDDE_DIRECT_GRADS");
-    return !env || strcmp(env, "0") != 0;
+    return pdde_env_bool("PDDE_DIRECT_GRADS", 1);
 }
 
 /* Whether the executor runs x itself (a copy, communication, a bucket, a vocab-parallel op), not a kernel
@@ -2392,8 +2384,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
 /* No CPU fallback: the session's params ask so, or the environment does (PDDE_CPU_FALLBACK=0). The
  * session and the predictions (pdde_lower_dump, pdde_predict_memory) read it here, so they agree. */
 PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
-    const char *env = getenv("PDDE_CPU_FALLBACK");
-    return p->no_cpu_fallback || (env && !strcmp(env, "0"));
+    return p->no_cpu_fallback || !pdde_env_bool("PDDE_CPU_FALLBACK", 1);
 }
 
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {

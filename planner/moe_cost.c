@@ -86,10 +86,7 @@ static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_col
     return t;
 }
 
-PDDE_PRIVATE int moe_a2a_hier_mode(void) {
-    const char *e = getenv("PDDE_COMM_A2A_HIER");
-    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
-}
+PDDE_PRIVATE int moe_a2a_hier_mode(void) { return pdde_env_bool("PDDE_COMM_A2A_HIER", -1); }
 
 /* The token exchange of G groups of S ranks (count elements a rank), as the communicator runs it
  * (comm/alltoall_hier.c): flat, or, where each group spans H > 1 machines with L > 1 of its ranks on

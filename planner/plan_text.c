@@ -64,6 +64,7 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     pdde_plan p = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
     int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0, n_shares = 0;
     bool ep_tp = false;
+    unsigned seen = 0; /* keys given so far (a key twice is refused: which value was meant?) */
     const char *s = text ? text : "";
     if (!out) return PDDE_ERR_INVALID_ARG;
     while (*s) {
@@ -73,6 +74,13 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
         while (s[len] && s[len] != '=' && s[len] != ',') len++;
         if (s[len] != '=' || len == 0 || len >= (int)sizeof key) return plan_parse_fail(out, "a key", "key=value (keys of at most 15 characters)", s);
         memcpy(key, s, (size_t)len), key[len] = 0, s = value = s + len + 1;
+        static const char *const keys[] = {"dp", "tp", "pp", "mb", "zero", "recompute", "chunks", "stages", "rc",
+                                           "comm", "sched", "blocks", "shares", "place", "ep"};
+        for (int i = 0; i < (int)(sizeof keys / sizeof *keys); i++)
+            if (!strcmp(key, keys[i])) {
+                if (seen & 1u << i) return plan_parse_fail(out, key, "each key once", "a second value");
+                seen |= 1u << i;
+            }
         int *v = !strcmp(key, "dp") ? &p.dp : !strcmp(key, "tp") ? &p.tp : !strcmp(key, "pp") ? &p.pp : !strcmp(key, "mb") ? &p.micro
                : !strcmp(key, "zero") ? &p.zero : !strcmp(key, "recompute") ? &p.recompute : !strcmp(key, "chunks") ? &p.chunks
                : !strcmp(key, "blocks") ? &p.stage_blocks : !strcmp(key, "ep") ? &p.ep : NULL;
@@ -135,7 +143,14 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
             snprintf(got, sizeof got, i >= 8 ? "%d of them for pp=%d, dp=%d" : "%d", range[i].got, p.pp, p.dp);
             return plan_parse_fail(out, range[i].key, range[i].want, got);
         }
+    if (n_stage_layers && p.chunks > 1) /* (the interleaved schedule cuts the layers evenly: a list would be ignored) */
+        return plan_parse_fail(out, "stages", "no list with chunks > 1 (interleaved chunks cut the layers evenly)", "a list");
+    if (n_rc && p.recompute == 1) /* (every layer is recomputed: a list would be ignored) */
+        return plan_parse_fail(out, "rc", "no list with recompute=1 (every layer is recomputed)", "a list");
     char ep_got[48];
+    snprintf(ep_got, sizeof ep_got, "%d", p.ep);
+    if (p.ep < 0) return plan_parse_fail(out, "ep", "an integer >= 0, tp or dp:N", ep_got);
+    if (p.ep == 1) p.ep = 0; /* (the same: every rank holds every expert; the text leaves it out) */
     if (ep_tp && p.tp < 2) return plan_parse_fail(out, "ep", "tp only with tp >= 2 (the experts over the tp axis)", "tp for tp=1");
     if (ep_tp) p.ep = p.tp, p.ep_dp = 0;
     p.ep_dp = p.ep_dp && p.tp > 1 && p.ep == p.tp; /* (elsewhere ep counts dp ranks anyway) */

@@ -300,6 +300,20 @@ int main(void) {
     CHECK(!(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2), "PDDE_CUDA_LN2 off by default");
     setenv("PDDE_CUDA_LN2", "1", 1);
     CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2, "PDDE_CUDA_LN2=1 takes it");
+    /* a value other than 0 or 1 changes nothing and is said once (on stderr, caught in a file here) */
+    setenv("PDDE_CUDA_LN2", "yes", 1);
+    FILE *said = tmpfile();
+    int saved = dup(2);
+    fflush(stderr), dup2(fileno(said), 2);
+    unsigned typo = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS), typo2 = pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS);
+    fflush(stderr), dup2(saved, 2), close(saved);
+    char text[256] = "";
+    rewind(said);
+    size_t n_said = fread(text, 1, sizeof text - 1, said);
+    fclose(said);
+    text[n_said] = 0;
+    CHECK(typo == PGD_CUDA_MEM_KERNELS && typo2 == typo, "PDDE_CUDA_LN2=yes leaves the defaults: bits %u", typo);
+    CHECK(!strcmp(text, "pdde: PDDE_CUDA_LN2=yes is not 0 or 1: it stays off\n"), "PDDE_CUDA_LN2=yes is said once: '%s'", text);
     unsetenv("PDDE_CUDA_LN2");
     return test_finish();
 }

@@ -392,12 +392,17 @@ static void test_pdde_run(const char *self) {
     CHECK(rc != 0 && rc != 124 && strstr(out, "rank 0: wait: timed out: ") && strstr(out, "a send to rank 1 (tag 77) did not finish within 2 s"),
           "an unreceived send times out, named (rc %d, %.1f s):\n%s", rc, dt, out);
     CHECK(strstr(out, "rank 0 ") && strstr(out, "status 6") && dt < 30, "pdde-run stops the job after the timeout (%.1f s):\n%s", dt, out);
-    snprintf(cmd, sizeof cmd, "PDDE_COMM_TIMEOUT=soon %s/pdde-run -n 2 %s --child unmatched 2>&1", d, self);
+    /* a malformed value: said by each rank, once, naming it and the default the job then runs with */
+    snprintf(cmd, sizeof cmd, "PDDE_COMM_TIMEOUT=soon timeout 60 %s/pdde-run -n 2 %s --child ok 2>&1", d, self);
     p = popen(cmd, "r");
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
     status = p ? pclose(p) : -1, rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    CHECK(rc != 0 && strstr(out, "PDDE_COMM_TIMEOUT='soon'"), "a malformed PDDE_COMM_TIMEOUT is refused by name (rc %d):\n%s", rc, out);
+    const char *said = "PDDE_COMM_TIMEOUT=\"soon\": expected a number from 0.001 to 86400; using the default, 300";
+    int n_said = 0;
+    for (const char *q = strstr(out, said); q; q = strstr(q + 1, said)) n_said++;
+    CHECK(rc == 0 && n_said == 2 && strstr(out, "sum 3"), "a malformed PDDE_COMM_TIMEOUT is said by each rank and the default used (rc %d, said %d times):\n%s",
+          rc, n_said, out);
 }
 
 int main(int argc, char **argv) {

@@ -10,7 +10,7 @@
  *    (PDDE_TEST_ELASTIC_LAG): the survivors agree on their snapshots again and finish;
  *  - re-planning (gpt --plan auto): the planner's plan for 4 ranks, then for the 3 left after a kill;
  *    the losses equal a run making the same re-plan at the same step;
- *  - fault-tolerant data parallelism without re-planning (gpt --ft-replicas): a killed replica's
+ *  - fault-tolerant data parallelism without re-splitting the batch (gpt --ft-replicas): a killed replica's
  *    samples are dropped and the survivors average over theirs (see test_ft_replicas);
  *  - one rank frozen with SIGSTOP: detected within the peer timeout plus the recovery, handled as a
  *    death; continued (SIGCONT) afterwards, it finds itself fenced and stops, and the new world's
@@ -322,7 +322,7 @@ static double metrics_loss_at(const char *path, int step) {
     return step >= 1 && step <= STEPS ? loss[step] : NAN;
 }
 
-/* Fault-tolerant data parallelism without re-planning (gpt --ft-replicas): each of the 4 ranks keeps
+/* Fault-tolerant data parallelism without re-splitting the batch (gpt --ft-replicas): each of the 4 ranks keeps
  * its replica's 3 rows of every 12-row batch; rank `victim` (1 or 2: not the last rows) is killed; the
  * survivors redo the step from its snapshot over their own 9 rows and go on with them. Checked:
  *  - the losses equal a run where the replica leaves at the resume step (1e-6);

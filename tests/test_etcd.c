@@ -15,6 +15,9 @@
  *    through etcd (the address its pdde-run keeps there on a lease, gone once the job ends); the
  *    losses go on as a run of 2 ranks without changes; a join to a job etcd does not know fails at
  *    once, naming etcd and the job;
+ *  - one job name, several runs: twice in a row, then after a run killed by SIGKILL (its keys left in
+ *    etcd): each trains with the losses of a fresh name; a run's keys are gone from etcd after it ends
+ *    cleanly, and a killed run's after the next run that starts once its lease has ended;
  *  - a joiner waiting to be taken in while etcd stops answering (SIGSTOP): it stops within a few of
  *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT). */
 #define _GNU_SOURCE
@@ -132,6 +135,9 @@ static void test_ops(pdde_context *ctx) {
     int64_t total = 0;
     CHECK(!bad && pdde_store_add(s, "t/count", 0, &total) == PDDE_OK && total == 100, "4 x 25 concurrent adds give 100: %lld",
           (long long)total);
+    CHECK(pdde_store_add(s, "t/count", INT64_MAX, &total) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "overflows") &&
+              pdde_store_add(s, "t/count", 0, &total) == PDDE_OK && total == 100,
+          "an add past 64 bits is refused, the counter unchanged: %s, %lld", pdde_last_error(ctx), (long long)total);
     /* wait: a watch wakes it when another process sets the key */
     fflush(NULL);
     pid_t setter = fork();
@@ -436,6 +442,113 @@ static void test_grow(void) {
     free(c.out);
 }
 
+/* etcd's value of key (malloc'ed, NUL-terminated) or NULL when it has none. */
+static char *etcd_value(const char *key) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store *s = NULL;
+    void *v = NULL;
+    size_t n = 0;
+    char *out = NULL;
+    if (!pdde_store_etcd_connect(ctx, g_url, 10, &s) && !pdde_store_get(s, key, &v, &n) && (out = malloc(n + 1)))
+        memcpy(out, v, n), out[n] = 0;
+    free(v);
+    pdde_store_close(s);
+    pdde_context_free(ctx);
+    return out;
+}
+
+/* Node `node` of 2 (2 ranks each, one pdde-run each, node 0's store on 127.0.0.1:port) of the job of
+ * job_start. */
+static job job_start_node(const char *rdzv, const char *metrics, int steps, int node, int port) {
+    char run[600], gpt[600], st[16], store[32];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(st, sizeof st, "%d", steps);
+    snprintf(store, sizeof store, "127.0.0.1:%d", port);
+    char *argv[] = {run, "-n", "2", "--nnodes", "2", "--node-rank", node ? "1" : "0", "--store", store, "--elastic", "--min", "2",
+                    "--peer-timeout", "1.5", "--grace", "1", "--rdzv", (char *)rdzv, gpt, "--layers", "1", "--width", "32", "--heads",
+                    "2", "--ctx", "16", "--batch", "12", "--steps", st, "--val-every", "0", "--sample-len", "0", "--threads", "1",
+                    "--metrics", (char *)metrics, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=10", "PDDE_JOB_SECRET=test-etcd-nodes-secret-0123456789abcdef", NULL};
+    return job_spawn(argv, env);
+}
+
+/* One job name, several runs: etcd keeps what a run wrote (exit notes, death notices, generations) after
+ * it, and a run must not read an earlier one's. The same --rdzv etcd://.../again twice in a row (the
+ * second on two nodes: node 1's pdde-run reads the run id from node 0's store), then a
+ * run killed by SIGKILL (its keys stay, its store address too until its lease ends), then at once a
+ * third: each trains to the end and gives the losses of a run of a fresh name (1e-6). A run that ends
+ * cleanly leaves no keys of its run (its id: etcd's elastic/again/run while it runs); one started once
+ * the killed run's lease has ended deletes what that run left. */
+static void test_same_name(void) {
+    char rdzv[160], fresh[160], m[3][300], m_fresh[300], m_killed[300], key[400];
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/again", g_client_port);
+    snprintf(fresh, sizeof fresh, "etcd://127.0.0.1:%d/again-fresh", g_client_port);
+    snprintf(m_fresh, sizeof m_fresh, "%s/again_fresh.jsonl", g_tmp);
+    snprintf(m_killed, sizeof m_killed, "%s/again_killed.jsonl", g_tmp);
+    const int steps = 12;
+    double limit = 60 * test_load_factor();
+    job f = job_start(fresh, m_fresh, steps);
+    int rc = job_end(&f, limit);
+    CHECK(rc == 0, "job 'again-fresh' trains: rc %d\n%s", rc, job_text(&f));
+    free(f.out);
+    char *run_ids[3] = {0}, *killed_run = NULL;
+    for (int k = 0; k < 3; k++) {
+        if (k == 2) { /* a run killed (pdde-run and its ranks, SIGKILL) once it trains: its keys stay in etcd */
+            job c = job_start(rdzv, m_killed, 3000);
+            int trained = !job_wait_step(&c, m_killed, 3, limit);
+            killed_run = etcd_value("elastic/again/run");
+            job_kill(&c);
+            CHECK(trained && killed_run, "the run of 'again' to be killed trains and its run id is in etcd:\n%s", job_text(&c));
+            free(c.out);
+            snprintf(key, sizeof key, "elastic/again/%s/max", killed_run ? killed_run : "?");
+            char *left = etcd_value(key);
+            CHECK(left != NULL, "the killed run's keys stay in etcd (%s)", key);
+            free(left);
+        }
+        snprintf(m[k], sizeof m[k], "%s/again%d.jsonl", g_tmp, k);
+        char m_node1[300];
+        snprintf(m_node1, sizeof m_node1, "%s/again%d_node1.jsonl", g_tmp, k);
+        int port = job_free_port(), rc_node1 = 0;
+        job j = k == 1 ? job_start_node(rdzv, m[k], steps, 0, port) : job_start(rdzv, m[k], steps), j1 = {0};
+        if (k == 1) j1 = job_start_node(rdzv, m_node1, steps, 1, port);
+        while (!run_ids[k] && !job_poll(&j, 20) && test_now() - j.t0 < limit) {
+            char *id = etcd_value("elastic/again/run");
+            if (id && (!killed_run || strcmp(id, killed_run))) run_ids[k] = id;
+            else free(id);
+        }
+        rc = job_end(&j, limit);
+        if (k == 1) rc_node1 = job_end(&j1, limit);
+        CHECK(rc == 0 && rc_node1 == 0 && run_ids[k], "run %d of job 'again'%s trains to the end: rc %d (node 1: %d), run id %s\n%s\n%s", k + 1,
+              k == 1 ? " (on 2 nodes)" : k == 2 ? " (right after one killed)" : "", rc, rc_node1, run_ids[k] ? run_ids[k] : "(none seen)",
+              job_text(&j), job_text(&j1));
+        free(j.out), free(j1.out);
+        char what[64];
+        snprintf(what, sizeof what, "job 'again', run %d", k + 1);
+        if (rc == 0) compare_losses(what, m[k], m_fresh, steps, 1e-6);
+        snprintf(key, sizeof key, "elastic/again/%s/max", run_ids[k] ? run_ids[k] : "?");
+        char *left = etcd_value(key);
+        CHECK(run_ids[k] && !left, "run %d of job 'again' ended cleanly and left no keys of its run in etcd (%s)", k + 1, key);
+        free(left);
+    }
+    /* once the killed run's lease has ended (2 s, etcd's least), the next run deletes what it left */
+    for (double t0 = test_now(); test_now() - t0 < 10;) {
+        char *store = etcd_value("elastic/again/store");
+        free(store);
+        if (!store) break;
+        usleep(100000);
+    }
+    job e = job_start(rdzv, m[0], 2);
+    rc = job_end(&e, limit);
+    snprintf(key, sizeof key, "elastic/again/%s/max", killed_run ? killed_run : "?");
+    char *left = etcd_value(key);
+    CHECK(rc == 0 && killed_run && !left, "a run of 'again' after the killed run's lease ended deleted that run's keys (%s): rc %d\n%s",
+          key, rc, job_text(&e));
+    free(left), free(e.out), free(killed_run);
+    for (int k = 0; k < 3; k++) free(run_ids[k]);
+}
+
 /* A joiner (PDDE_ELASTIC_JOIN=1) waiting to be taken in, whose etcd stops answering (SIGSTOP: no reply, no
  * error, as a host cut off from it sees it), stops within a few leases saying it is cut off, not at its
  * timeout (100 s) nor at its requests' (10 s each): holding a lease, it waits for a reply at most twice
@@ -490,7 +603,6 @@ static void test_joiner_cut_off(pdde_context *ctx) {
 }
 
 int main(int argc, char **argv) {
-    (void)argc;
     test_binary_dir(argv[0], g_dir, sizeof g_dir);
     if (system("command -v etcd >/dev/null 2>&1")) {
         test_skip("etcd", "no etcd on PATH (Debian: etcd-server; tools/install-deps.sh installs it)");
@@ -510,7 +622,8 @@ int main(int argc, char **argv) {
         char run[600];
         snprintf(run, sizeof run, "%s/pdde-run", g_dir);
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
-        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_joiner_cut_off(ctx);
+        else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
+        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);

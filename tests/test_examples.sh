@@ -58,5 +58,13 @@ if [ -x "$build/dlrm" ]; then
     rc=$?
     [ $rc != 0 ] && grep -q -- "--batch wants a whole number, got '64x'" "$tmp/dl.out"
     check "dlrm --batch 64x is refused, naming the flag (rc $rc)" $?
+    # every held-out sample is evaluated: 100 of 1000 in batches of 64 (the last one filled up), not 64
+    awk 'BEGIN { srand(1); for (i = 0; i < 1000; i++) { printf "%d", rand() < 0.3; for (j = 0; j < 13; j++) printf "\t%d", int(rand() * 10);
+                 for (j = 0; j < 26; j++) printf "\t%08x", int(rand() * 50); print "" } }' >"$tmp/criteo.tsv"
+    "$build/dlrm" --data "$tmp/criteo.tsv" --batch 64 >"$tmp/dl.out" 2>&1
+    rc=$?
+    [ $rc = 0 ] && grep -q '900 for training, 100 held out' "$tmp/dl.out" && grep -Eq '^held out \(100 samples\): AUC 0\.[0-9]+  logloss 0\.[0-9]+' "$tmp/dl.out"
+    ok=$?
+    check "dlrm evaluates all 100 held-out samples in batches of 64 (rc $rc: $(grep -m1 '^held out' "$tmp/dl.out"))" $ok
 fi
 finish

@@ -78,17 +78,20 @@ int main(void) {
 }
 EOF
 hide cc -std=c11 -I"$u/include" "$tmp/ucp.c" -o "$tmp/ucp" -L"$u/lib" -Wl,-rpath,"$u/lib" -lucp -luct -lucs -lucm 2>"$tmp/cc.log"
-check "a UCP program builds against the folder (-I, -L, -rpath; $(head -2 "$tmp/cc.log"))" $?
+rc=$?
+check "a UCP program builds against the folder (-I, -L, -rpath; $(head -2 "$tmp/cc.log"))" $rc
 hide ldd "$tmp/ucp" >"$tmp/ldd.log" 2>&1
 for l in libucp.so.0 libucs.so.0 libnuma.so.1; do
     grep -q "$l => $u/lib/$l" "$tmp/ldd.log"
-    check "it takes $l from the folder ($(grep "$l" "$tmp/ldd.log" | tr -s ' \t' ' '))" $?
+    rc=$?
+    check "it takes $l from the folder ($(grep "$l" "$tmp/ldd.log" | tr -s ' \t' ' '))" $rc
 done
 out=$(hide env -u LD_LIBRARY_PATH "$tmp/ucp" 2>&1)
 check "it opens a UCP worker ($out)" $?
 hide env -u LD_LIBRARY_PATH "$u/bin/ucx_info" -d >"$tmp/info.log" 2>&1
 grep -q 'Transport: cma' "$tmp/info.log"
-check "the folder's ucx_info loads the folder's cma module ($(grep -c 'Transport:' "$tmp/info.log") transports)" $?
+rc=$?
+check "the folder's ucx_info loads the folder's cma module ($(grep -c 'Transport:' "$tmp/info.log") transports)" $rc
 
 # the Makefile: DIR/.gpu-carry/ucx where pkg-config has none; NO_UCX=1 wins
 r=$(hide make -s -C "$tmp/proj" -f "$root/Makefile" deps-report 2>&1)

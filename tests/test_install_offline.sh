@@ -50,7 +50,8 @@ offline pdde_offline "PDDE_OFFLINE=1" env APT_CONFIG="$tmp/apt.conf" PDDE_OFFLIN
 # nothing missing: nothing to do, whatever the network
 bash tools/install-deps.sh --check >/dev/null 2>&1 && {
     PDDE_OFFLINE=1 bash tools/install-deps.sh >"$tmp/none.log" 2>&1
-    check "nothing missing: exit 0 offline ($(tail -1 "$tmp/none.log"))" $?
+    rc=$?
+    check "nothing missing: exit 0 offline ($(tail -1 "$tmp/none.log"))" $rc
 }
 echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

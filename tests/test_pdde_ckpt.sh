@@ -60,7 +60,8 @@ worst = max(abs(a[k] - full[k]) / abs(full[k]) if math.isfinite(a[k]) else math.
 print("worst relative difference %.2g" % worst)
 sys.exit(0 if worst <= 1e-6 else 1)
 PY
-check "the resumed losses are the uninterrupted tp=2 run's ($(cat "$tmp/cmp"))" $?
+rc=$?
+check "the resumed losses are the uninterrupted tp=2 run's ($(cat "$tmp/cmp"))" $rc
 
 # manifests edited with their CRC made right: a dropped block, a doubled block
 edit() { # edit DIR PYTHON-EXPR-ON-LINES

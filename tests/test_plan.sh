@@ -57,6 +57,33 @@ check "the Chrome trace is JSON with compute and comm events of both ranks" $?
 [ $? -ne 0 ] && grep -q 'do not divide the batch' "$tmp/tlbad.log"
 rc=$?
 check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $rc
+# after --auto, the best plan's timeline runs each rank on the device the search gave it: on the CPU
+# beside the slow accelerator, both ranks alike
+"$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 --timeline "$tmp/best.svg" >"$tmp/best.log" 2>&1
+rc=$?
+compute=$(sed -n 's/^rank   [01] |.*| compute \([0-9.e-]*\) s.*/\1/p' "$tmp/best.log" | sort -u)
+[ $rc = 0 ] && [ "$(grep -c '^rank   [01] |' "$tmp/best.log")" = 2 ] && [ "$(echo "$compute" | wc -l)" = 1 ]
+ok=$?
+check "--auto --timeline beside a slow accelerator simulates the best plan on the search's devices, both on the CPU (rc $rc, compute: $(echo $compute))" $ok
+# memory in GiB throughout (the plans' peaks, the reasons, the timeline), no decimal GB or MB
+grep -Eq '^best .* peak [0-9.e+-]+ GiB \(device' "$tmp/best.log" && grep -Eq '^rank   0 \|.*peak [0-9.e+-]+ GiB$' "$tmp/best.log" &&
+    ! grep -Eq '[0-9] (GB|MB)([^/]|$)' "$tmp/best.log" "$tmp/plan.log" "$tmp/tl.log"
+ok=$?
+check "pdde-plan says memory in GiB only ($(grep -m1 -o 'peak [^(]*' "$tmp/best.log"))" $ok
+"$build/pdde-plan" --dp 2 --zero 1 >"$tmp/hand.log" 2>&1 && grep -Eq '^ranks 0 1: parameters [0-9.e+-]+ GiB' "$tmp/hand.log" && ! grep -Eq '[0-9] (GB|MB)([^/]|$)' "$tmp/hand.log"
+ok=$?
+check "pdde-plan --dp 2 --zero 1 says each rank's bytes in GiB ($(grep -m1 '^ranks' "$tmp/hand.log"))" $ok
+# a bad --model: the key named and the keys it takes
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,depth=3 >"$tmp/model.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk)" "$tmp/model.log"
+ok=$?
+check "--model gpt:layers=2,depth=3 names the key and lists the keys (rc $rc: $(head -1 "$tmp/model.log"))" $ok
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=x >"$tmp/model.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "'layers=x' is not KEY=N" "$tmp/model.log"
+ok=$?
+check "--model gpt:layers=x says what it expected (rc $rc: $(head -1 "$tmp/model.log"))" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
 rc=$?
@@ -68,12 +95,39 @@ args=(--steps 4 --val-every 0 --sample-len 0 --threads 1)
 "$build/gpt" "${args[@]}" >"$tmp/one.log" 2>&1
 ref=$(losses "$tmp/one.log")
 check "one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
+# a --cluster file that does not parse is an error naming the file and the field, as with --plan auto
+sed 's/"peak_flops": 5e10/"peak_flops": "fast"/' "$tmp/cluster.json" >"$tmp/broken.json"
+for how in "" "--plan auto"; do
+    "$build/gpt" $how --cluster "$tmp/broken.json" "${args[@]}" >"$tmp/broken.log" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -q "broken.json: .*peak_flops" "$tmp/broken.log" && ! grep -q 'step *1/4' "$tmp/broken.log"
+    ok=$?
+    check "gpt $how --cluster FILE that does not parse stops, naming the file and the field (rc $rc: $(grep -m1 broken.json "$tmp/broken.log"))" $ok
+done
 if [ -x "$build/pdde-run" ]; then
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan auto --cluster "$tmp/cluster.json" "${args[@]}" >"$tmp/auto.log" 2>&1
     rc=$?
     check "pdde-run -n 2 gpt --plan auto exits 0 ($(tail -2 "$tmp/auto.log"))" $rc
     grep -q 'the planner chose dp=' "$tmp/auto.log"
     check "gpt says which plan the planner chose" $?
+    # no plan given under a launcher of two: data parallel over both, the losses of one process
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${args[@]}" >"$tmp/default.log" 2>&1
+    rc=$?
+    [ $rc = 0 ] && grep -q 'gpt: 2 ranks and no plan given: data parallel over them (--dp 2)' "$tmp/default.log" &&
+        [ "$(losses "$tmp/default.log")" = "$ref" ]
+    ok=$?
+    check "pdde-run -n 2 gpt without a plan trains data parallel over both ranks, the losses '$(losses "$tmp/default.log")' of one process (rc $rc)" $ok
+    # a given plan of one rank under a launcher of two would train two copies: refused, saying what to give
+    for how in "--dp 1" "--dp 1 --moe-experts 8 --moe-ep"; do
+        timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $how --ckpt-dir "$tmp/twice" "${args[@]}" >"$tmp/world.log" 2>&1
+        rc=$?
+        [ $rc != 0 ] && grep -q 'the launcher started 2 ranks but the plan (--dp 1 x --tp 1 x --pp 1) uses one' "$tmp/world.log" &&
+            grep -q 'Give --dp 2' "$tmp/world.log" && ! grep -q 'step *1/4' "$tmp/world.log" && [ ! -e "$tmp/twice" ]
+        ok=$?
+        check "pdde-run -n 2 gpt $how is refused, nothing trained or written (rc $rc: $(grep -m1 'launcher started' "$tmp/world.log" | cut -c1-150))" $ok
+    done
+    grep -q 'the experts over the --dp ranks' "$tmp/world.log"
+    check "--moe-ep with --dp 1: the message says the experts split over the --dp ranks" $?
     check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
     # split parameters start as their slices of one process's initial values (tensor parallel: each
     # rank its columns; ZeRO-3: each its rows), so the losses are one process's from step 1 on
@@ -87,7 +141,7 @@ if [ -x "$build/pdde-run" ]; then
     check "--plan pp=2,stages=5:1: losses '$(losses "$tmp/cut.log")' equal one process's '$ref'" $([ "$(losses "$tmp/cut.log")" = "$ref" ] && echo 0 || echo 1)
     # the plans the search returns run as they say: a stage recomputing its first layers (rc), and a
     # stage per block of ranks (blocks=1: ranks 0 and 1 are stage 0)
-    arena() { grep -E "^\[$2\] gpt: data" "$1" | sed -E 's/.*activations ([0-9.]+) MB \(plan\).*/\1/'; }
+    arena() { grep -E "^\[$2\] gpt: data" "$1" | sed -E "s/.*activations ([0-9.]+) MB \(the memory plan's arenas.*/\1/"; }
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4 "${args[@]}" >"$tmp/pp.log" 2>&1
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,rc=2:0 "${args[@]}" >"$tmp/rc.log" 2>&1
     rc=$?

@@ -566,13 +566,17 @@ int main(void) {
             {"dp=x", "dp"}, {"dp=2,,", "a key"}, {"recompute=2", "recompute"}, {"mb=-1", "mb"}, {"pp=2,rc=1", "rc"}, {"comm=f64", "comm"},
             {"sched=zb", "sched"}, {"blocks=2", "blocks"}, {"rc=-1", "rc"}, {"dp=2,shares=3", "shares"}, {"dp=2,shares=3:0", "shares"},
             {"dp=2,shares=3:x", "shares"}, {"dp=1,shares=1:1", "shares"}, {"dp=2,shares=:1", "shares"}, {"dp=1,place=", "place"},
-            {"place=opencl:3-1", "place"}, {"place=opencl:1-2x", "place"}, {"pp=65", "pp"}, {"dp=2x", "dp"}, {"stages=0:2", "stages"}};
+            {"place=opencl:3-1", "place"}, {"place=opencl:1-2x", "place"}, {"pp=65", "pp"}, {"dp=2x", "dp"}, {"stages=0:2", "stages"},
+            /* what the text form could not print back: a key twice, a list the other keys make meaningless, a negative ep */
+            {"dp=2,dp=4", "dp"}, {"pp=2,rc=1:0,rc=0:1", "rc"}, {"pp=2,chunks=2,stages=1:1", "stages"}, {"pp=2,recompute=1,rc=1:0", "rc"},
+            {"dp=2,ep=-2", "ep"}};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
             char key[32];
             snprintf(key, sizeof key, "plan text: %s: want ", bad[i][1]);
             CHECK(pdde_plan_parse(bad[i][0], &p) == PDDE_ERR_INVALID_ARG && strstr(p.why, key), "'%s' is refused naming %s: %s", bad[i][0],
                   bad[i][1], p.why);
         }
+        CHECK(pdde_plan_parse("dp=2,ep=1", &p) == PDDE_OK && p.ep == 0, "ep=1 reads as ep 0 (every rank holds every expert): %d", p.ep);
         const char *full = "dp=1,tp=2,pp=2,mb=4,zero=0,recompute=0,stages=4:2,rc=2:0,comm=bf16,sched=gpipe,blocks=1";
         CHECK(pdde_plan_parse(full, &p) == PDDE_OK && p.recompute_layers[0] == 2 && p.recompute_layers[1] == 0 && p.comm_dtype == PDDE_BF16 &&
               p.schedule == PDDE_PIPELINE_GPIPE && p.stage_blocks == 1, "parse '%s'", full);

@@ -192,6 +192,10 @@ static void test_auth(pdde_context *ctx) {
     CHECK(pdde_store_set(a, "k", "mine", 4) == PDDE_OK, "the maker can");
     int64_t x;
     CHECK(pdde_store_add(a, "ctr", 1, &x) == PDDE_OK && pdde_store_add(b, "ctr", 1, &x) == PDDE_OK && x == 2, "shared counter");
+    /* a sum past 64 bits is refused, the counter unchanged (no signed overflow in the server) */
+    CHECK(pdde_store_add(a, "ctr", INT64_MAX, &x) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "overflows"),
+          "an add that overflows is refused: %s", pdde_last_error(ctx));
+    CHECK(pdde_store_add(a, "ctr", 0, &x) == PDDE_OK && x == 2, "the counter stays 2: %lld", (long long)x);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {

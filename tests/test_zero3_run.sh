@@ -5,7 +5,7 @@
 # PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
 # PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff; the MoE GPT's
 # dense parameters, split over dp and ep, gathered in two steps, each prefetched: rank 0's program), and with the
-# regathering each rank's session holds less: its activation arena ("activations X MB (plan)", every
+# regathering each rank's session holds less: its activation arena ("activations X MB (the memory plan's arenas", every
 # rank; with pipeline stages no rank more, one less at least) and all it allocated (--metrics memory_bytes, rank 0). Run from the repository root.
 . tests/script_util.sh zero3
 if [ ! -x "$build/pdde-run" ]; then
@@ -20,7 +20,7 @@ export PDDE_COMM_TIMEOUT=60
 losses() { python3 -c 'import json, sys; print(" ".join("%.9g" % r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r))' "$1" 2>/dev/null; }
 close() { python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
 sys.exit(0 if len(a) == 4 and len(a) == len(b) and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2"; }
-arenas() { grep -E '^\[[0-9]+\] gpt: data' "$1" | sed -E 's/^\[([0-9]+)\].*activations ([0-9.]+) MB \(plan\).*/\1 \2/' | sort -n | awk '{print $2}' | tr '\n' ' '; }
+arenas() { grep -E '^\[[0-9]+\] gpt: data' "$1" | sed -E "s/^\[([0-9]+)\].*activations ([0-9.]+) MB \(the memory plan's arenas.*/\1 \2/" | sort -n | awk '{print $2}' | tr '\n' ' '; }
 allocated() { python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["memory_bytes"])' "$1" 2>/dev/null; }
 
 run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (smaller=some: not every rank's arena need shrink; two_axis=1:

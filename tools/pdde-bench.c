@@ -741,12 +741,15 @@ static int comm_rank(const char *addr, int r, int fd) {
         for (int s = 0; s < 3 && !bad; s++) {
             double v[200];
             int n = 0, reps = s == 2 ? (quick ? 5 : 15) : (quick ? 30 : 100);
+            /* the smallest size: a run of calls a sample, each waiting for the other rank's part, so that
+             * one rank leaving the barrier first does not time only its own half */
+            int chain = s == 0 ? 20 : 1;
             bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK; /* warm-up */
             for (int i = 0; i < reps && !bad; i++) {
                 bad |= pdde_comm_barrier(c) != PDDE_OK;
                 double t0 = bench_now();
-                bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK;
-                v[n++] = bench_now() - t0;
+                for (int j = 0; j < chain && !bad; j++) bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK;
+                v[n++] = (bench_now() - t0) / chain;
             }
             /* the ping-pong carried the message twice */
             out[k][s] = n ? bench_median(v, n) / (coll_cases[k].op == PDDE_COLL_SENDRECV ? 2 : 1) : NAN;
@@ -795,18 +798,21 @@ static int measure_comm(pdde_cluster *cl) {
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     if (bad) return -1;
-    printf("collectives on 2 ranks (latency at %zu B, bandwidth from %zu B to %zu B):\n", coll_bytes[0], coll_bytes[1], coll_bytes[2]);
+    printf("collectives on 2 ranks (latency: the time measured at %zu B; fit: a line through %zu B and %zu B):\n", coll_bytes[0], coll_bytes[1],
+           coll_bytes[2]);
     for (int k = 0; k < N_COLL_CASES; k++) {
         pdde_collective_calib c = {coll_cases[k].op, coll_cases[k].algo, 2, 1, 0, 0};
         double dt = res[k][2] - res[k][1], db = (double)(coll_bytes[2] - coll_bytes[1]);
         if (!(dt > 0)) continue;
         c.bandwidth = db / dt;
-        /* the smallest message's time: a fit through 8 kB and 8 MB put the intercept near 0, while a
-         * small collective in a training step costs microseconds of calls and progress */
+        /* the smallest message's time: the fit's intercept is near 0, while a small collective in a
+         * training step costs microseconds of calls and progress */
+        double fit_latency = res[k][1] - (double)coll_bytes[1] / c.bandwidth;
         c.latency = res[k][0] > 0 ? res[k][0] : 0;
         pdde_cluster_add_calib(cl, &c);
         static const char *algos[] = {"auto", "ring", "recursive", "two_level"};
-        printf("  %-14s %-9s latency %8.2f us  %7.3f GB/s\n", pdde_collective_name(c.op), algos[c.algo], c.latency * 1e6, c.bandwidth / 1e9);
+        printf("  %-14s %-9s latency %8.2f us   fit %8.2f us + bytes / %7.3f GB/s\n", pdde_collective_name(c.op), algos[c.algo], c.latency * 1e6,
+               fit_latency * 1e6, c.bandwidth / 1e9);
         if (c.op == PDDE_COLL_SENDRECV) {
             cl->machines[0].intra.bandwidth = c.bandwidth;
             cl->machines[0].intra.latency = c.latency;
@@ -865,9 +871,10 @@ static int check_file(const char *path, int rewrite) {
             for (int m = 0; m < c->n_machines; m++)
                 for (int d = 0; d < c->machines[m].n_devices; d++)
                     if (c->machines[m].devices[d].spec == s) n++, mem += (double)c->machines[m].devices[d].memory;
-            printf("  %3d x %-24s %-6s %8.1f TFLOP/s f32 peak, %7.1f GB/s, %.1f GiB total, %d GEMM points\n", n,
-                   c->specs[s].name, c->specs[s].backend, c->specs[s].peak_flops / 1e12, c->specs[s].mem_bandwidth / 1e9,
-                   mem / (1 << 30), c->specs[s].n_gemm);
+            double peak = c->specs[s].peak_flops; /* (a CPU's or PoCL's tens of GFLOP/s are 0.0 TFLOP/s) */
+            printf("  %3d x %-24s %-6s %8.1f %s f32 peak, %7.1f GB/s, %.1f GiB total, %d GEMM points\n", n, c->specs[s].name,
+                   c->specs[s].backend, peak >= 1e12 ? peak / 1e12 : peak / 1e9, peak >= 1e12 ? "TFLOP/s" : "GFLOP/s",
+                   c->specs[s].mem_bandwidth / 1e9, mem / (1 << 30), c->specs[s].n_gemm);
         }
         if (rewrite) st = pdde_cluster_save(ctx, c, path);
     }

@@ -21,6 +21,8 @@
 #include <unistd.h>
 #include <time.h>
 
+#define GIB 1073741824.0 /* memory is said in GiB, as the planner's reasons and the timeline do */
+
 static int64_t local_numel(const pdde_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) {
@@ -30,23 +32,29 @@ static int64_t local_numel(const pdde_tensor *t) {
     return n;
 }
 
-/* "gpt:layers=96,width=12288,...[,ffn=N][,experts=E[,topk=K]]" onto c (build/gpt's default model otherwise). */
-static int parse_model(const char *spec, gpt_config *c) {
-    if (strncmp(spec, "gpt:", 4)) return -1;
+/* "gpt:layers=96,width=12288,...[,ffn=N][,experts=E[,topk=K]]" onto c (build/gpt's default model otherwise);
+ * -1 with why (the key and what it expected) on a bad spec. */
+static int parse_model(const char *spec, gpt_config *c, char *why, size_t why_size) {
+    static const char *const keys = "layers, width, heads, ctx, vocab, batch, ffn, experts, topk";
+    if (strncmp(spec, "gpt:", 4)) return snprintf(why, why_size, "'%s' does not start with 'gpt:'", spec), -1;
     for (const char *s = spec + 4; *s;) {
-        char key[16];
+        char key[32] = "";
         long v;
         int n = 0;
-        if (sscanf(s, "%15[a-z]=%ld%n", key, &v, &n) != 2 || v < 1 || v > 1000000000) return -1;
+        if (sscanf(s, "%31[^=,]=%ld%n", key, &v, &n) != 2 || (s[n] && s[n] != ',')) {
+            int len = (int)strcspn(s, ",");
+            return snprintf(why, why_size, "'%.*s' is not KEY=N (N a whole number; keys: %s)", len, s, keys), -1;
+        }
         int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
                : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : !strcmp(key, "ffn") ? &c->ffn
                : !strcmp(key, "experts") ? &c->moe_experts : !strcmp(key, "topk") ? &c->moe_topk : NULL;
-        if (!f) return -1;
+        if (!f) return snprintf(why, why_size, "no key '%s' (keys: %s)", key, keys), -1;
+        if (v < 1 || v > 1000000000) return snprintf(why, why_size, "%s=%ld: want 1..1000000000", key, v), -1;
         *f = (int)v, s += n;
         if (*s == ',') s++;
-        else if (*s) return -1;
     }
-    return c->width % c->heads ? -1 : 0;
+    if (c->width % c->heads) return snprintf(why, why_size, "width %d is not a multiple of heads %d", c->width, c->heads), -1;
+    return 0;
 }
 
 static const char help[] =
@@ -57,9 +65,20 @@ static const char help[] =
     "       pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--micro N] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N]\n"
     "                 [--show-program [--rank R]]    what one plan does: distributed attributes, reshards, bytes per rank\n";
 
-/* One step of plan p for the GPT of c, simulated on the cluster from every rank's lowered program. */
-static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan *p, const char *cluster_path, const char *svg,
-                         const char *trace) {
+/* The id of the cluster's device at index i, counting the machines' devices in order (-1: none). */
+static int cluster_device_id(const pdde_cluster *cl, int i) {
+    for (int mi = 0; mi < cl->n_machines; mi++) {
+        if (i < cl->machines[mi].n_devices) return cl->machines[mi].devices[i].id;
+        i -= cl->machines[mi].n_devices;
+    }
+    return -1;
+}
+
+/* One step of plan p for the GPT of c, simulated on the cluster from every rank's lowered program, each
+ * rank on the device d (the devices the plan was searched or checked for) gives it: where d stands
+ * several ranks on copies of one device, its cluster_device; else the cluster's devices in order. */
+static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan *p, const char *cluster_path, const pdde_plan_devices *d,
+                         const char *svg, const char *trace) {
     pdde_cluster *cl = NULL;
     pdde_graph *g = NULL;
     pdde_cost_program *cp = NULL;
@@ -73,16 +92,15 @@ static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan
     gpt_plan gp = gpt_plan_of(p);
     int ranks = p->dp * p->tp * p->pp;
     pdde_cost_plan plan = {ranks > 1 ? ranks : 0, NULL, NULL, 0};
-    pdde_plan_devices d = {0};
     int *rank_devices = NULL;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
-    /* one machine: each rank on the device the search gave it (its own accelerator, or a copy of the CPU) */
-    if (!st && cl->n_machines == 1 && !gpt_plan_devices(ctx, cluster_path, c, ranks, &d) && d.cluster_device &&
-        (rank_devices = malloc((size_t)ranks * sizeof *rank_devices))) {
-        for (int r = 0; r < ranks; r++) rank_devices[r] = cl->machines[0].devices[d.cluster_device[r]].id;
+    if (!st && d && d->cluster_device && ranks <= d->n_devices) {
+        if (!(rank_devices = malloc((size_t)ranks * sizeof *rank_devices))) st = PDDE_ERR_OOM;
+        for (int r = 0; !st && r < ranks; r++)
+            if ((rank_devices[r] = cluster_device_id(cl, d->cluster_device[r])) < 0)
+                st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "rank %d's device %d is not in %s", r, d->cluster_device[r], cluster_path);
         plan.rank_devices = rank_devices;
     }
-    pdde_plan_devices_free(&d);
     if (!st) st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build_plan(g, c, &gp, &op, &m);
     if (!st) st = pdde_cost_program_from_plan(cl, g, NULL, &plan, &cp);
@@ -115,7 +133,14 @@ static int plan_auto(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--auto")) { auto_ = 1; continue; }
         if (!strcmp(a, "--simulate")) { simulate = 1; continue; }
-        if (v && !strcmp(a, "--model") && !parse_model(v, &c)) i++;
+        if (v && !strcmp(a, "--model")) {
+            char why[256];
+            if (parse_model(v, &c, why, sizeof why)) {
+                fprintf(stderr, "pdde-plan: --model %s: %s\n", v, why);
+                return 2;
+            }
+            i++;
+        }
         else if (v && !strcmp(a, "--cluster")) cluster = v, i++;
         else if (v && !strcmp(a, "--ranks") && (ranks = atoi(v)) > 0) i++;
         else if (v && !strcmp(a, "--top") && (top = atoi(v)) > 0 && top <= 48) i++;
@@ -138,7 +163,12 @@ static int plan_auto(int argc, char **argv) {
             fprintf(stderr, "pdde-plan: --plan %s: the stages must cut the %d layers (embedding, blocks, head)\n", forced, c.layers + 2);
         else if (c.batch % fp.micro)
             fprintf(stderr, "pdde-plan: --plan %s: %d micro-batches do not divide the batch %d\n", forced, fp.micro, c.batch);
-        else rc = plan_timeline(ctx, &c, &fp, cluster, svg, trace);
+        else { /* each rank on the device the search would give it */
+            pdde_plan_devices d = {0};
+            int have = gpt_plan_devices(ctx, cluster, &c, fp.dp * fp.tp * fp.pp, &d) == PDDE_OK;
+            rc = plan_timeline(ctx, &c, &fp, cluster, have ? &d : NULL, svg, trace);
+            if (have) pdde_plan_devices_free(&d);
+        }
         pdde_context_free(ctx);
         return rc;
     }
@@ -174,8 +204,8 @@ static int plan_auto(int argc, char **argv) {
     for (int i = 0; i < nf && i < top; i++) {
         char s[256];
         pdde_plan_str(&plans[i], s, sizeof s);
-        printf("%s %-56s %10.4g s/step %10.4g tok/s  bubble %4.1f%%  peak %.3g GB (device %d)\n", i ? "    " : "best", s, plans[i].step_s,
-               tokens / plans[i].step_s, 100 * plans[i].bubble_s / plans[i].step_s, plans[i].peak_bytes / 1e9, plans[i].peak_device);
+        printf("%s %-56s %10.4g s/step %10.4g tok/s  bubble %4.1f%%  peak %.3g GiB (device %d)\n", i ? "    " : "best", s, plans[i].step_s,
+               tokens / plans[i].step_s, 100 * plans[i].bubble_s / plans[i].step_s, plans[i].peak_bytes / GIB, plans[i].peak_device);
     }
     for (int i = nf; i < nf + nr; i++) {
         char s[256];
@@ -183,7 +213,7 @@ static int plan_auto(int argc, char **argv) {
         printf("no   %-56s %10.4g s/step had it fitted: %s\n", s, plans[i].step_s, plans[i].why);
     }
     if (st) fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
-    if (!st && nf > 0 && (svg || trace)) st = plan_timeline(ctx, &c, &plans[0], cluster, svg, trace) ? PDDE_ERR_NO_PLAN : PDDE_OK;
+    if (!st && nf > 0 && (svg || trace)) st = plan_timeline(ctx, &c, &plans[0], cluster, &d, svg, trace) ? PDDE_ERR_NO_PLAN : PDDE_OK;
     pdde_plan_devices_free(&d);
     pdde_context_free(ctx);
     return st ? 1 : 0;
@@ -283,9 +313,9 @@ int main(int argc, char **argv) {
         printf("ranks");
         for (int q = r; q < n; q++)
             if (!memcmp(bytes[q], bytes[r], sizeof bytes[r])) printf(" %d", q);
-        printf(": parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB each\n", bytes[r][0] / 1e6, bytes[r][1] / 1e6, bytes[r][2] / 1e6);
+        printf(": parameters %.4g GiB, gradients %.4g GiB, optimizer %.4g GiB each\n", bytes[r][0] / GIB, bytes[r][1] / GIB, bytes[r][2] / GIB);
     }
-    printf("one process: parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB\n", total[0] / 1e6, total[1] / 1e6, total[2] / 1e6);
+    printf("one process: parameters %.4g GiB, gradients %.4g GiB, optimizer %.4g GiB\n", total[0] / GIB, total[1] / GIB, total[2] / GIB);
     printf("completion conflicts resolved: %d\n", pdde_complete_conflict_count(g));
     pdde_graph_free(g);
     pdde_context_free(ctx);

@@ -6,7 +6,8 @@
  *   pdde-run -n 2 --nnodes 2 --node-rank 1 --store 10.0.0.1:29500 ./prog      (on host B)
  *       several hosts: run pdde-run on each (by hand, a batch system or ssh); node 0 hosts the store
  *       on the given address, the others connect to it. Node k runs ranks k*n .. k*n+n-1. Every node
- *       needs the same job secret (PDDE_JOB_SECRET_FILE on a shared home, or PDDE_JOB_SECRET).
+ *       needs the same job secret (PDDE_JOB_SECRET_FILE on a shared home, or PDDE_JOB_SECRET); a node whose
+ *       secret the store refuses stops at once, before starting its ranks.
  *
  * Each rank gets PDDE_RANK, PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_LOCAL_SIZE, PDDE_STORE_ADDR, the
  * job secret (PDDE_JOB_SECRET, made here unless the user gave one) and its share of the cores
@@ -98,7 +99,8 @@ static void usage(FILE *f) {
             "  --min M, --max N   the fewest ranks the job may go on with (default 1), the most (default -n)\n"
             "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
             "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
-            "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches)\n"
+            "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches; each run's\n"
+            "                 keys under a run id of its own, deleted when it ends: a JOB name can be used again)\n"
             "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5); a rank stopped\n"
             "                 for less (a debugger, SIGSTOP then SIGCONT) stays a member\n"
             "  --restart K    a rank killed by a signal is started again (K times at most in all), as a joiner: the\n"
@@ -259,25 +261,96 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
  * notice: its lease ran out), or it has been stopped past the peer timeout (a rank that has not yet
  * registered holds no lease). A rank paused for less (a debugger, SIGSTOP then SIGCONT, a freezer)
  * keeps its lease and goes on as a member. */
-static int rank_written_off(pdde_store *notes, const char *job, const child *c, double stopped_s, double peer_timeout_s) {
+static int rank_written_off(pdde_store *notes, const char *members, const child *c, double stopped_s, double peer_timeout_s) {
     if (stopped_s > peer_timeout_s) return 1;
     if (!notes) return 0;
     char key[300];
     void *v = NULL;
     size_t len;
-    snprintf(key, sizeof key, "elastic/%s/dead/%d", job, c->rank);
+    snprintf(key, sizeof key, "%s/dead/%d", members, c->rank);
     pdde_status st = pdde_store_get(notes, key, &v, &len);
     free(v);
     return st == PDDE_OK;
 }
 
 /* An elastic job with its membership in etcd: its ranks' worlds meet at this pdde-run's store, whose
- * address a joiner (pdde-run --join) reads from etcd. It is put on the lease of the notes connection,
- * so etcd deletes it when this pdde-run, and with it the store it hosts, is gone. */
-static pdde_status publish_world_store(pdde_store *notes, const char *job, const char *addr) {
+ * address a joiner (pdde-run --join) reads from etcd, and beside it the run's id (its members' keys are
+ * under elastic/JOB/<run id>/). Both are put on the lease of the notes connection, so etcd deletes them
+ * when this pdde-run, and with it the store it hosts, is gone. */
+static pdde_status publish_world_store(pdde_store *notes, const char *job, const char *addr, const char *run_id) {
     char key[300];
     snprintf(key, sizeof key, "elastic/%s/store", job);
-    return pdde_store_etcd_set_leased(notes, key, addr, strlen(addr));
+    pdde_status st = pdde_store_etcd_set_leased(notes, key, addr, strlen(addr));
+    snprintf(key, sizeof key, "elastic/%s/run", job);
+    return st ? st : pdde_store_etcd_set_leased(notes, key, run_id, strlen(run_id));
+}
+
+/* Node 0 of an etcd job, before its run id is known to anyone: when no run of the job's name is alive (no
+ * store address in etcd: that key lives on the running node 0's lease), what earlier runs of the name left
+ * (killed ones leave their keys) is deleted. A run's own keys are deleted when it ends. */
+static void clear_dead_runs(pdde_context *ctx, pdde_store *notes, const char *job) {
+    char key[300];
+    void *v = NULL;
+    size_t n;
+    snprintf(key, sizeof key, "elastic/%s/store", job);
+    pdde_status st = pdde_store_get(notes, key, &v, &n);
+    free(v);
+    snprintf(key, sizeof key, "elastic/%s/", job);
+    if (st == PDDE_ERR_NOT_FOUND && pdde_store_etcd_remove_prefix(notes, key))
+        fprintf(stderr, "pdde-run: --rdzv etcd: cannot delete what earlier runs of job '%s' left in etcd: %s\n", job, pdde_last_error(ctx));
+}
+
+/* A run id no other run of the job's name has: the time, this process, 32 random bits. */
+static void make_run_id(char *out, size_t cap) {
+    unsigned r = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = (unsigned)now_s() ^ (unsigned)getpid() << 16;
+    if (fd >= 0) close(fd);
+    snprintf(out, cap, "r%lx-%x-%08x", (long)time(NULL), (unsigned)getpid(), r);
+}
+
+/* A node other than 0, or a joiner: connects to the job's store before starting ranks, so that another job
+ * secret is said at once (the store's handshake proves the secret both ways), not when the ranks start.
+ * With etcd (run != NULL) it reads the run id node 0's pdde-run put there (it is there before node 0 starts
+ * its ranks). 0; 2 after saying why (another secret, no store answering within timeout_s, no run id). */
+static int check_job_store(pdde_context *ctx, const char *addr, const char *job, double timeout_s, int join, char *run, size_t cap) {
+    pdde_store *s = NULL;
+    pdde_status st = pdde_store_connect(ctx, addr, timeout_s, &s);
+    if (st == PDDE_ERR_AUTH) {
+        fprintf(stderr, "pdde-run: the job store at %s refused this node's job secret: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE "
+                "here differs from node 0's (%s)\n", addr, pdde_last_error(ctx));
+        return 2;
+    }
+    if (st && join) {
+        fprintf(stderr, "pdde-run: --join: no job store at %s answers (%s): the job is not running, or the URL is wrong\n", addr,
+                pdde_last_error(ctx));
+        return 2;
+    }
+    if (st) {
+        fprintf(stderr, "pdde-run: no job store at %s answers within %.3g s (%s): node 0's pdde-run is not running there\n", addr,
+                timeout_s, pdde_last_error(ctx));
+        return 2;
+    }
+    if (run) {
+        char key[300];
+        void *v = NULL;
+        size_t n = 0;
+        snprintf(key, sizeof key, "elastic/%s/run", job);
+        st = pdde_store_wait(s, key, timeout_s);
+        if (!st) st = pdde_store_get(s, key, &v, &n);
+        if (!st && (n == 0 || n >= cap || memchr(v, 0, n) || memchr(v, '/', n)))
+            st = pdde_error(ctx, PDDE_ERR_STATE, "%s is not a run id", key);
+        if (!st) memcpy(run, v, n), run[n] = 0;
+        free(v);
+        if (st) {
+            fprintf(stderr, "pdde-run: the job store at %s has no run id of job '%s' (%s): another job, or one not started with "
+                    "--rdzv etcd://.../%s\n", addr, job, pdde_last_error(ctx), job);
+            pdde_store_close(s);
+            return 2;
+        }
+    }
+    pdde_store_close(s);
+    return 0;
 }
 
 /* pdde-run --join with etcd (etcd_url "etcd://HOST:PORT"): the address of the store where the job's worlds
@@ -480,15 +553,18 @@ int main(int argc, char **argv) {
     } else {
         snprintf(addr, sizeof addr, "%s", store_addr);
     }
-    if (join) { /* the job's store answers now, or there is no job to join: say so rather than start ranks that wait */
-        pdde_store *probe = NULL;
-        if (pdde_store_connect(ctx, addr, 5, &probe)) {
-            fprintf(stderr, "pdde-run: --join: no job store at %s answers (%s): the job is not running, its secret differs, or the URL is wrong\n",
-                    addr, pdde_last_error(ctx));
-            return 2;
-        }
-        pdde_store_close(probe);
-    }
+    /* The run: with etcd a run id of node 0's, under which every member's keys go (etcd outlives a run, and
+     * another run of the job's name must not read this one's notes); node 0 puts it in its store, and the
+     * other nodes and joiners read it there. A joiner's job store answers now, or there is no job to join;
+     * another node's store proves now that the secrets agree. */
+    char run_id[64] = "";
+    if (etcd && elastic && node_rank == 0) make_run_id(run_id, sizeof run_id);
+    /* (a node waits for node 0's store as long as its ranks would: the communicator's 300 s to set up) */
+    if (node_rank > 0 && check_job_store(ctx, addr, job, join ? 5 : 300, join, etcd && elastic ? run_id : NULL, sizeof run_id))
+        return 2;
+    char members[160]; /* the prefix of the members' keys, as theirs (core/elastic.c: the job's name cut at 100 bytes) */
+    snprintf(members, sizeof members, "elastic/%.100s%s%.40s", job, run_id[0] ? "/" : "", run_id);
+    if (run_id[0]) setenv("PDDE_ELASTIC_RUN", run_id, 1);
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -508,13 +584,24 @@ int main(int argc, char **argv) {
     const char *peer_env = getenv("PDDE_PEER_TIMEOUT"); /* (the ranks' peer timeout: --peer-timeout sets it) */
     double peer_timeout_s = peer_env && atof(peer_env) > 0 ? atof(peer_env) : 5;
     double notes_lease = peer_timeout_s, notes_ping = 0;
+    int publish = etcd && notes && node_rank == 0; /* (then the lease also keeps the store's address in etcd) */
+    if (publish) clear_dead_runs(ctx, notes, job); /* (before this run registers anything there) */
     if (notes) {
         char key[300];
-        snprintf(key, sizeof key, "elastic/%s/agent/%d", job, node_rank);
+        snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
         if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
     }
-    int publish = etcd && notes && node_rank == 0; /* (then the lease also keeps the store's address in etcd) */
-    if (publish && (!notes_lease || publish_world_store(notes, job, addr)))
+    if (run_id[0] && node_rank == 0) { /* (for the other nodes and joiners: check_job_store) */
+        pdde_store *own = NULL;
+        char key[300];
+        snprintf(key, sizeof key, "elastic/%s/run", job);
+        if (pdde_store_connect(ctx, addr, 30, &own) || pdde_store_set(own, key, run_id, strlen(run_id))) {
+            fprintf(stderr, "pdde-run: cannot put the run id in this job's store at %s: %s\n", addr, pdde_last_error(ctx));
+            return 1;
+        }
+        pdde_store_close(own);
+    }
+    if (publish && (!notes_lease || publish_world_store(notes, job, addr, run_id)))
         fprintf(stderr, "pdde-run: --rdzv etcd: cannot keep this job's store address in etcd (pdde-run --join will not find "
                 "the job): %s\n", pdde_last_error(ctx));
     char v[64];
@@ -577,7 +664,7 @@ int main(int argc, char **argv) {
                     char key[300], how[128];
                     if (WIFSIGNALED(status)) snprintf(how, sizeof how, "SIG%s", sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
                     else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
-                    snprintf(key, sizeof key, "elastic/%s/exit/%d", job, ch[r].rank);
+                    snprintf(key, sizeof key, "%s/exit/%d", members, ch[r].rank);
                     if (notes) pdde_store_set(notes, key, how, strlen(how));
                     if (!bad) finished_ok++;
                     else {
@@ -617,8 +704,8 @@ int main(int argc, char **argv) {
              * and the store's address on it again) */
             if (pdde_store_ping(notes) == PDDE_ERR_PEER_LOST && publish) {
                 char key[300];
-                snprintf(key, sizeof key, "elastic/%s/agent/%d", job, node_rank);
-                if (!pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) publish_world_store(notes, job, addr);
+                snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
+                if (!pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) publish_world_store(notes, job, addr, run_id);
             }
             notes_ping = now_s() + notes_lease / 4;
         }
@@ -636,10 +723,10 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 if (!c->stopped_since) c->stopped_since = now;
-                if (!c->written_off && rank_written_off(notes, job, c, now - c->stopped_since, peer_timeout_s)) {
+                if (!c->written_off && rank_written_off(notes, members, c, now - c->stopped_since, peer_timeout_s)) {
                     c->written_off = 1;
                     char key[300];
-                    snprintf(key, sizeof key, "elastic/%s/exit/%d", job, c->rank);
+                    snprintf(key, sizeof key, "%s/exit/%d", members, c->rank);
                     void *old = NULL;
                     size_t ol;
                     if (notes && pdde_store_get(notes, key, &old, &ol) != PDDE_OK) pdde_store_set(notes, key, "SIGSTOP", 7);
@@ -717,6 +804,12 @@ int main(int argc, char **argv) {
         if (ch[r].log) fclose(ch[r].log);
     }
     free(ch);
+    if (publish && run_id[0]) { /* this run's keys: nobody reads them once its node 0 is done */
+        char prefix[320];
+        snprintf(prefix, sizeof prefix, "%s/", members);
+        if (pdde_store_etcd_remove_prefix(notes, prefix))
+            fprintf(stderr, "pdde-run: --rdzv etcd: cannot delete this run's keys (%s*) from etcd: %s\n", prefix, pdde_last_error(ctx));
+    }
     pdde_store_close(notes);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

@@ -23,7 +23,7 @@ run() { # NAME RANKS ON FLAGS... -> appends the run's step times (steps 2..) to 
     PDDE_ZERO3_REGATHER=$re PDDE_ZERO3_PREFETCH=$pf "$build/pdde-run" -n "$n" "$build/gpt" "$@" ${BENCH_ARGS:-} --steps "$steps" --val-every 0 \
         --sample-len 0 --threads 1 --metrics "$dir/m.json" >"$dir/$name.$on.log" 2>&1
     sed -n 's/.*"step":\([0-9]*\),"loss".*"step_s":\([0-9.]*\).*/\1 \2/p' "$dir/m.json" | awk '$1 > 1 {print $2}' >>"$dir/$name.$on.steps"
-    sed -n 's/^\[0\] gpt: data.*activations \([0-9.]*\) MB (plan).*/\1/p' "$dir/$name.$on.log" >"$dir/$name.$on.arena"
+    sed -n "s/^\[0\] gpt: data.*activations \([0-9.]*\) MB (the memory plan's arenas.*/\1/p" "$dir/$name.$on.log" >"$dir/$name.$on.arena"
     sed -n 's/.*"step":1,"loss".*"memory_bytes":\([0-9]*\).*/\1/p' "$dir/m.json" >"$dir/$name.$on.alloc"
 }
 echo "bench-zero3: $reps alternating triples of $steps steps${BENCH_ARGS:+ ($BENCH_ARGS)}; load: $(uptime | sed 's/.*load/load/')"
