@@ -156,6 +156,14 @@ PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_par
         f->first_device = r->n_devices;
         f->n_devices = n_dev;
         for (int d = 0; d < n_dev; d++) r->devices[r->n_devices++] = (registry_device){.family = r->n_families - 1, .index = d};
+        for (int d = 0; d < n_dev && f->dl; d++) { /* (a plugin's devices must carry its name: selection goes by it) */
+            pdde_device_props props = {0};
+            if (f->iface->device_props(f->family, d, &props) == PDDE_OK && strncmp(props.backend, f->iface->name, sizeof props.backend)) {
+                fprintf(stderr, "pdde: plugin backend %.64s: its device %d says backend '%.16s' (device_props.backend must be the backend's "
+                                "name): a choice of device by backend name will not find it\n", f->iface->name, d, props.backend);
+                break;
+            }
+        }
     }
     return PDDE_OK;
 }

@@ -30,6 +30,8 @@ code=$?
 [ $code -ne 0 ] && grep -q "no device reports backend toy; the devices: 0 .*(backend cpu).*(backend toyaccel)" "$tmp/mis.log"
 rc=$?
 check "a plugin whose devices report another backend: --backend toy exits non-zero listing the devices (exit $code: $(tail -1 "$tmp/mis.log"))" $rc
+grep -q "pdde: plugin backend toy: its device 0 says backend 'toyaccel' (device_props.backend must be the backend's name)" "$tmp/mis.log"
+check "the library says so when it loads the plugin" $?
 
 # a wrong mul (libpdde_toy_badmul.so): only mul's own cases fail (the gradient checks' loss runs on the CPU),
 # and --op mul runs those
