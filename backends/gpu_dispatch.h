@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../pdde_extension.h" /* the backend vtable and the named op parameters */
 #include "flash_f32_tiles.h"   /* the f32 tiled attention kernels' launch shape (CUDA) */
@@ -209,8 +210,8 @@ typedef struct {
 enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2, PGD_MEM_CE1 = 4, PGD_MEM_ADAMW_VEC = 8, PGD_MEM_GELU2 = 16, PGD_MEM_LN2 = 32 };
 static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c);
 /* The PGD_MEM_* bits: `defaults`, changed by <prefix>COLSUM2, <prefix>ADAMW_CHUNKS, <prefix>CE1, <prefix>LN2,
- * PDDE_CUDA_ADAMW_VEC and PDDE_CUDA_GELU2 (prefix: the backend's, as PDDE_CUDA_; "1" sets a switch's bit and those it
- * takes with it, "0" clears its own, anything else is said once and changes nothing) */
+ * PDDE_CUDA_ADAMW_VEC and PDDE_CUDA_GELU2 (prefix: the backend's, as PDDE_CUDA_; "1" (on, true, yes) sets a switch's
+ * bit and those it takes with it, "0" (off, false, no) clears its own, anything else is said once and changes nothing) */
 static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults) {
     static const struct { const char *name; unsigned bit, with; int cuda_only; } sw[] = {
         {"COLSUM2", PGD_MEM_COLSUM2, 0, 0}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS, 0, 0}, {"CE1", PGD_MEM_CE1, 0, 0},
@@ -222,10 +223,13 @@ static inline unsigned pgd_mem_kernels_env(const char *prefix, unsigned defaults
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix, sw[i].name);
         const char *v = getenv(name);
-        if (v && !strcmp(v, "1")) bits |= sw[i].bit | sw[i].with;
-        else if (v && !strcmp(v, "0")) bits &= ~sw[i].bit;
+        int on = v && (!strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"));
+        int off = v && (!strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") || !strcasecmp(v, "no"));
+        if (on) bits |= sw[i].bit | sw[i].with;
+        else if (off) bits &= ~sw[i].bit;
         else if (v && *v) /* (a measurement run with a typo would time the default unawares) */
-            pgd_say_once(11 + (int)i, "%s=%s is not 0 or 1: %s", name, v, bits & sw[i].bit ? "it stays on" : "it stays off");
+            pgd_say_once(11 + (int)i, "%s=%s is not 1 or 0 (on/off, true/false, yes/no): %s", name, v,
+                         bits & sw[i].bit ? "it stays on" : "it stays off");
     }
     return bits;
 }

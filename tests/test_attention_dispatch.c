@@ -301,7 +301,9 @@ int main(void) {
     setenv("PDDE_CUDA_LN2", "1", 1);
     CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2, "PDDE_CUDA_LN2=1 takes it");
     /* a value other than 0 or 1 changes nothing and is said once (on stderr, caught in a file here) */
-    setenv("PDDE_CUDA_LN2", "yes", 1);
+    setenv("PDDE_CUDA_LN2", "On", 1);
+    CHECK(pgd_mem_kernels_env("PDDE_CUDA_", PGD_CUDA_MEM_KERNELS) & PGD_MEM_LN2, "PDDE_CUDA_LN2=On takes it, as the library's switches");
+    setenv("PDDE_CUDA_LN2", "yes please", 1);
     FILE *said = tmpfile();
     int saved = dup(2);
     fflush(stderr), dup2(fileno(said), 2);
@@ -312,8 +314,9 @@ int main(void) {
     size_t n_said = fread(text, 1, sizeof text - 1, said);
     fclose(said);
     text[n_said] = 0;
-    CHECK(typo == PGD_CUDA_MEM_KERNELS && typo2 == typo, "PDDE_CUDA_LN2=yes leaves the defaults: bits %u", typo);
-    CHECK(!strcmp(text, "pdde: PDDE_CUDA_LN2=yes is not 0 or 1: it stays off\n"), "PDDE_CUDA_LN2=yes is said once: '%s'", text);
+    CHECK(typo == PGD_CUDA_MEM_KERNELS && typo2 == typo, "PDDE_CUDA_LN2='yes please' leaves the defaults: bits %u", typo);
+    CHECK(!strcmp(text, "pdde: PDDE_CUDA_LN2=yes please is not 1 or 0 (on/off, true/false, yes/no): it stays off\n"),
+          "PDDE_CUDA_LN2='yes please' is said once: '%s'", text);
     unsetenv("PDDE_CUDA_LN2");
     return test_finish();
 }
