@@ -61,22 +61,27 @@ static void test_num_threads(void) {
     CHECK(threads_under("2x", err, sizeof err) == cores && !err[0], "PDDE_NUM_THREADS=\"2x\" a second time: the default, nothing said: %s", err);
 }
 
+/* A tiny GPT's training graph (context length 8) on a one-thread CPU context of its own */
+static void tiny_gpt(int layers, int batch, pdde_context **ctx, pdde_graph **g, gpt_model *m) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context_init(&cp, ctx);
+    gpt_config cfg = {.vocab = 32, .ctx = 8, .layers = layers, .heads = 2, .width = 16, .batch = batch};
+    pdde_graph_init(*ctx, g);
+    gpt_build(*g, &cfg, m);
+    pdde_backward(*g, m->loss);
+    pdde_optimizer_adamw(*g, NULL);
+}
+
 /* A small GPT's session under the memory variables (NULL: unset): its status, its error and stderr */
 static pdde_status session_under(const char *available, const char *headroom, char *error, char *err, size_t n) {
     if (available) setenv("PDDE_MEMORY_AVAILABLE", available, 1);
     if (headroom) setenv("PDDE_MEMORY_HEADROOM", headroom, 1);
-    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-    cp.backends = "cpu", cp.n_threads = 1;
     pdde_context *ctx;
     pdde_graph *g;
     pdde_session *s = NULL;
-    pdde_context_init(&cp, &ctx);
-    gpt_config cfg = {.vocab = 32, .ctx = 8, .layers = 2, .heads = 2, .width = 16, .batch = 4};
     gpt_model m;
-    pdde_graph_init(ctx, &g);
-    gpt_build(g, &cfg, &m);
-    pdde_backward(g, m.loss);
-    pdde_optimizer_adamw(g, NULL);
+    tiny_gpt(2, 4, &ctx, &g, &m);
     capture_begin();
     pdde_status st = pdde_session_init(g, NULL, &s);
     capture_end(err, n);
@@ -111,18 +116,11 @@ static void test_memory(void) {
 static double step_under(const char *name, const char *value, char *err, size_t n) {
     if (value) setenv(name, value, 1);
     else unsetenv(name);
-    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-    cp.backends = "cpu", cp.n_threads = 1;
     pdde_context *ctx;
     pdde_graph *g;
     pdde_session *s = NULL;
-    pdde_context_init(&cp, &ctx);
-    gpt_config cfg = {.vocab = 32, .ctx = 8, .layers = 1, .heads = 2, .width = 16, .batch = 2};
     gpt_model m;
-    pdde_graph_init(ctx, &g);
-    gpt_build(g, &cfg, &m);
-    pdde_backward(g, m.loss);
-    pdde_optimizer_adamw(g, NULL);
+    tiny_gpt(1, 2, &ctx, &g, &m);
     capture_begin();
     pdde_status st = pdde_session_init(g, NULL, &s);
     int32_t tokens[2 * 8] = {0};
