@@ -192,7 +192,7 @@ $(BUILD)/libpdde_toy_badmul.so: examples/toy_backend.c pdde.h | $(BUILD)
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
-$(BUILD)/test_plugin_ops: $(BUILD)/test_backend_ops
+$(BUILD)/test_plugin_ops: $(BUILD)/test_backend_ops $(BUILD)/gpt
 # (test_api_null compiles the calls tests/api_null_sweep.py writes as the C tests are built: this build's
 # compiler and flags, and the libraries after libpdde.a, in a file beside it)
 $(BUILD)/test_api_null: tests/test_api_null.sh tests/api_null_sweep.py pdde.h $(BUILD)/libpdde.a | $(BUILD)

@@ -99,7 +99,8 @@ static int device_select_cluster_id(pdde_context *ctx, const pdde_cluster *c, in
 }
 
 /* The first in-place node of g that device d does not run (an optimizer update, a gradient
- * accumulation: they write their storage where it is, so cannot go to the CPU), else NULL. */
+ * accumulation: lowering would keep what they write on the CPU and copy it to d every step, which the
+ * cost model does not price), else NULL. */
 static const pdde_tensor *device_select_inplace_refused(pdde_context *ctx, const pdde_graph *g, int d) {
     for (int i = 0; g && i < g->n; i++) {
         const pdde_tensor *t = g->nodes[i];

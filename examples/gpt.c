@@ -93,6 +93,12 @@ static void usage(FILE *f) {
             "                              (pdde-run --restart, or --join) takes a missing replica's rows from a member's state)\n");
 }
 
+/* Whether this rank runs under `pdde-run --elastic` (which sets PDDE_ELASTIC=1) */
+static bool under_elastic(void) {
+    const char *v = getenv("PDDE_ELASTIC");
+    return v && atoi(v);
+}
+
 static int parse(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -172,7 +178,7 @@ static int parse(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++)
         plan_given |= !strcmp(argv[i], "--dp") || !strcmp(argv[i], "--tp") || !strcmp(argv[i], "--pp") || !strcmp(argv[i], "--ep");
     pdde_comm_env env;
-    if (!plan_given && !(getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) && pdde_comm_env_read(NULL, &env) == PDDE_OK &&
+    if (!plan_given && !under_elastic() && pdde_comm_env_read(NULL, &env) == PDDE_OK &&
         env.world_size > 1) {
         o->dp = env.world_size;
         if (env.rank == 0) printf("gpt: %d ranks and no plan given: data parallel over them (--dp %d)\n", env.world_size, env.world_size);
@@ -223,7 +229,7 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    int elastic = getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC")); /* (dp is the ranks there are) */
+    int elastic = under_elastic(); /* (dp is the ranks there are) */
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2 && !elastic)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
@@ -544,7 +550,7 @@ int main(int argc, char **argv) {
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
     pdde_comm *comm = NULL;
-    int el_auto = o.plan && !strcmp(o.plan, "auto") && getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC")); /* (planned below) */
+    int el_auto = o.plan && !strcmp(o.plan, "auto") && under_elastic(); /* (planned below) */
     if (o.plan && !strcmp(o.plan, "auto") && !el_auto && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
     /* under pdde-run --elastic: data parallel over whatever ranks there are; a lost rank is recovered
@@ -554,7 +560,7 @@ int main(int argc, char **argv) {
     char el_plan[256] = "";
     int el_tp0 = 1, el_pp0 = 1; /* --tp, --pp asked for: kept while the ranks there are allow them */
     int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
-    if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
+    if (under_elastic()) {
         if (o.plan && !el_auto) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is --dp (the ranks there are), --tp, --pp and --zero, or --plan auto\n"); return 2; }
         if (o.ft && (el_auto || o.tp * o.pp > 1)) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started, data parallel: no --plan auto, --tp, --pp\n"); return 2; }
         el_tp0 = o.tp, el_pp0 = o.pp;

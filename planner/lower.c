@@ -193,23 +193,41 @@ static void fallback_note(pdde_program *P, const pdde_tensor *u, int device) {
     if (len + strlen(item) + 3 < sizeof P->fallback) snprintf(P->fallback + len, sizeof P->fallback - len, "%s%s", len ? ", " : "", item);
 }
 
+/* An op that writes its inputs in place (an optimizer's update, a gradient's accumulation) runs where they
+ * live. Where that device cannot run it (a plugin without AdamW), what it writes lives on the CPU instead,
+ * and the device's nodes that read it get copies: marks on_cpu[] of those storage roots. */
+static void in_place_fallbacks(lowering *L, const uint8_t *need, uint8_t *on_cpu) {
+    const pdde_graph *g = L->g;
+    for (int i = 0; i < g->n; i++) {
+        pdde_tensor *u = g->nodes[i];
+        if (need[i] != 2 || u->op == PDDE_OP_NONE || (u->flags & PDDE_TENSOR_VIEW) || !is_root_sharing(u)) continue;
+        const pdde_tensor *root = storage_root(u);
+        int device = on_cpu[root->id] ? 0 : node_device(root, L->p);
+        if (device == 0 || (unsigned)u->op >= PDDE_OP_COUNT || registry_device_supports(L->ctx, L->ctx->registry, device, u)) continue;
+        fallback_note(L->P, u, device);
+        for (int k = 0; k < u->nsrc; k++)
+            if (is_update(u) ? u->src[k] != update_norm(u) : k == 0) on_cpu[storage_root(u->src[k])->id] = 1;
+    }
+}
+
 static pdde_status lower_place(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
-    uint8_t *need = lower_needed_nodes(g);
+    uint8_t *need = lower_needed_nodes(g), *on_cpu = calloc((size_t)g->n + 1, 1);
     int *device = malloc((size_t)(g->n + 1) * sizeof *device);
     typedef struct { int src_id, device; pdde_tensor *copy; } copy_entry;
     copy_entry *copies = NULL;
     int n_copies = 0, cap_copies = 0;
-    if (!need || !device) { free(need), free(device); return lower_oom(L); }
+    if (!need || !on_cpu || !device) { free(need), free(on_cpu), free(device); return lower_oom(L); }
     relevant_nodes(L, need);
+    if (!L->p->no_cpu_fallback) in_place_fallbacks(L, need, on_cpu);
     pdde_status st = PDDE_OK;
     for (int i = 0; i < g->n && !st; i++) {
         const pdde_tensor *u = g->nodes[i];
         if (!need[i]) continue;
         if ((unsigned)u->op >= PDDE_OP_COUNT) { st = pdde_error(L->ctx, PDDE_ERR_UNKNOWN_OP, "lower: node %s has unknown op %d", u->name, u->op); break; }
         /* views and in-place ops live where their storage lives */
-        device[i] = is_root_sharing(u) ? device[u->src[0]->id] : node_device(u, L->p);
+        device[i] = is_root_sharing(u) ? device[u->src[0]->id] : on_cpu[i] ? 0 : node_device(u, L->p);
         if (u->op != PDDE_OP_NONE && !is_root_sharing(u) && !L->p->no_cpu_fallback && need[i] == 2 &&
             !registry_device_supports(L->ctx, L->ctx->registry, device[i], u))
             fallback_note(P, u, device[i]), device[i] = 0; /* the CPU: device 0 */
@@ -251,7 +269,7 @@ static pdde_status lower_place(lowering *L) {
         if (!st && order_push(P, t)) st = lower_oom(L);
     }
     free(copies);
-    free(need);
+    free(need), free(on_cpu);
     free(device);
     return st;
 }

@@ -121,6 +121,9 @@ static void test_pdde_run_args(void) {
         rc = run(argv, NULL, out, sizeof out, 10, &dt);
         CHECK(rc == 2 && strstr(out, bad[i].names), "bad argument %s: rc %d, message: %s", bad[i].names, rc, out);
     }
+    char *one_rank[] = {g_run, "-n", "1", "true", NULL};
+    rc = run(one_rank, (const char *const[]){"PDDE_NUM_THREADS=abc", NULL}, out, sizeof out, 10, &dt);
+    CHECK(rc == 2 && strstr(out, "PDDE_NUM_THREADS 'abc'"), "a bad PDDE_NUM_THREADS: rc %d, message: %s", rc, out);
 }
 
 /* What pdde-run reads of a rank (tools/proc_stat.h), on a child whose command name holds ") R (", as

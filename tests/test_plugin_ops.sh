@@ -54,6 +54,18 @@ code=$?
 rc=$?
 check "a plugin of another version is refused, exit $code ($(tail -1 "$tmp/v99.log"))" $rc
 
+# gpt's blocks on the toy, which runs neither AdamW's update nor a gradient accumulation (both in place):
+# what those write lives on the CPU, the toy reads copies, and the losses are the CPU's
+gpt_args=(--steps 6 --layers 1 --width 32 --heads 2 --ctx 16 --batch 4 --seed 5 --sample-len 0)
+"$build/gpt" "${gpt_args[@]}" >"$tmp/gpt_cpu.log" 2>&1
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy.so" "$build/gpt" "${gpt_args[@]}" --blocks-on toy >"$tmp/gpt_toy.log" 2>&1
+code=$?
+cpu_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/gpt_cpu.log" | tr '\n' ' ')
+toy_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/gpt_toy.log" | tr '\n' ' ')
+[ $code -eq 0 ] && [ -n "$cpu_losses" ] && [ "$toy_losses" = "$cpu_losses" ] && grep -q "adamw_update (device [0-9])" "$tmp/gpt_toy.log"
+rc=$?
+check "gpt --blocks-on toy trains, its updates on the CPU, with the CPU's losses (exit $code; toy '$toy_losses', cpu '$cpu_losses'; $(grep -m1 'cannot\|error' "$tmp/gpt_toy.log"))" $rc
+
 "$build/test_backend_ops" --backend nosuchbackend >"$tmp/b.log" 2>&1
 code=$?
 [ $code -eq 2 ] && grep -q "no such backend" "$tmp/b.log"

@@ -245,7 +245,8 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
         if (tried[bt > 1] && refused[bt > 1] == tried[bt > 1]) continue; /* (a form the device does not run: said below) */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
-            printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
+            printf("  gemm %-4s %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", pdde_dtype_name(dt), (long long)m, (long long)nn,
+                   (long long)k, est);
             continue;
         }
         pdde_graph *g = gemm_graph(ctx, dt, bt, m, nn, k);

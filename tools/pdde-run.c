@@ -119,12 +119,13 @@ static void usage(FILE *f) {
 static void bind_rank(int r) {
     cpu_set_t allowed, set;
     if (sched_getaffinity(0, sizeof allowed, &allowed)) return;
-    int cpus[CPU_SETSIZE], n = 0, t = atoi(getenv("PDDE_NUM_THREADS") ? getenv("PDDE_NUM_THREADS") : "1");
+    const char *threads = getenv("PDDE_NUM_THREADS"); /* (checked in main, and set there where it was not) */
+    int cpus[CPU_SETSIZE], n = 0, t = threads ? atoi(threads) : 1;
     for (int c = 0; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
     if (n == 0) return;
     CPU_ZERO(&set);
-    for (int k = 0; k < (t > 0 ? t : 1); k++) CPU_SET(cpus[((long)r * (t > 0 ? t : 1) + k) % n], &set);
+    for (int k = 0; k < t; k++) CPU_SET(cpus[((long)r * t + k) % n], &set);
     if (sched_setaffinity(0, sizeof set, &set)) fprintf(stderr, "pdde-run: rank %d: cannot bind: %s\n", r, strerror(errno));
 }
 
@@ -447,6 +448,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!n) { fprintf(stderr, "pdde-run: -n N (ranks on this host) is required (see --help)\n"); return 2; }
+    if (getenv("PDDE_NUM_THREADS")) int_arg("PDDE_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 1, 1 << 16); /* (--bind cores reads it) */
     if (i >= argc) { fprintf(stderr, "pdde-run: no program to run (see --help)\n"); return 2; }
     if (node_rank >= nnodes) {
         fprintf(stderr, "pdde-run: --node-rank %d is not below --nnodes %d\n", node_rank, nnodes);
