@@ -287,6 +287,8 @@ typedef enum {
     PDDE_OP_MOE_AUX_LOSS,         /* src: logits [N,E], counts i32 [E] -> [1]: E sum_e f_e P_e, f = counts /
                                      their sum, P = the mean over the rows of softmax(logits) */
     PDDE_OP_MOE_AUX_LOSS_BACK,    /* src: logits, counts, dloss [1] -> dlogits [N,E] */
+    PDDE_OP_ROPE,                 /* rotary position embedding of x [B,T,H,D] (pdde_rope); f: ROPE_BASE;
+                                     i: ROPE_INVERSE 1 rotates by minus the angle (the backward) */
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -425,6 +427,10 @@ pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x);
 pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x);
 pdde_tensor *pdde_layernorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps);
 pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, float eps);
+/* Rotary position embedding (RoPE, as LLaMA) of x [B, T, H, D], D even: at position t (dim 1) each head's
+ * pairs (i, i + D/2), i < D/2, are rotated by the angle t * base^(-2i/D) (the "rotate half" layout of
+ * GPT-NeoX and Hugging Face's LLaMA; base 10000 there). In f32; linear in x. */
+pdde_tensor *pdde_rope(pdde_graph *g, pdde_tensor *x, float base);
 pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal);
 /* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D] f32.
  * Fused (PDDE_OP_ATTENTION and its backward): memory O(B*H*T*D), never the [B, H, T, T] scores. q, k, v

@@ -217,6 +217,7 @@ const char *pdde_op_name(pdde_op op) {
         [PDDE_OP_MOE_COMBINE_BACK_W] = "moe_combine_back_w", [PDDE_OP_MOE_GROUPED_MATMUL] = "moe_grouped_matmul",
         [PDDE_OP_MOE_GROUPED_MATMUL_BACK_W] = "moe_grouped_matmul_back_w",
         [PDDE_OP_MOE_AUX_LOSS] = "moe_aux_loss", [PDDE_OP_MOE_AUX_LOSS_BACK] = "moe_aux_loss_back",
+        [PDDE_OP_ROPE] = "rope",
     };
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }

@@ -684,6 +684,40 @@ CPU_KERNEL static void softmax_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* rope: the cosine and sine of each position's angles, [T][D/2][2] (extra), then each row (b, t) of x
+ * [B, T, H, D] rotated pair by pair (inverse: by minus the angle, the backward) */
+static void rope_table_task(void *arg, int64_t begin, int64_t end) {
+    const cpu_job *j = arg;
+    const pdde_tensor *t = j->node;
+    int64_t half = t->shape[3] / 2;
+    float base = pdde_op_f32(t, PDDE_P_ROPE_BASE), *cs = (float *)j->extra;
+    for (int64_t p = begin; p < end; p++)
+        for (int64_t i = 0; i < half; i++) {
+            float a = (float)p * (1.0f / powf(base, (float)(2 * i) / (float)t->shape[3])); /* (Hugging Face's f32 rounding) */
+            cs[2 * (p * half + i)] = cosf(a), cs[2 * (p * half + i) + 1] = sinf(a);
+        }
+}
+
+CPU_KERNEL static void rope_task(void *arg, int64_t begin, int64_t end) {
+    const cpu_job *j = arg;
+    const pdde_tensor *t = j->node;
+    int64_t T = t->shape[1], H = t->shape[2], D = t->shape[3], half = D / 2;
+    float sign = pdde_op_i32(t, PDDE_P_ROPE_INVERSE) ? -1.0f : 1.0f;
+    const float *x = F32(t->src[0]), *cs = j->extra;
+    float *y = F32(t);
+    for (int64_t r = begin; r < end; r++) {
+        const float *c = cs + 2 * (r % T) * half;
+        for (int64_t h = 0; h < H; h++) {
+            const float *xr = x + (r * H + h) * D;
+            float *yr = y + (r * H + h) * D;
+            for (int64_t i = 0; i < half; i++) {
+                float co = c[2 * i], si = sign * c[2 * i + 1], x0 = xr[i], x1 = xr[i + half];
+                yr[i] = x0 * co - x1 * si, yr[i + half] = x1 * co + x0 * si;
+            }
+        }
+    }
+}
+
 CPU_KERNEL static void softmax_back_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t);
@@ -1185,6 +1219,16 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     }
     case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return cpu_attention(ctx, pool, t);
     case PDDE_OP_SOFTMAX: parallel_for(pool, ROWS(t), 16, softmax_task, &job); return PDDE_OK;
+    case PDDE_OP_ROPE: {
+        if (n == 0) return PDDE_OK;
+        float *cs = malloc((size_t)t->shape[1] * (size_t)t->shape[3] * sizeof *cs);
+        if (!cs) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        job.extra = cs;
+        parallel_for(pool, t->shape[1], 16, rope_table_task, &job);
+        parallel_for(pool, t->shape[0] * t->shape[1], 16, rope_task, &job);
+        free(cs);
+        return PDDE_OK;
+    }
     case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
     case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {
         const pdde_tensor *logits = t->src[0];

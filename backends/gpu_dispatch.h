@@ -355,6 +355,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     if (node->op == PDDE_OP_NONE || (node->op >= PDDE_OP_COPY && node->op <= PDDE_OP_RECV))
         return 0; /* copies, collectives and pipeline sends are the core's */
     if (node->op >= PDDE_OP_MOE_TOPK && node->op <= PDDE_OP_MOE_AUX_LOSS_BACK) return 0; /* MoE: the CPU's (fallback) */
+    if (node->op == PDDE_OP_ROPE) return 0; /* (the CPU's, with copies) */
     for (int i = 0; i < node->nsrc; i++)
         if (!node->src[i] || node->src[i]->ndim > PGD_MAX_DIMS) return 0;
     const pdde_tensor *a = node->nsrc > 0 ? node->src[0] : NULL, *b = node->nsrc > 1 ? node->src[1] : NULL;

@@ -26,6 +26,7 @@ typedef enum {
                                            the column sums of B (sum over K of B [K, N]: a bias gradient, f32 [N]) beside
                                            its values (at pdde_lowp_copy_offset) */
     PDDE_P_SOFTMAX_CAUSAL = 0,
+    PDDE_P_ROPE_INVERSE = 0,            /* rope: 1 rotates by minus the angle (its backward) */
     PDDE_P_PERMUTE_DIM0 = 0,            /* output dim i takes input dim [PDDE_P_PERMUTE_DIM0 + i] */
     PDDE_P_CONCAT_AXIS = 0,
     PDDE_P_SLICE_AXIS = 0, PDDE_P_SLICE_START = 1,
@@ -64,6 +65,7 @@ typedef enum {
     PDDE_P_CONST_VALUE = 0,             /* constant leaf: its fill value */
     PDDE_P_SCALE = 0,                   /* scale, expand */
     PDDE_P_NORM_EPS = 0,                /* layernorm, rmsnorm and their backward ops */
+    PDDE_P_ROPE_BASE = 0,               /* rope: the angle of pair i at position t is t * base^(-2i/D) */
     PDDE_P_DROPOUT_P = 0,
     PDDE_P_ATTENTION_SCALE = 0,         /* attention, attention_back: the factor of q k^T */
     PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_BETA1 = 1, PDDE_P_UPDATE_BETA2 = 2, PDDE_P_UPDATE_EPS = 3,

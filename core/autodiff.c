@@ -89,6 +89,10 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
             if (dsrc[i]) pdde_op_set_f32(dsrc[i], PDDE_P_NORM_EPS, pdde_op_f32(y, PDDE_P_NORM_EPS));
         break;
     }
+    case PDDE_OP_ROPE: /* a rotation: its gradient is dy rotated back */
+        dsrc[0] = node_with(g, PDDE_OP_ROPE, x, 1, &dy);
+        if (dsrc[0]) pdde_op_params_copy(dsrc[0], y), pdde_op_set_i32(dsrc[0], PDDE_P_ROPE_INVERSE, !pdde_op_i32(y, PDDE_P_ROPE_INVERSE));
+        break;
     case PDDE_OP_SOFTMAX: {
         pdde_tensor *src[2] = {y, dy};
         dsrc[0] = node_with(g, PDDE_OP_SOFTMAX_BACK, x, 2, src);

@@ -285,6 +285,18 @@ pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, flo
     return norm_node(g, PDDE_OP_RMSNORM, x, gamma, NULL, eps);
 }
 
+pdde_tensor *pdde_rope(pdde_graph *g, pdde_tensor *x, float base) {
+    if (x && (x->ndim != 4 || x->shape[3] % 2)) {
+        char sx[96];
+        shape_str(x, sx, sizeof sx);
+        return graph_fail(g, PDDE_ERR_SHAPE, "rope: %s %s must be [B, T, H, D] with D even", x->name, sx);
+    }
+    if (x && !(base > 0 && isfinite(base))) return graph_fail(g, PDDE_ERR_INVALID_ARG, "rope: base %g of %s must be finite and > 0", base, x->name);
+    pdde_tensor *t = unary(g, PDDE_OP_ROPE, x);
+    if (t) pdde_op_set_f32(t, PDDE_P_ROPE_BASE, base);
+    return t;
+}
+
 pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
     pdde_tensor *t = unary(g, PDDE_OP_SOFTMAX, x);
     if (t && causal && (t->ndim < 2 || t->shape[t->ndim - 1] != t->shape[t->ndim - 2]))

@@ -287,6 +287,15 @@ static void spmd_rule_norm_back_gamma(spmd_ctx *c) {
     spmd_einsum(c, NULL);
 }
 
+/* rope (x [B,T,H,D]): batch and heads are independent; a row's angle is its position in the whole T and
+ * it pairs columns D/2 apart, so T and D stay whole. Linear in x. */
+static void spmd_rule_rope(spmd_ctx *c) {
+    spmd_letters_same(c);
+    spmd_pin(c, 'b'), spmd_pin(c, 'd');
+    c->linear = 1;
+    spmd_einsum(c, NULL);
+}
+
 /* softmax: over the last dim, required replicated */
 static void spmd_rule_softmax(spmd_ctx *c) {
     spmd_letters_same(c);
@@ -740,6 +749,7 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     [PDDE_OP_MOE_COMBINE_BACK_W] = spmd_rule_moe_permute,
     [PDDE_OP_MOE_GROUPED_MATMUL] = spmd_rule_moe_grouped_matmul, [PDDE_OP_MOE_GROUPED_MATMUL_BACK_W] = spmd_rule_moe_grouped_matmul,
     [PDDE_OP_MOE_AUX_LOSS] = spmd_rule_moe_aux_loss, [PDDE_OP_MOE_AUX_LOSS_BACK] = spmd_rule_moe_aux_loss,
+    [PDDE_OP_ROPE] = spmd_rule_rope,
 };
 
 /* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep: 0, or -1 where

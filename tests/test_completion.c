@@ -355,6 +355,30 @@ static void test_misc_rules(void) {
     pdde_graph_free(g);
 }
 
+/* rope [B,T,H,D]: heads split over tp and the batch over dp pass through, forward and backward; T split
+ * is gathered first (a row's angle is its position in the whole T), and so is D (pairs D/2 apart) */
+static void test_rope_rule(void) {
+    pdde_graph *g = new_graph();
+    const pdde_mesh *m = mesh_2x2(g);
+    pdde_tensor *x = pdde_param(g, "x", 4, SHAPE(4, 6, 2, 8), 0.02f);
+    pdde_tensor *t = pdde_input(g, "t", PDDE_F32, 4, SHAPE(4, 6, 2, 8));
+    pdde_tensor *d = pdde_input(g, "d", PDDE_F32, 4, SHAPE(4, 6, 2, 8));
+    pdde_shard(g, x, m, MAP(DP, -1, TP, -1));
+    pdde_shard(g, t, m, MAP(-1, DP, -1, -1));
+    pdde_shard(g, d, m, MAP(-1, -1, -1, TP));
+    pdde_tensor *rx = pdde_rope(g, x, 10000.0f), *rt = pdde_rope(g, t, 10000.0f), *rd = pdde_rope(g, d, 10000.0f);
+    pdde_tensor *loss = pdde_add(g, pdde_mean(g, pdde_mul(g, rx, rx), -1, 0), pdde_mean(g, pdde_add(g, rt, rd), -1, 0));
+    CHECK(pdde_graph_status(g) == PDDE_OK && !pdde_backward(g, loss), "build: %s", pdde_last_error(ctx));
+    CHECK(!pdde_complete_dist_attrs(g), "complete: %s", pdde_last_error(ctx));
+    CHECK_ATTR(&rx->dist, MAP(DP, -1, TP, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, rt, 0), MAP(-1, -1, -1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, rd, 0), MAP(-1, -1, -1, -1), 0, 0);
+    pdde_tensor *acc = accum_of(g, x), *back = acc ? acc->src[1] : NULL;
+    CHECK(back && back->op == PDDE_OP_ROPE && pdde_op_i32(back, PDDE_P_ROPE_INVERSE) == 1, "x's gradient is a rope with ROPE_INVERSE");
+    if (back) CHECK_ATTR(&back->dist, MAP(DP, -1, TP, -1), 0, 0);
+    pdde_graph_free(g);
+}
+
 /* ---- GPT (examples/gpt.h), forward + backward + AdamW ---- */
 
 static const gpt_config gpt_cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 4};
@@ -718,6 +742,7 @@ int main(void) {
     test_mlp();
     test_attention();
     test_misc_rules();
+    test_rope_rule();
     test_gpt_dp();
     test_gpt_tp();
     test_gpt_zero3();
