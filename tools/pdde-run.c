@@ -39,6 +39,7 @@ int main(void) {
 }
 #else
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -127,6 +128,22 @@ static void bind_rank(int r) {
     CPU_ZERO(&set);
     for (int k = 0; k < t; k++) CPU_SET(cpus[((long)r * t + k) % n], &set);
     if (sched_setaffinity(0, sizeof set, &set)) fprintf(stderr, "pdde-run: rank %d: cannot bind: %s\n", r, strerror(errno));
+}
+
+/* The shared-memory segments a rank made (comm/shm.c names them /pdde-<pid>-<n> and unlinks them once
+ * every peer has mapped them): a rank killed before that leaves them in /dev/shm; no one can use them
+ * once it is gone. */
+static void remove_shm_of(pid_t pid) {
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "pdde-%d-", (int)pid);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d))
+        if (!strncmp(e->d_name, prefix, (size_t)n)) {
+            char path[300];
+            snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+            unlink(path);
+        }
+    if (d) closedir(d);
 }
 
 /* Parses an integer argument in [lo, hi]; exits 2 naming the argument otherwise. */
@@ -661,6 +678,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < n; r++) {
                 if (ch[r].pid != pid) continue;
                 ch[r].exited = 1; ch[r].status = status; running--;
+                remove_shm_of(pid);
                 int bad = !WIFEXITED(status) || WEXITSTATUS(status);
                 if (elastic) {
                     char key[300], how[128];
