@@ -212,7 +212,8 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep)) {
+    int elastic = under_elastic(); /* (dp is the ranks there are; the experts' split follows them: elastic_experts) */
+    if (o->ep > 1 && (m->moe_experts < 2 || (!elastic && (o->ep >= o->dp || o->dp % o->ep)) || m->moe_experts % o->ep)) {
         fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
                 "ep < dp dividing dp\n", o->ep, o->dp, m->moe_experts);
         return -1;
@@ -225,11 +226,10 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->ep > 1) m->moe_ep = 1;
     int ep_ranks = o->ep > 1 ? o->ep : o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
-    if (m->moe_ep && m->moe_experts % ep_ranks) {
+    if (m->moe_ep && m->moe_experts % ep_ranks && !elastic) {
         fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    int elastic = under_elastic(); /* (dp is the ranks there are) */
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2 && !elastic)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
@@ -291,6 +291,17 @@ static int choose_plan(pdde_context *ctx, options *o) {
                    ep > 1 ? "expert parallel" : "data parallel", pred[1], ep, pred[0]);
     }
     return 0;
+}
+
+/* Under pdde-run --elastic, the experts' split for the data-parallel ranks there are: over groups of --ep
+ * (ep0 > 1) or over all of them (--moe-ep) while that divides them and the experts, else over the largest
+ * groups that do (none: every rank holds every expert). */
+static void elastic_experts(options *o, int ep0) {
+    int want = ep0 > 1 && ep0 < o->dp ? ep0 : o->dp, E = o->model.moe_experts, ep = 1;
+    for (int e = want; e > 1 && ep == 1; e--)
+        if (o->dp % e == 0 && E % e == 0) ep = e;
+    o->model.moe_ep = ep > 1;
+    o->ep = ep > 1 && ep < o->dp ? ep : 0;
 }
 
 #ifdef PDDE_HAVE_UCX
@@ -557,13 +568,13 @@ int main(int argc, char **argv) {
      * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
      * in-memory snapshot and go on) */
     pdde_elastic *el = NULL;
-    char el_plan[256] = "";
-    int el_tp0 = 1, el_pp0 = 1; /* --tp, --pp asked for: kept while the ranks there are allow them */
+    char el_plan[256] = "", ep_text[24];
+    int el_tp0 = 1, el_pp0 = 1, el_ep0 = 0, el_moe_ep0 = 0; /* --tp, --pp, --ep, --moe-ep asked for: kept while the ranks there are allow them */
     int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (under_elastic()) {
         if (o.plan && !el_auto) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is --dp (the ranks there are), --tp, --pp and --zero, or --plan auto\n"); return 2; }
         if (o.ft && (el_auto || o.tp * o.pp > 1)) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started, data parallel: no --plan auto, --tp, --pp\n"); return 2; }
-        el_tp0 = o.tp, el_pp0 = o.pp;
+        el_tp0 = o.tp, el_pp0 = o.pp, el_ep0 = o.ep, el_moe_ep0 = o.model.moe_ep;
         int joiner = getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"));
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
@@ -582,6 +593,7 @@ elastic_rebuild:
         o.tp = el_tp0, o.pp = el_pp0; /* (tp x pp must divide the ranks, and dp x micro the batch; else data parallel) */
         if (ranks % (o.tp * o.pp) || o.model.batch % (ranks / (o.tp * o.pp) * o.micro)) o.tp = o.pp = 1;
         o.dp = ranks / (o.tp * o.pp);
+        if (o.tp == 1 && (el_ep0 > 1 || el_moe_ep0)) elastic_experts(&o, el_ep0);
         if (el_auto) { /* the planner's plan for these ranks (re-planned from the last one at a change) */
             int had = o.parsed_plan.dp > 0, bad = elastic_plan(ctx, &o, comm, had ? &o.parsed_plan : NULL, &o.parsed_plan);
             if (bad) return 1;
@@ -607,7 +619,8 @@ elastic_rebuild:
         }
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
         if (el_auto) pdde_plan_str(&o.parsed_plan, el_plan, sizeof el_plan);
-        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d", o.dp, o.tp, o.pp, o.micro, o.dp > 1 ? o.zero : 0);
+        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d%s", o.dp, o.tp, o.pp, o.micro, o.dp > 1 ? o.zero : 0,
+                      !o.model.moe_ep ? "" : o.ep > 1 ? (snprintf(ep_text, sizeof ep_text, ",ep=%d", o.ep), ep_text) : ",ep=dp");
         if (o.ft) { /* the batch is not re-split: each rank keeps its replica's rows; say whose are dropped */
             size_t n = strlen(el_plan);
             n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", each replica's rows kept (the batch not re-split)");
@@ -692,10 +705,12 @@ elastic_rebuild:
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
     pdde_cluster_free(measured), sp.cluster = NULL;
+    int restored = 0; /* the state came from a snapshot or a checkpoint */
     if (el && pdde_elastic_generation(el) > 0) {
         uint64_t pos = 0;
         TRY(pdde_elastic_restore(el, s, el_plan, &pos));
         pdde_data_set_position(train, pos);
+        restored = 1;
     }
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
@@ -729,6 +744,7 @@ elastic_rebuild:
             const char *from = ckpt;
             if (st == PDDE_ERR_NOT_FOUND && (st = pdde_checkpoint_load(s, single, &ex)) == PDDE_OK) from = single;
             if (st == PDDE_OK) {
+                restored = 1;
                 pdde_data_set_position(train, ex.data_position);
                 if (rank == 0) printf("gpt: resumed from %s at step %lld (data position %llu)\n", from, (long long)pdde_session_step(s), (unsigned long long)ex.data_position);
                 const pdde_optimizer_params *was = &ex.schedule;
@@ -755,8 +771,11 @@ elastic_rebuild:
     feeder feed = {&plan, rank / (o.tp * o.pp), o.model.batch}; /* (mesh [dp, tp, pp]: pp innermost) */
     size_t read_bt = o.ft ? (size_t)ft_global * o.model.ctx : bt; /* (--ft-replicas: every replica's rows are read) */
     int32_t *x = malloc(read_bt * sizeof *x), *y = malloc(read_bt * sizeof *y), *ft_tmp = o.ft ? malloc(read_bt * sizeof *ft_tmp) : NULL;
-    float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros */
-    if (o.model.moe_experts > 1 && o.model.moe_bias) {
+    float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros (a resumed run's: the checkpoint's) */
+    if (o.model.moe_experts > 1 && o.model.moe_bias && restored) {
+        moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
+        TRY(moe_bias ? gpt_moe_read_bias(s, g, &o.model, moe_bias) : PDDE_ERR_OOM);
+    } else if (o.model.moe_experts > 1 && o.model.moe_bias) {
         moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
         for (int l = 0, b = 0; l < o.model.layers; l++) {
             char name[64];

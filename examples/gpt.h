@@ -74,6 +74,7 @@ static inline pdde_tensor *gpt_moe_ffn(pdde_graph *g, const gpt_config *c, int l
     if (c->moe_bias) {
         snprintf(name, sizeof name, "h%d.moe.bias", l);
         bias = pdde_input(g, name, PDDE_F32, 1, (int64_t[]){E});
+        pdde_mark_state(bias); /* (checkpoints keep it: a resume goes on with it) */
     }
     pdde_tensor *idx = pdde_moe_topk(g, logits, bias, k, 0);
     pdde_tensor *counts = pdde_moe_counts(g, idx, (int)E);
@@ -537,6 +538,22 @@ static inline int64_t gpt_n_params(const gpt_config *c) {
  * moves by rate towards the experts that got fewer tokens than the mean: b_e += rate * sign(mean -
  * count_e). bias: [blocks][E] the caller's values, written to the session; under pipeline stages each
  * rank moves its own stage's blocks (the others' stay as they are). */
+/* The MoE blocks' biases (the input "h<l>.moe.bias" [E] of each, into bias [MoE blocks][E]) as a resumed
+ * session holds them (pdde_mark_state: checkpoints and snapshots keep them); another pipeline stage's
+ * blocks are left as they are. */
+static inline pdde_status gpt_moe_read_bias(pdde_session *s, pdde_graph *g, const gpt_config *c, float *bias) {
+    pdde_status st = PDDE_OK;
+    for (int l = 0, b = 0; l < c->layers && !st; l++) {
+        if (!gpt_block_is_moe(c, l)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "h%d.moe.bias", l);
+        pdde_tensor *t = pdde_graph_find(g, name);
+        if (pdde_session_tensor(s, t)) st = pdde_session_read(s, t, bias + (size_t)b * c->moe_experts, (size_t)c->moe_experts * sizeof *bias);
+        b++;
+    }
+    return st;
+}
+
 static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, const gpt_config *c, float rate, float *bias) {
     int E = c->moe_experts, b = 0;
     int32_t *counts = (int32_t *)malloc((size_t)E * sizeof *counts);
