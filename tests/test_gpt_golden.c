@@ -17,7 +17,7 @@ static const golden_tolerances gpt_tol = {
     .param = 1e-4,   /* measured 5.9e-5 (AdamW divides by small second moments) */
 };
 static const golden_tolerances llama_tol = {
-    .logits = 2e-6,  /* measured 1.5e-7 */
+    .logits = 2e-6,  /* measured 1.5e-7, 2.2e-7 in the portable build */
     .loss = 1.5e-6,  /* measured 1.2e-7 */
     .grad = 7e-6,    /* measured 6.0e-7 */
     .param = 4e-4,   /* measured 4.2e-5 */

@@ -135,6 +135,20 @@ if [ -x "$build/pdde-run" ]; then
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
         check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
     done
+    # the LLaMA-style model (grouped-query attention: tp 2 gives each rank one kv group and its 2 query heads)
+    "$build/gpt" --arch llama --kv-heads 2 "${args[@]}" >"$tmp/llama.log" 2>&1
+    llama_ref=$(losses "$tmp/llama.log")
+    check "gpt --arch llama --kv-heads 2 trains ($llama_ref)" $([ -n "$llama_ref" ] && echo 0 || echo 1)
+    for plan in "--tp 2" "--dp 2"; do
+        timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --arch llama --kv-heads 2 $plan "${args[@]}" >"$tmp/llama2.log" 2>&1
+        check "gpt --arch llama --kv-heads 2 $plan: losses '$(losses "$tmp/llama2.log")' equal one process's '$llama_ref'" \
+            $([ "$(losses "$tmp/llama2.log")" = "$llama_ref" ] && echo 0 || echo 1)
+    done
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --arch llama --kv-heads 1 --tp 2 "${args[@]}" >"$tmp/llama_tp.log" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -q 'tp 2 must divide the 1 kv heads' "$tmp/llama_tp.log" && ! grep -q 'step *1/4' "$tmp/llama_tp.log"
+    ok=$?
+    check "gpt --arch llama --kv-heads 1 --tp 2 is refused, naming the kv heads (rc $rc: $(grep -m1 'kv heads' "$tmp/llama_tp.log" | cut -c1-120))" $ok
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,stages=5:1 "${args[@]}" >"$tmp/cut.log" 2>&1
     rc=$?
     check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $rc
