@@ -76,9 +76,21 @@ check "pdde-plan --dp 2 --zero 1 says each rank's bytes in GiB ($(grep -m1 '^ran
 # a bad --model: the key named and the keys it takes
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,depth=3 >"$tmp/model.log" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk)" "$tmp/model.log"
+[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk; llama: kv_heads)" "$tmp/model.log"
 ok=$?
 check "--model gpt:layers=2,depth=3 names the key and lists the keys (rc $rc: $(head -1 "$tmp/model.log"))" $ok
+# the LLaMA-style model: its kv heads taken (the tensor-parallel degrees then divide them), GPT's refused
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --ranks 2 --model llama:layers=2,width=64,heads=4,kv_heads=2,ctx=32,vocab=256,batch=8 \
+    >"$tmp/llama_model.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q '^LLaMA 2 layers, width 64, 4 heads' "$tmp/llama_model.log" && grep -q '^best dp=' "$tmp/llama_model.log"
+ok=$?
+check "pdde-plan --model llama:...,kv_heads=2 plans the LLaMA model (rc $rc: $(grep -m1 '^LLaMA' "$tmp/llama_model.log" | cut -c1-80))" $ok
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,kv_heads=2 >"$tmp/model.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "no key 'kv_heads'" "$tmp/model.log"
+ok=$?
+check "--model gpt:kv_heads=2 is refused: the kv heads are LLaMA's (rc $rc: $(head -1 "$tmp/model.log"))" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=x >"$tmp/model.log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "'layers=x' is not KEY=N" "$tmp/model.log"
