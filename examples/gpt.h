@@ -86,7 +86,7 @@ static inline bool gpt_block_is_moe(const gpt_config *c, int l) {
     return c->moe_experts > 1 && (l + 1) % (c->moe_every > 1 ? c->moe_every : 1) == 0;
 }
 
-/* The MoE feed-forward of block l on h [B, T, C] (Mixtral-style, GELU experts as the dense MLP, no
+/* The MoE feed-forward of block l on h [B, T, C] (Mixtral-style routing, GELU experts in both architectures, no
  * biases): router logits, top-k, the weights softmax-normalised over the k chosen, the tokens
  * dispatched into expert order, two grouped GEMMs, combined back. Its tensors: h<l>.moe.router [C, E],
  * .w1 [E, C, F], .w2 [E, F, C]; "h<l>.moe.counts" (i32 [E], tokens per expert, kept readable). *balance
