@@ -147,11 +147,12 @@ if [ -x "$build/pdde-run" ]; then
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
         check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
     done
-    # the LLaMA-style model (grouped-query attention: tp 2 gives each rank one kv group and its 2 query heads)
+    # the LLaMA-style model (grouped-query attention: tp 2 gives each rank one kv group and its 2 query heads;
+    # pipeline stages; ZeRO-3)
     "$build/gpt" --arch llama --kv-heads 2 "${args[@]}" >"$tmp/llama.log" 2>&1
     llama_ref=$(losses "$tmp/llama.log")
     check "gpt --arch llama --kv-heads 2 trains ($llama_ref)" $([ -n "$llama_ref" ] && echo 0 || echo 1)
-    for plan in "--tp 2" "--dp 2"; do
+    for plan in "--tp 2" "--dp 2" "--plan dp=1,pp=2,mb=4" "--plan dp=2,zero=3"; do
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --arch llama --kv-heads 2 $plan "${args[@]}" >"$tmp/llama2.log" 2>&1
         check "gpt --arch llama --kv-heads 2 $plan: losses '$(losses "$tmp/llama2.log")' equal one process's '$llama_ref'" \
             $([ "$(losses "$tmp/llama2.log")" = "$llama_ref" ] && echo 0 || echo 1)
