@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write tests/data/gpt_golden.bin: a PyTorch reference run of a tiny GPT-2-style model.
+"""Write tests/data/gpt_golden*.bin: PyTorch reference runs of a tiny GPT-2-style model (and LLaMA-style: --llama).
 
 Run with the Debian python that has torch (bash tools/install-deps.sh --torch):
 
@@ -461,6 +461,8 @@ def main():
     ap.add_argument("--bf16", action="store_true", help="the bf16 autocast run (default --out %s)" % DEFAULT_OUT_BF16)
     ap.add_argument("--llama", action="store_true", help="the LLaMA-style model (default --out %s)" % DEFAULT_OUT_LLAMA)
     a = ap.parse_args()
+    if a.bf16 and a.llama:
+        ap.error("--bf16 and --llama: the bf16 fixture is the GPT's only")
     if a.bf16 and a.out == DEFAULT_OUT:
         a.out = DEFAULT_OUT_BF16
     if a.llama and a.out == DEFAULT_OUT:
