@@ -47,6 +47,7 @@ int main(void) {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -250,9 +251,13 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) { perror("pdde-run: pipe"); return 1; }
     fflush(NULL);
+    pid_t launcher = getpid();
     c->pid = fork();
     if (c->pid < 0) { perror("pdde-run: fork"); return 1; }
     if (c->pid == 0) {
+        /* a launcher killed (SIGKILL: no handler runs) takes its ranks with it: an orphan would train on,
+         * holding its peers in the job */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != launcher) _exit(128 + SIGKILL);
         setpgid(0, 0);
         snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
         snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
