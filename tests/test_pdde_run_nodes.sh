@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# pdde-run on two "hosts" (two pdde-run --nnodes 2 on 127.0.0.1, node 0 hosting the store): with the same
-# job secret the job trains on 4 ranks; node 1 with another secret stops at once (before starting any
+# pdde-run on two "hosts" (two pdde-run --nnodes 2 on 127.0.0.1, node 0 hosting the store, node 1 finding it
+# by --rdzv tcp://): with the same job secret the job trains on 4 ranks; node 1 with another secret stops at once (before starting any
 # rank), saying the store refused its job secret and naming the store's address, without printing
 # either secret. Run from the repository root: build/test_pdde_run_nodes.
 . tests/script_util.sh pdde_run_nodes
@@ -12,13 +12,18 @@ export UCX_WARN_UNUSED_ENV_VARS=n PDDE_BACKENDS=cpu
 secret_a=nodes-test-secret-a-$$-$RANDOM-0123456789
 secret_b=nodes-test-secret-b-$$-$RANDOM-0123456789
 gpt=("$build/gpt" --dp 4 --steps 3 --layers 1 --width 32 --heads 2 --ctx 16 --batch 8 --threads 1 --val-every 0 --sample-len 0)
-# node K with SECRET on PORT: node K's log in $tmp/nodeK.log
-node() { PDDE_JOB_SECRET=$3 timeout 90 "$build/pdde-run" -n 2 --nnodes 2 --node-rank $1 --store 127.0.0.1:$2 "${gpt[@]}" >"$tmp/node$1.log" 2>&1; }
+# node K with SECRET on PORT: node K's log in $tmp/nodeK.log; a fourth argument "rdzv" names the store by
+# --rdzv tcp://127.0.0.1:PORT/JOB instead of --store (the same, for a job that is not elastic)
+node() {
+    local where=(--store 127.0.0.1:$2)
+    [ "${4:-}" = rdzv ] && where=(--rdzv tcp://127.0.0.1:$2/nodes)
+    PDDE_JOB_SECRET=$3 timeout 90 "$build/pdde-run" -n 2 --nnodes 2 --node-rank $1 "${where[@]}" "${gpt[@]}" >"$tmp/node$1.log" 2>&1
+}
 
 for try in 1 2 3; do # (a random port that another process took: the next one)
     port=$((20000 + (RANDOM * 7 + $$) % 40000))
     node 0 $port $secret_a & a=$!
-    node 1 $port $secret_a; rb=$?
+    node 1 $port $secret_a rdzv; rb=$?
     wait $a; ra=$?
     grep -q "Address already in use\|cannot listen" "$tmp/node0.log" || break
 done

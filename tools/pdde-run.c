@@ -501,7 +501,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (path && path[1]) snprintf(job, sizeof job, "%.190s", path + 1);
-        if (!elastic) { fprintf(stderr, "pdde-run: --rdzv is for --elastic jobs\n"); return 2; }
+        if (!elastic && etcd) { fprintf(stderr, "pdde-run: --rdzv etcd:// is for --elastic jobs (else --rdzv tcp://HOST:PORT/JOB or --store)\n"); return 2; }
     }
     if (nnodes > 1 && !store_addr) { /* (--rdzv tcp://HOST:PORT/JOB gives it too) */
         fprintf(stderr, "pdde-run: --store host:port (or --rdzv tcp://HOST:PORT/JOB) is required with --nnodes > 1\n");
