@@ -48,4 +48,14 @@ check "it says the store at 127.0.0.1:$port refused its job secret: $msg" \
 check "it started no rank" $(grep -q "^\[[0-9]" "$tmp/node1.log" && echo 1 || echo 0)
 check "neither secret is printed" $(grep -q -e "$secret_a" -e "$secret_b" "$tmp/node1.log" "$tmp/node0.log" && echo 1 || echo 0)
 [ $rb = 2 ] || sed 's/^/    /' "$tmp/node1.log" | tail -8
+# node 1 never starts: node 0's rank stops after PDDE_COMM_INIT_TIMEOUT (3 s here, 300 by default), naming rank 1
+port=$((20000 + (RANDOM * 7 + $$) % 40000))
+start=$(date +%s%N)
+PDDE_COMM_INIT_TIMEOUT=3 PDDE_JOB_SECRET=$secret_a timeout 90 "$build/pdde-run" -n 2 --nnodes 2 --node-rank 0 --store 127.0.0.1:$port \
+    "${gpt[@]}" >"$tmp/alone.log" 2>&1
+ra=$?
+took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+msg=$(grep -m1 "did not publish its address" "$tmp/alone.log")
+check "node 1 never started: node 0 stops after PDDE_COMM_INIT_TIMEOUT=3 ($ra after $took_ms ms; under 30 s): $msg" \
+    $([ $ra != 0 ] && [ $took_ms -lt 30000 ] && echo "$msg" | grep -q "rank [23] did not publish" && echo 0 || echo 1)
 finish
