@@ -48,6 +48,13 @@ check "it says the store at 127.0.0.1:$port refused its job secret: $msg" \
 check "it started no rank" $(grep -q "^\[[0-9]" "$tmp/node1.log" && echo 1 || echo 0)
 check "neither secret is printed" $(grep -q -e "$secret_a" -e "$secret_b" "$tmp/node1.log" "$tmp/node0.log" && echo 1 || echo 0)
 [ $rb = 2 ] || sed 's/^/    /' "$tmp/node1.log" | tail -8
+# a secret of the wrong size on node 1: said as such at once, not as a store that does not answer
+PDDE_JOB_SECRET=short timeout 30 "$build/pdde-run" -n 1 --nnodes 2 --node-rank 1 --store 127.0.0.1:9 true >"$tmp/short.log" 2>&1
+rb=$?
+msg=$(head -1 "$tmp/short.log")
+check "a 5-byte secret on node 1: exit 2, said as such ($rb: $msg)" \
+    $([ $rb = 2 ] && echo "$msg" | grep -q "has 5 bytes; want 16" && ! grep -q "not running there" "$tmp/short.log" && echo 0 || echo 1)
+
 # node 1 never starts: node 0's rank stops after PDDE_COMM_INIT_TIMEOUT (3 s here, 300 by default), naming rank 1
 port=$((20000 + (RANDOM * 7 + $$) % 40000))
 start=$(date +%s%N)

@@ -338,7 +338,15 @@ static void make_run_id(char *out, size_t cap) {
  * its ranks). 0; 2 after saying why (another secret, no store answering within timeout_s, no run id). */
 static int check_job_store(pdde_context *ctx, const char *addr, const char *job, double timeout_s, int join, char *run, size_t cap) {
     pdde_store *s = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pdde_status st = pdde_store_connect(ctx, addr, timeout_s, &s);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (st == PDDE_ERR_ENV || st == PDDE_ERR_INVALID_ARG) { /* (this node's own setting: its job secret, the address) */
+        fprintf(stderr, "pdde-run: %s\n", pdde_last_error(ctx));
+        return 2;
+    }
     if (st == PDDE_ERR_AUTH) {
         fprintf(stderr, "pdde-run: the job store at %s refused this node's job secret: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE "
                 "here differs from node 0's (%s)\n", addr, pdde_last_error(ctx));
@@ -350,8 +358,8 @@ static int check_job_store(pdde_context *ctx, const char *addr, const char *job,
         return 2;
     }
     if (st) {
-        fprintf(stderr, "pdde-run: no job store at %s answers within %.3g s (%s): node 0's pdde-run is not running there\n", addr,
-                timeout_s, pdde_last_error(ctx));
+        fprintf(stderr, "pdde-run: no job store at %s answered (%.3g s of %.3g waited: %s): node 0's pdde-run is not running there\n", addr,
+                waited, timeout_s, pdde_last_error(ctx));
         return 2;
     }
     if (run) {
