@@ -68,15 +68,17 @@ if [ -x "$run" ]; then
         name=$(cat "$tmp/ck$dense/latest" 2>/dev/null)
         [ -f "$tmp/ck$dense/$name/dense.ckpt" ] && [ -f "$tmp/ck$dense/$name/ps-shard-0-of-2.bin" ] && [ -f "$tmp/ck$dense/$name/ps-shard-1-of-2.bin" ]
         check "the checkpoint latest names ($name) is whole: dense.ckpt and both shards" $?
-        timeout 120 $job --load "$tmp/ck$dense" --save "$tmp/out$dense" >"$tmp/resumed.out" 2>&1
+        timeout 120 $job --checkpoint "$tmp/ck$dense" --checkpoint-every 20 --load "$tmp/ck$dense" --save "$tmp/out$dense" >"$tmp/resumed.out" 2>&1
         rc=$?
         read -r at total < <(resumed_at "$tmp/resumed.out"; echo)
         [ $rc = 0 ] && [ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt "$total" ]
         check "--load resumes inside the run (rc $rc, at step '$at' of '$total')" $?
         same_model "$tmp/ref$dense" "$tmp/out$dense" >"$tmp/same.out" 2>&1
-        check "dense on servers $dense: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $?
+        ok=$?
+        check "dense on servers $dense: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $ok
         [ "$(cat "$tmp/ck$dense/latest")" = "step-$total" ] && [ "$(ls "$tmp/ck$dense" | grep -c '^step-')" = 1 ]
-        check "the last checkpoint is the run's end (step-$total), the older ones removed ($(ls "$tmp/ck$dense" | tr '\n' ' '))" $?
+        ok=$?
+        check "the last checkpoint is the run's end (step-$total), the older ones removed ($(ls "$tmp/ck$dense" | tr '\n' ' '))" $ok
     done
     # the table 2 servers wrote, re-partitioned over 1 and 3 servers (1 worker: every step already done,
     # the evaluation pulls the rows the saved run's evaluation pulled)
@@ -86,7 +88,8 @@ if [ -x "$run" ]; then
         [ $rc = 0 ] && [ "$(ls "$tmp/to$servers" | grep -c "^ps-shard-[0-9]-of-$servers.bin$")" = $servers ]
         check "a 2-server checkpoint loads under $servers server(s) (rc $rc)" $?
         same_model "$tmp/ref0" "$tmp/to$servers" >"$tmp/same.out" 2>&1
-        check "2 -> $servers servers: the same model, each row on one server ($(tail -1 "$tmp/same.out"))" $?
+        ok=$?
+        check "2 -> $servers servers: the same model, each row on one server ($(tail -1 "$tmp/same.out"))" $ok
     done
     timeout 120 "$run" -n 4 "$dlrm" --servers 3 --mode sync $model --epochs 40 --load "$tmp/to1" --save "$tmp/to13" >"$tmp/to.out" 2>&1
     rc=$?
@@ -96,7 +99,8 @@ if [ -x "$run" ]; then
     timeout 60 "$run" -n 3 "$dlrm" --servers 1 --mode sync $model --load "$tmp/empty" >"$tmp/empty.out" 2>&1
     rc=$?
     [ $rc != 0 ] && grep -q "empty holds no table shards" "$tmp/empty.out"
-    check "--load of a folder with no shards says so (rc $rc: $(grep -m1 'shards' "$tmp/empty.out"))" $?
+    ok=$?
+    check "--load of a folder with no shards says so (rc $rc: $(grep -m1 'shards' "$tmp/empty.out"))" $ok
     timeout 60 "$run" -n 2 "$dlrm" --servers 2 --mode sync $model >"$tmp/few.out" 2>&1
     rc=$?
     [ $rc != 0 ] && grep -q 'start more ranks than --servers (pdde-run -n 3 or more) or pass fewer' "$tmp/few.out"
@@ -111,18 +115,20 @@ kill_after_checkpoint "$tmp/one_ck" "" timeout 120 $one --checkpoint "$tmp/one_c
 name=$(cat "$tmp/one_ck/latest" 2>/dev/null)
 [ "$killed_rc" != 0 ] && [ -f "$tmp/one_ck/$name/dense.ckpt" ] && [ -f "$tmp/one_ck/$name/ps-shard-0-of-1.bin" ]
 check "one process with --checkpoint writes whole checkpoints ($name; SIGKILLed: rc $killed_rc)" $?
-timeout 120 $one --load "$tmp/one_ck" --save "$tmp/one_out" >"$tmp/resumed.out" 2>&1
+timeout 120 $one --checkpoint "$tmp/one_ck" --checkpoint-every 100 --load "$tmp/one_ck" --save "$tmp/one_out" >"$tmp/resumed.out" 2>&1
 rc=$?
 read -r at total < <(resumed_at "$tmp/resumed.out"; echo)
 [ $rc = 0 ] && [ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt "$total" ]
 check "one process: --load resumes inside the run (rc $rc, at step '$at' of '$total')" $?
 same_model "$tmp/one_ref" "$tmp/one_out" >"$tmp/same.out" 2>&1
-check "one process: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $?
+ok=$?
+check "one process: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $ok
 if [ -x "$run" ]; then
     timeout 60 "$dlrm" $model --epochs 40 --batch 64 --load "$tmp/ck0" --save "$tmp/to_one" >"$tmp/to.out" 2>&1
     rc=$?
     same_model "$tmp/ref0" "$tmp/to_one" >"$tmp/same.out" 2>&1
-    check "the 2-server checkpoint loads in one process, batch 64 (rc $rc; $(tail -1 "$tmp/same.out"))" $?
+    ok=$?
+    check "the 2-server checkpoint loads in one process, batch 64 (rc $rc; $(tail -1 "$tmp/same.out"))" $ok
 fi
 
 # --save to a folder that cannot be made: refused before training
@@ -146,5 +152,6 @@ check "the long-line file has 80 lines of 4096 bytes and 80 of 4097 (40 LF, 40 C
 timeout 60 "$dlrm" --data "$tmp/long.tsv" --batch 8 --dim 2 --hidden 4 >"$tmp/long.out" 2>&1
 rc=$?
 grep -q 'long.tsv: 80 samples (80 malformed lines skipped)' "$tmp/long.out"
-check "4096-byte lines are read with LF and CRLF, 4097-byte ones skipped with both (rc $rc: $(grep -m1 '^data' "$tmp/long.out"))" $?
+ok=$?
+check "4096-byte lines are read with LF and CRLF, 4097-byte ones skipped with both (rc $rc: $(grep -m1 '^data' "$tmp/long.out"))" $ok
 finish
