@@ -47,7 +47,7 @@ static void usage(void) {
          "--save DIR: the table's shards and the dense network (DIR/dense.ckpt) at the end; --load DIR starts\n"
          "from them (under any --servers count: the table is re-partitioned). --checkpoint DIR: every N steps\n"
          "(default 1000; each epoch's end with --pipeline) and at the end, the whole model (table, dense network\n"
-         "with its optimizer state, the data position) in DIR/step-S, named by DIR/latest once complete;\n"
+         "with its optimizer state, the data position) in DIR/samples-N, named by DIR/latest once complete;\n"
          "--load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with). --pipeline: train\n"
          "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
          "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).\n"
@@ -189,13 +189,15 @@ static int load_source(const char *dir, char *out, size_t n, int *resume) {
     return 0;
 }
 
-/* A whole checkpoint after `steps` steps (each of batch x workers samples) into dir: the servers'
- * table shards and the dense network with its optimizer state and the data position go to
- * dir/step-S.tmp, renamed dir/step-S once complete; then dir/latest (written, then renamed) names
- * it and the older ones are removed. A kill at any moment leaves latest naming a whole checkpoint. */
-static pdde_status write_checkpoint(pdde_context *ctx, pdde_session *s, pdde_ps_client *c, const char *dir, long steps, uint64_t position) {
+/* A whole checkpoint into dir once `position` samples (of every worker) are trained on: the servers'
+ * table shards and the dense network with its optimizer state and the position go to
+ * dir/samples-N.tmp, renamed dir/samples-N once complete; then dir/latest (written, then renamed)
+ * names it and the older ones are removed. A kill at any moment leaves latest naming a whole
+ * checkpoint. (Named by the position, not the step: a run resumed with other workers or batches
+ * writes only positions past the one latest names.) */
+static pdde_status write_checkpoint(pdde_context *ctx, pdde_session *s, pdde_ps_client *c, const char *dir, uint64_t position) {
     char name[64], tmp[700], final[700], path[800];
-    snprintf(name, sizeof name, "step-%ld", steps);
+    snprintf(name, sizeof name, "samples-%llu", (unsigned long long)position);
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name), snprintf(final, sizeof final, "%s/%s", dir, name);
     snprintf(path, sizeof path, "%s.tmp", name);
     remove_entry(dir, path); /* (what a killed attempt left) */
@@ -217,7 +219,7 @@ static pdde_status write_checkpoint(pdde_context *ctx, pdde_session *s, pdde_ps_
     if (!ok || rename(path, latest)) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot write %s: %s", latest, strerror(errno));
     DIR *d = opendir(dir); /* the checkpoints before it */
     for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, "step-", 5) && strcmp(e->d_name, name)) remove_entry(dir, e->d_name);
+        if (!strncmp(e->d_name, "samples-", 8) && strcmp(e->d_name, name)) remove_entry(dir, e->d_name);
     if (d) closedir(d);
     return PDDE_OK;
 }
@@ -383,7 +385,7 @@ int main(int argc, char **argv) {
             long first = e == start / per_epoch ? start % per_epoch : 0; /* (a resumed epoch: from its position) */
             st = pdde_pipeline_run(pl, e * per_epoch + first, per_epoch - first);
             step = (e + 1) * per_epoch;
-            if (!st && o.ckpt_dir && lead) st = write_checkpoint(ctx, s, c, o.ckpt_dir, step, (uint64_t)(step * step_samples)), last_ckpt = step;
+            if (!st && o.ckpt_dir && lead) st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(step * step_samples)), last_ckpt = step;
             double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step - start) * o.cfg.batch * nw / el;
             if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
                                     (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
@@ -405,10 +407,10 @@ int main(int argc, char **argv) {
         }
         /* (after the step's push is acknowledged: in sync mode the servers have applied it) */
         if (!st && o.ckpt_dir && lead && (step + 1) % ckpt_every == 0)
-            st = write_checkpoint(ctx, s, c, o.ckpt_dir, step + 1, (uint64_t)((step + 1) * step_samples)), last_ckpt = step + 1;
+            st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)((step + 1) * step_samples)), last_ckpt = step + 1;
     }
     if (!st && o.ckpt_dir && lead && last_ckpt < total) /* the last steps */
-        st = write_checkpoint(ctx, s, c, o.ckpt_dir, total, (uint64_t)(total * step_samples));
+        st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(total * step_samples));
     if (st) fprintf(stderr, "dlrm: training: %s\n", pdde_last_error(ctx)), rc = 1;
     double train_s = dlrm_seconds(CLOCK_MONOTONIC) - t0;
 

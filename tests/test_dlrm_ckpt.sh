@@ -76,9 +76,9 @@ if [ -x "$run" ]; then
         same_model "$tmp/ref$dense" "$tmp/out$dense" >"$tmp/same.out" 2>&1
         ok=$?
         check "dense on servers $dense: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $ok
-        [ "$(cat "$tmp/ck$dense/latest")" = "step-$total" ] && [ "$(ls "$tmp/ck$dense" | grep -c '^step-')" = 1 ]
+        [ "$(cat "$tmp/ck$dense/latest")" = "samples-$((total * 64))" ] && [ "$(ls "$tmp/ck$dense" | grep -c '^samples-')" = 1 ]
         ok=$?
-        check "the last checkpoint is the run's end (step-$total), the older ones removed ($(ls "$tmp/ck$dense" | tr '\n' ' '))" $ok
+        check "the last checkpoint is the run's end (samples-$((total * 64))), the older ones removed ($(ls "$tmp/ck$dense" | tr '\n' ' '))" $ok
     done
     # the table 2 servers wrote, re-partitioned over 1 and 3 servers (1 worker: every step already done,
     # the evaluation pulls the rows the saved run's evaluation pulled)
