@@ -62,13 +62,13 @@ if [ -x "$run" ]; then
         job="$run -n 4 $dlrm --servers 2 --mode sync $model --epochs 40 --dense-on-servers $dense"
         timeout 120 $job --save "$tmp/ref$dense" >"$tmp/ref.out" 2>&1
         check "sync job, dense on servers $dense: the uninterrupted run saves (rc $?)" $?
-        kill_after_checkpoint "$tmp/ck$dense" 1 timeout 120 $job --checkpoint "$tmp/ck$dense" --checkpoint-every 20
+        kill_after_checkpoint "$tmp/ck$dense" 1 timeout 120 $job --checkpoint "$tmp/ck$dense" --checkpoint-every 30
         [ "$killed_rc" != 0 ] && grep -q 'rank 1 .*killed by signal 9' "$tmp/killed.out"
         check "dense on servers $dense: server rank 1 SIGKILLed after a checkpoint, the job fails (rc $killed_rc)" $?
         name=$(cat "$tmp/ck$dense/latest" 2>/dev/null)
         [ -f "$tmp/ck$dense/$name/dense.ckpt" ] && [ -f "$tmp/ck$dense/$name/ps-shard-0-of-2.bin" ] && [ -f "$tmp/ck$dense/$name/ps-shard-1-of-2.bin" ]
         check "the checkpoint latest names ($name) is whole: dense.ckpt and both shards" $?
-        timeout 120 $job --checkpoint "$tmp/ck$dense" --checkpoint-every 20 --load "$tmp/ck$dense" --save "$tmp/out$dense" >"$tmp/resumed.out" 2>&1
+        timeout 120 $job --checkpoint "$tmp/ck$dense" --checkpoint-every 30 --load "$tmp/ck$dense" --save "$tmp/out$dense" >"$tmp/resumed.out" 2>&1
         rc=$?
         read -r at total < <(resumed_at "$tmp/resumed.out"; echo)
         [ $rc = 0 ] && [ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt "$total" ]
