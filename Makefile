@@ -119,7 +119,7 @@ text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
 	       END { print "    , 0};" }'
 
 ifneq ($(NVCC),)
-backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh backends/cuda_embedding.cuh backends/cuda_norm.cuh
+backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh backends/cuda_embedding.cuh backends/cuda_norm.cuh backends/cuda_rope.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx

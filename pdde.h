@@ -462,6 +462,10 @@ pdde_tensor *pdde_cast(pdde_graph *g, pdde_tensor *x, pdde_dtype to);
 pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name);
 /* Keeps t's value readable after a run (pdde_session_read). Losses are outputs already. */
 void pdde_mark_output(pdde_tensor *t);
+/* Makes input t state the caller carries from step to step (a running statistic, a balancing bias
+ * updated between steps): checkpoints and elastic snapshots save and restore it as they do parameters,
+ * so after a resume the caller reads it back (pdde_session_read_global) instead of starting over. */
+void pdde_mark_state(pdde_tensor *t);
 
 /* ---------------------------------------------------------------------------------------------------
  * Autodiff: appends the backward pass of a scalar loss. Every parameter that the loss depends on gets

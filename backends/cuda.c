@@ -15,7 +15,8 @@
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md), PDDE_FLASH2_VARIANT=k128|dqsmem|q128[,...]
  * flash2's kernel variants (gpu_dispatch.h);
- * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
+ * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU), PDDE_CUDA_ROPE=1 rope (k_rope;
+ * likewise, until a GPU has run them);
  * PDDE_CUDA_GRAPH=1 captures a step's work on a stream once and replays it as CUDA graphs while unchanged (below);
  * cublasLt (on where it loads; PDDE_CUDA_LT=0 off) runs matmuls with an epilogue: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
@@ -1528,7 +1529,8 @@ static int pcu_moe_enabled(void) {
 
 static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     (void)dev;
-    return pgd_supports_op(node) || (pcu_moe_enabled() && pgd_supports_moe(node));
+    return pgd_supports_op(node) || (pcu_moe_enabled() && pgd_supports_moe(node)) ||
+           pgd_cuda_takes_rope(node, pdde_env_bool(PGD_CUDA_ROPE_ENV, 0)); /* (gpu_dispatch.h: rope only under PDDE_CUDA_ROPE=1) */
 }
 
 /* The GEMM entry points under the device's lock. cuBLAS's handle (its stream set by each call) and cublasLt's

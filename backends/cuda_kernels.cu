@@ -826,6 +826,7 @@ extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float 
 
 #include "cuda_mem.cuh" /* the fused cross-entropy, column sums in two levels, AdamW in chunks */
 #include "cuda_norm.cuh" /* layernorm with a warp per row (PDDE_CUDA_LN2) */
+#include "cuda_rope.cuh" /* rotary position embedding (PDDE_CUDA_ROPE) */
 
 /* ---- fused kernels ---------------------------------------------------------------------------- */
 

@@ -62,6 +62,7 @@ enum {
     PGD_K_LAYERNORM2, PGD_K_LAYERNORM2_1024, PGD_K_LAYERNORM2_1664, PGD_K_LAYERNORM2_2048,
     PGD_K_LAYERNORM_BACK2, PGD_K_LAYERNORM_BACK2_1024, PGD_K_LAYERNORM_BACK2_1664, PGD_K_LAYERNORM_BACK2_2048,
     PGD_K_LAYERNORM_GAMMA2, PGD_K_LAYERNORM_GAMMA2_1024, PGD_K_LAYERNORM_GAMMA2_1664, PGD_K_LAYERNORM_GAMMA2_2048,
+    PGD_K_ROPE, /* rotary position embedding (pgd_rope) */
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -83,6 +84,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_layernorm2", "k_layernorm2_1024", "k_layernorm2_1664", "k_layernorm2_2048",
     "k_layernorm_back2", "k_layernorm_back2_1024", "k_layernorm_back2_1664", "k_layernorm_back2_2048",
     "k_layernorm_gamma2", "k_layernorm_gamma2_1024", "k_layernorm_gamma2_1664", "k_layernorm_gamma2_2048",
+    "k_rope",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward, PGD_FLASH2 in pgd_ctx.has_flash; the
  * f32 tiled attention, PGD_FLASH_F32_NAMED), numbered after PGD_K_COUNT: the other backends build
@@ -142,6 +144,13 @@ typedef struct {
     int64_t s[PGD_MULTI_MAX]; /* the parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW), in 2-byte elements; -1: none */
     float wd[PGD_MULTI_MAX];
 } pgd_multi;
+
+/* RoPE (k_rope): each pair's inverse frequency 1 / base^(2i/D), i < D/2, computed on the host by the CPU backend's
+ * formula (so a device's angles t * inv are the CPU's, bit for bit: only its cosines and sines round otherwise) and
+ * passed by value, within OpenCL's 1 KiB of kernel arguments: heads of up to 2 * PGD_ROPE_HALF_MAX (wider ones run
+ * on the CPU). Mirrored in both kernel sources. */
+#define PGD_ROPE_HALF_MAX 128
+typedef struct { float inv[PGD_ROPE_HALF_MAX]; } pgd_rope_freqs;
 
 enum { PGD_U_SCALE = 0, PGD_U_GELU, PGD_U_RELU, PGD_U_SILU };
 enum { PGD_B_ADD = 0, PGD_B_SUB, PGD_B_MUL };
@@ -355,7 +364,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     if (node->op == PDDE_OP_NONE || (node->op >= PDDE_OP_COPY && node->op <= PDDE_OP_RECV))
         return 0; /* copies, collectives and pipeline sends are the core's */
     if (node->op >= PDDE_OP_MOE_TOPK && node->op <= PDDE_OP_MOE_AUX_LOSS_BACK) return 0; /* MoE: the CPU's (fallback) */
-    if (node->op == PDDE_OP_ROPE) return 0; /* (the CPU's, with copies) */
+    if (node->op == PDDE_OP_ROPE) return 0; /* (where a backend offers it: pgd_supports_rope) */
     for (int i = 0; i < node->nsrc; i++)
         if (!node->src[i] || node->src[i]->ndim > PGD_MAX_DIMS) return 0;
     const pdde_tensor *a = node->nsrc > 0 ? node->src[0] : NULL, *b = node->nsrc > 1 ? node->src[1] : NULL;
@@ -463,6 +472,27 @@ static int pgd_supports_op(const pdde_tensor *node) {
     for (int i = 0; i < nsrc; i++)
         if (node->src[i]->dtype != (i == ids ? PDDE_I32 : PDDE_F32) && !(i == 0 && lowp_logits)) return 0;
     return 1;
+}
+
+/* 1 if k_rope takes this rope node: x [B, T, H, D] f32, D even and at most 2 * PGD_ROPE_HALF_MAX, the output of x's
+ * shape and dtype. Not in pgd_supports_op: each backend says whether it offers rope (OpenCL does; CUDA under its
+ * switch, pgd_cuda_takes_rope; Level Zero not). The kernels also read and write bf16 and f16 (dt), but the graph builds
+ * f32 rope only, all the conformance suite can check, so only f32 is taken. */
+static inline int pgd_supports_rope(const pdde_tensor *node) {
+    if (!node || node->op != PDDE_OP_ROPE || node->nsrc != 1 || !node->src[0] || node->ndim != 4) return 0;
+    const pdde_tensor *x = node->src[0];
+    if (x->ndim != 4 || x->dtype != PDDE_F32 || node->dtype != PDDE_F32) return 0;
+    for (int d = 0; d < 4; d++)
+        if (x->shape[d] != node->shape[d]) return 0;
+    return x->shape[3] % 2 == 0 && x->shape[3] / 2 <= PGD_ROPE_HALF_MAX;
+}
+
+/* RoPE on the CUDA backend: k_rope has not run on a GPU yet, so CUDA takes rope only where PDDE_CUDA_ROPE=1
+ * (rope_switch: that variable as backends/cuda.c reads it, pdde_env_bool with default 0); without it rope runs on the
+ * CPU, with copies. Here so that tests/test_attention_dispatch.c checks the gate where there is no GPU. */
+#define PGD_CUDA_ROPE_ENV "PDDE_CUDA_ROPE"
+static inline int pgd_cuda_takes_rope(const pdde_tensor *node, int rope_switch) {
+    return rope_switch == 1 && pgd_supports_rope(node);
 }
 
 static unsigned pgd_grid(const pgd_ctx *g, int64_t n, unsigned block) {
@@ -1510,8 +1540,28 @@ static int pgd_embedding_back_sorted(const pgd_ctx *g, pgd_ptr ids, pgd_ptr dy, 
     return e;
 }
 
+/* rope of x [B, T, H, D] (pgd_supports_rope): an item per pair (i, i + D/2) of a row of D, consecutive items consecutive
+ * i; PDDE_P_ROPE_INVERSE rotates by minus the angle (the backward) */
+static int pgd_rope(const pgd_ctx *g, const pdde_tensor *node) {
+    const pdde_tensor *x = node->src[0];
+    int64_t T = x->shape[1], H = x->shape[2], half_d = x->shape[3] / 2, pairs = pgd_numel(x) / 2;
+    if (!pairs) return PDDE_OK;
+    pgd_rope_freqs f;
+    memset(&f, 0, sizeof f);
+    float base = pdde_op_f32(node, PDDE_P_ROPE_BASE), sign = pdde_op_i32(node, PDDE_P_ROPE_INVERSE) ? -1.0f : 1.0f;
+    for (int64_t i = 0; i < half_d; i++) f.inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)x->shape[3]); /* (backends/cpu.c's) */
+    int32_t dt = (int32_t)x->dtype;
+    pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
+    return pgd_launch_1d(g, PGD_K_ROPE, pairs,
+                         PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(pairs), PGD_A(T), PGD_A(H), PGD_A(half_d), PGD_A(f), PGD_A(sign), PGD_A(dt)));
+}
+
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n);
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
+    if (node->op == PDDE_OP_ROPE) /* (offered per backend: not in pgd_supports_op) */
+        return node->flags & PDDE_TENSOR_SUPPORTED || pgd_supports_rope(node)
+                   ? pgd_rope(g, node)
+                   : pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: rope %s (%s) is not supported", g->name, node->name, pdde_dtype_name(node->dtype));
     if (!(node->flags & PDDE_TENSOR_SUPPORTED) && !pgd_supports_op(node)) /* (a session's nodes were asked when it compiled) */
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
                           pdde_op_name(node->op), node->name, pdde_dtype_name(node->dtype));

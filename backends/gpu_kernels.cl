@@ -138,6 +138,26 @@ __kernel void k_unary_back(PTR(const float, x), PTR(const float, dy), PTR(float,
     }
 }
 
+/* ---- rotary position embedding (rope; backends/cpu.c's kernel is the reference) ---------------- */
+
+/* Mirrors pgd_rope_freqs (backends/gpu_dispatch.h): pair i's inverse frequency, computed on the host as the CPU does */
+#define ROPE_HALF_MAX 128
+typedef struct { float inv[ROPE_HALF_MAX]; } pgd_rope_freqs;
+
+/* x [rows = B T H, D] (half_d = D / 2) of dtype dt (0 f32, DT_BF16, DT_F16), an item per pair (i, i + half_d) of a row, the
+ * row's position t = (row / H) % T: rotated by the angle t * inv[i] (sign -1: by minus it, the backward), in f32,
+ * stored once as dt */
+__kernel void k_rope(PTR(const void, x), PTR(void, y), long pairs, long T, long H, long half_d, pgd_rope_freqs f, float sign, int dt) {
+    BIND(const void, x); BIND(void, y);
+    GRID_STRIDE(p, pairs) {
+        long row = p / half_d, i = p - row * half_d, e = row * 2 * half_d + i;
+        float a = (float)((row / H) % T) * f.inv[i], c = cos(a), s = sign * sin(a);
+        float x0 = load_in(x, e, dt), x1 = load_in(x, e + half_d, dt);
+        store_out(y, e, x0 * c - x1 * s, dt);
+        store_out(y, e + half_d, x1 * c + x0 * s, dt);
+    }
+}
+
 __kernel void k_binary(PTR(const float, a), PTR(const float, b), PTR(float, y), long n, long nb, int op) {
     BIND(const float, a); BIND(const float, b); BIND(float, y);
     if (nb == n) { GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i]); }

@@ -142,6 +142,26 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    "/* ---- rotary position embedding (rope; backends/cpu.c's kernel is the reference) ---------------- */\n"
+    "\n"
+    "/* Mirrors pgd_rope_freqs (backends/gpu_dispatch.h): pair i's inverse frequency, computed on the host as the CPU does */\n"
+    "#define ROPE_HALF_MAX 128\n"
+    "typedef struct { float inv[ROPE_HALF_MAX]; } pgd_rope_freqs;\n"
+    "\n"
+    "/* x [rows = B T H, D] (half_d = D / 2) of dtype dt (0 f32, DT_BF16, DT_F16), an item per pair (i, i + half_d) of a row, the\n"
+    " * row's position t = (row / H) % T: rotated by the angle t * inv[i] (sign -1: by minus it, the backward), in f32,\n"
+    " * stored once as dt */\n"
+    "__kernel void k_rope(PTR(const void, x), PTR(void, y), long pairs, long T, long H, long half_d, pgd_rope_freqs f, float sign, int dt) {\n"
+    "    BIND(const void, x); BIND(void, y);\n"
+    "    GRID_STRIDE(p, pairs) {\n"
+    "        long row = p / half_d, i = p - row * half_d, e = row * 2 * half_d + i;\n"
+    "        float a = (float)((row / H) % T) * f.inv[i], c = cos(a), s = sign * sin(a);\n"
+    "        float x0 = load_in(x, e, dt), x1 = load_in(x, e + half_d, dt);\n"
+    "        store_out(y, e, x0 * c - x1 * s, dt);\n"
+    "        store_out(y, e + half_d, x1 * c + x0 * s, dt);\n"
+    "    }\n"
+    "}\n"
+    "\n"
     "__kernel void k_binary(PTR(const float, a), PTR(const float, b), PTR(float, y), long n, long nb, int op) {\n"
     "    BIND(const float, a); BIND(const float, b); BIND(float, y);\n"
     "    if (nb == n) { GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i]); }\n"
@@ -171,6 +191,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            r /= s.shape[d];\n"
     "            ix += c * s.sa[d];\n"
     "        }\n"
+    ,
     "        y[i] = scale * x[ix];\n"
     "    }\n"
     "}\n"
@@ -201,7 +222,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "__kernel void k_reduce_thread(PTR(const float, x), PTR(float, y), long nout, long nred, pgd_reduce_desc s,\n"
     "                              float scale) {\n"
-    ,
     "    BIND(const float, x); BIND(float, y);\n"
     "    GRID_STRIDE(o, nout) {\n"
     "        long base = strided_offset(o, s.nk, s.kshape, s.kstride);\n"
@@ -260,6 +280,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                for (int k = 0; k < 4; k++) {\n"
     "                    float q0 = load_in(x, r * Cn + j + k, 0), q1 = load_in(x, (r + 8) * Cn + j + k, 0);\n"
     "                    float q2 = load_in(x, (r + 16) * Cn + j + k, 0), q3 = load_in(x, (r + 24) * Cn + j + k, 0);\n"
+    ,
     "                    a[k] += q0 + q1 + (q2 + q3);\n"
     "                }\n"
     "        for (; r < r1; r += 8)\n"
@@ -288,7 +309,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, part); BIND(const float, prev); BIND(float, y);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    float acc = 0.0f;\n"
-    ,
     "    for (long i = get_local_id(0); i < np; i += get_local_size(0)) acc += part[i];\n"
     "    acc = group_sum(acc, sh);\n"
     "    if (get_local_id(0) == 0) y[0] = (prev ? prev[0] : 0.0f) + scale * acc;\n"
@@ -345,6 +365,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            s2 += dg * ((xr[j] - mean) * rstd);\n"
     "        }\n"
     "        s1 = group_sum(s1, sh) / (float)C;\n"
+    ,
     "        s2 = group_sum(s2, sh) / (float)C;\n"
     "        COLS_LOOP(j, C) {\n"
     "            float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);\n"
@@ -371,7 +392,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                             long C, float eps) {\n"
     "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx);\n"
     "    __local float sh[MAX_GROUP];\n"
-    ,
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
     "        __global const float *dr = dy + r * C;\n"
@@ -431,6 +451,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * columns); a slice's sums go through group memory (a warp's shuffles in CUDA), so every item of the group takes\n"
     " * part in each and the row loops run alike for all slices (a slice past the last row computes on zeros). Built, as\n"
     " * cuda_norm.cuh's, for G = 6, 8, 13 and 16 (rows up to 768, 1024, 1664, 2048 columns: the names without and with\n"
+    ,
     " * the suffixes _1024, _1664, _2048; PGD_LN2_WIDTHS in backends/gpu_dispatch.h): the bodies take G and the private\n"
     " * arrays from the kernels LN2_INSTANCE declares. */\n"
     "\n"
@@ -454,7 +475,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* the row's mean and rstd (k_layernorm's two passes) */\n"
     "static void ln2_stats(float (*v)[4], int G, long C, int lane, float eps, __local float *sh, float *mean, float *rstd) {\n"
     "    float s = 0.0f, q = 0.0f;\n"
-    ,
     "    for (int u = 0; u < G; u++) s += (v[u][0] + v[u][1]) + (v[u][2] + v[u][3]);\n"
     "    float m = slice_sum(s, sh) / (float)C;\n"
     "    for (int u = 0; u < G; u++)\n"
@@ -520,6 +540,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                s1 += d[u][k];\n"
     "                s2 += d[u][k] * ((v[u][k] - mean) * rstd);\n"
     "            }\n"
+    ,
     "        s1 = slice_sum(s1, sh) / (float)C;\n"
     "        s2 = slice_sum(s2, sh) / (float)C;\n"
     "        for (int u = 0; u < G; u++)\n"
@@ -540,7 +561,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static void layernorm_gamma2(__global const float *x, __global const float *dy, __global float *part, long rows, long C, float eps, long rpb,\n"
     "                             int G, float (*v)[4], float (*d)[4], float (*acc)[4], __local float *sh, __local float *col) {\n"
     "    int lane = get_local_id(0) & 31, w = get_local_id(0) / 32;\n"
-    ,
     "    long wpb = get_local_size(0) / 32, r0 = (long)get_group_id(0) * rpb, r1 = r0 + rpb < rows ? r0 + rpb : rows;\n"
     "    for (int u = 0; u < G; u++)\n"
     "        for (int k = 0; k < 4; k++) acc[u][k] = 0.0f;\n"
@@ -582,6 +602,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                                            long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {     \\\n"
     "        BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);            \\\n"
     "        BIND(void, cp);                                                                                                        \\\n"
+    ,
     "        __local float sh[MAX_GROUP];                                                                                           \\\n"
     "        float v[G][4], d[G][4];                                                                                                \\\n"
     "        layernorm_back2(x, g, dy, dx, rows, C, eps, res, cp, cdt, G, v, d, sh);                                                \\\n"
@@ -590,7 +611,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                                             float eps, long rpb) {                                                            \\\n"
     "        BIND(const float, x); BIND(const float, dy); BIND(float, part);                                                        \\\n"
     "        __local float sh[MAX_GROUP];                                                                                           \\\n"
-    ,
     "        __local float col[32 * 4 * G];                                                                                         \\\n"
     "        float v[G][4], d[G][4], acc[G][4];                                                                                     \\\n"
     "        layernorm_gamma2(x, dy, part, rows, C, eps, rpb, G, v, d, acc, sh, col);                                               \\\n"
@@ -663,6 +683,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)) {\n"
     "    BIND(const int, tgt); BIND(float, cnt);\n"
     "    __local float sh[MAX_GROUP];\n"
+    ,
     "    float c = 0.0f;\n"
     "    COLS_LOOP(i, rows) c += (tgt[i] >= 0 && tgt[i] < V) ? 1.0f : 0.0f;\n"
     "    c = group_sum(c, sh);\n"
@@ -684,7 +705,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        m = group_max(m, sh);\n"
     "        float s = 0.0f;\n"
     "        COLS_LOOP(j, V) s += exp(load_in(logits, lr + j, ldt) - m);\n"
-    ,
     "        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;\n"
     "        float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);\n"
     "        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(load_in(logits, lr + j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);\n"
@@ -732,6 +752,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "__kernel void k_ce_staged(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),\n"
     "                          PTR(float, part), PTR(void, dx), long rows, long V, int ydt, int ldt, __local void *row) {\n"
+    ,
     "    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, part); BIND(void, dx);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;\n"
@@ -758,7 +779,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        if (get_local_id(0) == 0) {\n"
     "            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : 0.0f;\n"
     "            part[rows + r] = ok ? 1.0f : 0.0f;\n"
-    ,
     "        }\n"
     "        float inv = 1.0f / s;\n"
     "        COLS_LOOP(j, V) store_out(dx, lr + j, ok ? (exp(local_in(row, j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale : 0.0f, ydt);\n"
@@ -821,6 +841,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* The same keys by one item, a counting sort (a CPU device, where a group runs as a loop: its n_ids + V\n"
+    ,
     " * steps beat the network's n log^2 n); cnt: V + 1 counters, the last for the ids outside [0, V). */\n"
     "__kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(int, cnt), long n_ids, long V) {\n"
     "    BIND(const int, ids); BIND(ulong, keys); BIND(int, cnt);\n"
@@ -841,7 +862,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * the row's bits, RADIX_BITS a pass. The keys start in position order and every pass is stable, so\n"
     " * positions stay ascending within a row without sorting their bits. An item owns a chunk of `chunk`\n"
     " * consecutive keys; cnt holds RADIX_DIGITS counters per item, digit-major (cnt[d * items + t]), so one\n"
-    ,
     " * exclusive scan of cnt gives every item's first slot for each digit in the order digit, item, position.\n"
     " * Rows outside [0, V) (key row 0xffffffff) count as row V, above every table row. */\n"
     "#define RADIX_BITS 4\n"
@@ -897,6 +917,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                                        int shift) {\n"
     "    BIND(const ulong, keys); BIND(ulong, out); BIND(const int, cnt);\n"
     "    __local int c[RADIX_DIGITS * RADIX_GROUP];\n"
+    ,
     "    long l = get_local_id(0), L = get_local_size(0), t = get_global_id(0), T = get_global_size(0);\n"
     "    for (int d = 0; d < RADIX_DIGITS; d++) c[d * L + l] = cnt[d * T + t];\n"
     "    long end = (t + 1) * chunk < n_ids ? (t + 1) * chunk : n_ids;\n"
@@ -916,7 +937,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long j = get_local_id(0); j < C; j += get_local_size(0)) {\n"
     "            float acc = out[(long)id * C + j];\n"
     "            for (long m = k; m < n_ids && keys[m] >> 32 == id; m++) acc += dy[(long)(uint)keys[m] * C + j];\n"
-    ,
     "            out[(long)id * C + j] = acc;\n"
     "        }\n"
     "    }\n"
@@ -981,6 +1001,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {\n"
     "        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];\n"
     "        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;\n"
+    ,
     "        else ((__global long *)dst)[i] = v;\n"
     "        return;\n"
     "    }\n"
@@ -1008,7 +1029,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* ---- optimizers ------------------------------------------------------------------------------- */\n"
     "\n"
-    ,
     "/* A squared norm that is not finite (a NaN or an overflow in some gradient) makes an update a no-op:\n"
     " * parameter, state and gradient stay as they are, and the host, reading the norm once after the\n"
     " * step's work, reports it (or, under loss scaling, skips the step) without a wait before the update. */\n"
@@ -1066,6 +1086,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */\n"
     "\n"
     "#define GT 64\n"
@@ -1085,7 +1106,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            else { kk = e & 15; mm = e >> 4; }\n"
     "            int gm = m0 + mm, gk = k0 + kk;\n"
     "            As[kk][mm] = (gm < M && gk < K) ? (ta ? Ab[(long)gk * M + gm] : Ab[(long)gm * K + gk]) : 0.0f;\n"
-    ,
     "            if (tb) { kk = e & 15; nn = e >> 4; }\n"
     "            else { nn = e & 63; kk = e >> 6; }\n"
     "            int gn = n0 + nn;\n"
@@ -1146,6 +1166,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online\n"
+    ,
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
     "                          long D, float scale, long H) {\n"
@@ -1170,7 +1191,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            l += p;\n"
     "            for (long d = 0; d < D; d++) acc[d] += p * vj[d];\n"
     "        }\n"
-    ,
     "        __global float *yr = y + att_y(r, T, D, H);\n"
     "        for (long d = 0; d < D; d++) yr[d] = acc[d] / l;\n"
     "        y[att_lse(r, BH * T, T, D, H)] = m + log(l);\n"
@@ -1219,6 +1239,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long ri = r; ri < r - j + T; ri++) {\n"
     "            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
+    ,
     "            for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];\n"
     "            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);\n"
     "            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];\n"
@@ -1240,7 +1261,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */\n"
     "__kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,\n"
-    ,
     "                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {\n"
     "    BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);\n"
     "    if (update_skipped(gnorm_sq)) return;\n"
@@ -1293,6 +1313,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */\n"
     "\n"
     "/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the\n"
@@ -1318,7 +1339,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            inv = 1.0f / z;\n"
     "            if (get_local_id(0) == 0) lse[r * ls] = m + log(z);\n"
     "        }\n"
-    ,
     "        COLS_LOOP(j, T) {\n"
     "            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;\n"
     "            if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);\n"
@@ -1366,6 +1386,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * A group of FR items takes FR query rows (forward, dq) or key rows (dk, dv) of one head, an item a row;\n"
     " * the other side's rows come through group memory FK at a time. q, k, v are bf16 (bf16 = 1) or f32,\n"
     " * read as they are; everything else is f32. Group g takes head g / tiles and, from the last, tile\n"
+    ,
     " * tiles - 1 - g % tiles (the heavy causal tiles first). */\n"
     "#define FR 64 /* rows a group: pgd_ctx.flash_rows and flash_threads of the OpenCL backend */\n"
     "#define FK 16 /* rows a tile in group memory */\n"
@@ -1387,7 +1408,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
     "}\n"
     "\n"
-    ,
     "static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,\n"
     "                      long T, long D, float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
@@ -1438,6 +1458,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                     float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
     "    int l = get_local_id(0);\n"
+    ,
     "    long i = tile * FR + l, kend = min(T, tile * FR + FR), yo = att_y(base + i, T, D, H);\n"
     "    int live = i < T;\n"
     "    float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];\n"
@@ -1462,7 +1483,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose\n"
     " * q and dO rows, logsumexp and rowdot come through group memory. */\n"
-    ,
     "static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
@@ -1508,6 +1528,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define FLASH_FWD_KERNEL(name)                                                                                             \\\n"
     "    __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void                                                          \\\n"
     "    name(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale,  \\\n"
+    ,
     "         int bf16, long H) {                                                                                                \\\n"
     "        BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);                                      \\\n"
     "        __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                           \\\n"
@@ -1522,7 +1543,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H\n"
     "#define FLASH_BACK_BIND                                                                                                    \\\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);            \\\n"
-    ,
     "    BIND(const float, rowdot); BIND(float, out)\n"
     "\n"
     "#define FLASH_BACK_DQ_KERNEL(name)                                                                                         \\\n"
@@ -1562,6 +1582,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        if (counts) counts[e] = c;\n"
     "        rows[e] = cap > 0 && c > cap ? cap : c;\n"
     "    }\n"
+    ,
     "    barrier(CLK_GLOBAL_MEM_FENCE);\n"
     "    if (lid == 0) {\n"
     "        long total = 0;\n"
@@ -1594,7 +1615,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m) / z; }\n"
     "\n"
     "/* An item per row: the k highest scores (+ bias), lower id first on ties, a number before a NaN. */\n"
-    ,
     "__kernel void k_moe_topk(PTR(const float, lg), PTR(const float, bias), PTR(int, out), long N, int E, int k, int flags) {\n"
     "    BIND(const float, lg); BIND(const float, bias); BIND(int, out);\n"
     "    int sig = flags & 1;\n"
@@ -1652,6 +1672,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            __global const float *d = dw + n * k;\n"
     "            __global float *dl = out + n * E;\n"
     "            float wdw = 0.0f;\n"
+    ,
     "            for (int c = 0; c < k && ok; c++) wdw += moe_gate_s(l[id[c]], m, sig) / den * d[c];\n"
     "            for (int e = 0; e < E; e++) dl[e] = ok && !sig && !norm ? -(exp(l[e] - m) / den) * wdw : 0.0f;\n"
     "            for (int c = 0; c < k && ok; c++) {\n"
@@ -1672,7 +1693,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, nk * C) {\n"
     "        long ch = i / C, col = i - ch * C, src = (ch / k) * C + col;\n"
     "        int r = row[ch];\n"
-    ,
     "        if (r >= 0 && !w && xdt == DT_BF16 && ydt == DT_BF16) ((__global ushort *)y)[(long)r * C + col] = ((__global const ushort *)x)[src];\n"
     "        else if (r >= 0) store_out(y, (long)r * C + col, (w ? w[ch] : 1.0f) * load_in(x, src, xdt), ydt);\n"
     "    }\n"
@@ -1727,6 +1747,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    long o = off ? off[e] : (long)e * S;\n"
     "    __global const float *Ab = A + o * K;\n"
     "    __global const float *Bb = W + (long)e * K * N;\n"
+    ,
     "    __global float *Cb = Y + o * N;\n"
     "    gemm_tile(Ab, Bb, Cb, M, N, K, 0, tb, t * GT, get_group_id(0) * GT, As, Bs);\n"
     "}\n"
@@ -1747,7 +1768,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    gemm_tile(Ab, Bb, Cb, K, N, R, 1, 0, get_group_id(1) * GT, get_group_id(0) * GT, As, Bs); /* (op(A) = A_e^T: ta) */\n"
     "}\n"
     "\n"
-    ,
     "/* The balance loss E / N sum_n sum_e p[n, e] f_e, f = counts / their sum: one group. */\n"
     "__kernel void k_moe_aux_loss(PTR(const float, lg), PTR(const int, cnt), PTR(float, y), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(float, y);\n"

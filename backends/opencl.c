@@ -792,7 +792,7 @@ static pdde_status pdde_ocl_compute_group(void *dev, void *stream, pdde_tensor *
 
 static int pdde_ocl_supports_op(void *dev, const pdde_tensor *node) {
     (void)dev;
-    return pgd_supports_op(node) || pgd_supports_moe(node);
+    return pgd_supports_op(node) || pgd_supports_moe(node) || pgd_supports_rope(node);
 }
 
 const pdde_backend_iface pdde_backend_opencl = {

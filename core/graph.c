@@ -116,6 +116,7 @@ pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name) {
 }
 
 void pdde_mark_output(pdde_tensor *t) { if (t) t->flags |= PDDE_TENSOR_OUTPUT; }
+void pdde_mark_state(pdde_tensor *t) { if (t && t->op == PDDE_OP_NONE && (t->flags & PDDE_TENSOR_INPUT)) t->flags |= PDDE_TENSOR_STATE; }
 
 static pdde_tensor *new_leaf(pdde_graph *g, const char *name, pdde_dtype dt, int ndim, const int64_t *shape,
                              uint32_t flags) {

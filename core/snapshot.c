@@ -744,10 +744,13 @@ static pdde_status set_restore(pdde_session *s, snap_set *set, pdde_checkpoint_e
         bool same = t->ndim == c->ndim && t->dtype == c->dtype;
         for (int d = 0; same && d < c->ndim; d++) same = t->shape[d] == c->shape[d];
         if (!same) {
-            char want[96];
+            char want[96], have[96] = "[";
             shape_str(t, want, sizeof want);
-            st = pdde_error(s->ctx, PDDE_ERR_MISMATCH, "%s: tensor %s has another dtype or shape than the model's %s %s", set->what, c->name,
-                            pdde_dtype_name(t->dtype), want);
+            for (int d = 0; d < c->ndim; d++)
+                snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "," : "", (long long)c->shape[d]);
+            snprintf(have + strlen(have), sizeof have - strlen(have), "]");
+            st = pdde_error(s->ctx, PDDE_ERR_MISMATCH, "%s: tensor %s is %s %s there, the model's is %s %s (another model's checkpoint?)", set->what,
+                            c->name, pdde_dtype_name(c->dtype), have, pdde_dtype_name(t->dtype), want);
         }
     }
     for (int i = 0; i < s->g->n && !st; i++) {
@@ -934,6 +937,14 @@ static int dtype_of_name(const char *name) {
     return -1;
 }
 
+/* The generation a shard file name s<G>-r<R>.shard says (0: not one). */
+static uint64_t shard_generation(const char *name) {
+    unsigned long long g = 0;
+    int r = 0, len = 0;
+    if (sscanf(name, "s%llu-r%d.shard%n", &g, &r, &len) != 2 || name[len] || r < 0) return 0;
+    return g;
+}
+
 /* Reads and checks dir's manifest into s (sources: its shard files). */
 static const char *dir_name(const char *dir, char *buf, size_t n);
 static pdde_status manifest_read(pdde_context *ctx, const char *dir_in, snap_set *s) {
@@ -948,10 +959,23 @@ static pdde_status manifest_read(pdde_context *ctx, const char *dir_in, snap_set
     pdde_status st;
     char *text = read_file(ctx, path, "checkpoint", &size, &st);
     if (!text) {
-        if (st == PDDE_ERR_NOT_FOUND)
-            return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "checkpoint %s: a directory without a manifest (no sharded checkpoint was completed there): %s is missing",
-                              dir, path);
-        return st;
+        if (st != PDDE_ERR_NOT_FOUND) return st;
+        /* shard files without a manifest: a save that did not finish, or a manifest lost; a caller that took
+         * this for "nothing saved here" would start over and its next save would delete them */
+        int shards = 0;
+        uint64_t newest = 0;
+        DIR *d = opendir(dir);
+        for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+            uint64_t g = shard_generation(e->d_name);
+            shards += g > 0, newest = g > newest ? g : newest;
+        }
+        if (d) closedir(d);
+        if (shards)
+            return pdde_error(ctx, PDDE_ERR_CORRUPT, "checkpoint %s: %d shard file%s (the newest s%llu-r*.shard) but no manifest (%s): a save that did "
+                              "not finish, or its manifest removed; they cannot be loaded. Remove them (or the directory) to start from step 0",
+                              dir, shards, shards == 1 ? "" : "s", (unsigned long long)newest, path);
+        return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "checkpoint %s: a directory without a manifest (no sharded checkpoint was completed there): %s is missing",
+                          dir, path);
     }
     text[size] = 0;
     /* the last line: crc of what comes before it */
@@ -1080,13 +1104,6 @@ static pdde_status fsync_dir(pdde_context *ctx, const char *dir) {
     return rc == 0 ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "checkpoint %s: cannot fsync the directory: %s", dir, strerror(err));
 }
 
-/* The generation a shard file name s<G>-r<R>.shard says (0: not one). */
-static uint64_t shard_generation(const char *name) {
-    unsigned long long g = 0;
-    int r = 0, len = 0;
-    if (sscanf(name, "s%llu-r%d.shard%n", &g, &r, &len) != 2 || name[len] || r < 0) return 0;
-    return g;
-}
 
 /* One more than any generation in dir (its manifest's, or a shard file's: a save that crashed may
  * have left some), so a new save never writes over a file the current manifest names. */

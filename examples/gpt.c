@@ -46,6 +46,9 @@ static double now(void) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
+            "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
+            "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
+            "           [--rope-base X]    (llama: RoPE's base; default 10000)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
@@ -118,6 +121,12 @@ static int parse(int argc, char **argv, options *o) {
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
+        else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
+        else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base;
+        else if (!strcmp(a, "--arch")) {
+            if (strcmp(v, "gpt") && strcmp(v, "llama")) { fprintf(stderr, "gpt: --arch takes gpt or llama, got '%s'\n", v); return -1; }
+            o->model.arch = strcmp(v, "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
+        }
         else if (!strcmp(a, "--width")) iv = &o->model.width;
         else if (!strcmp(a, "--ctx")) iv = &o->model.ctx;
         else if (!strcmp(a, "--vocab")) iv = &o->model.vocab;
@@ -204,6 +213,16 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
         return -1;
     }
+    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || m->rope_base)) {
+        fprintf(stderr, "gpt: --kv-heads and --rope-base are LLaMA's: give --arch llama with them\n");
+        return -1;
+    }
+    if (m->rope_base != 0 && !(m->rope_base > 1)) { fprintf(stderr, "gpt: --rope-base %g: RoPE's base must be > 1\n", m->rope_base); return -1; }
+    if (m->arch == GPT_ARCH_LLAMA && (m->heads % gpt_kv_heads(m) || m->heads / gpt_kv_heads(m) > 64 || (m->width / m->heads) % 2)) {
+        fprintf(stderr, "gpt: --arch llama needs --kv-heads %d dividing --heads %d (at most 64 query heads a kv head) and an even head "
+                "dim (--width / --heads = %d, for RoPE)\n", gpt_kv_heads(m), m->heads, m->width / m->heads);
+        return -1;
+    }
     static const struct { const char *name; int min; } at_least_one[] = {{"--dp", 1}, {"--tp", 1}, {"--pp", 1}, {"--micro", 1}};
     const int *plan_v[] = {&o->dp, &o->tp, &o->pp, &o->micro};
     for (int k = 0; k < 4; k++)
@@ -212,7 +231,8 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep)) {
+    int elastic = under_elastic(); /* (dp is the ranks there are; the experts' split follows them: elastic_experts) */
+    if (o->ep > 1 && (m->moe_experts < 2 || (!elastic && (o->ep >= o->dp || o->dp % o->ep)) || m->moe_experts % o->ep)) {
         fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
                 "ep < dp dividing dp\n", o->ep, o->dp, m->moe_experts);
         return -1;
@@ -225,11 +245,10 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->ep > 1) m->moe_ep = 1;
     int ep_ranks = o->ep > 1 ? o->ep : o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
-    if (m->moe_ep && m->moe_experts % ep_ranks) {
+    if (m->moe_ep && m->moe_experts % ep_ranks && !elastic) {
         fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    int elastic = under_elastic(); /* (dp is the ranks there are) */
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2 && !elastic)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
@@ -293,6 +312,17 @@ static int choose_plan(pdde_context *ctx, options *o) {
     return 0;
 }
 
+/* Under pdde-run --elastic, the experts' split for the data-parallel ranks there are: over groups of --ep
+ * (ep0 > 1) or over all of them (--moe-ep) while that divides them and the experts, else over the largest
+ * groups that do (none: every rank holds every expert). */
+static void elastic_experts(options *o, int ep0) {
+    int want = ep0 > 1 && ep0 < o->dp ? ep0 : o->dp, E = o->model.moe_experts, ep = 1;
+    for (int e = want; e > 1 && ep == 1; e--)
+        if (o->dp % e == 0 && E % e == 0) ep = e;
+    o->model.moe_ep = ep > 1;
+    o->ep = ep > 1 && ep < o->dp ? ep : 0;
+}
+
 #ifdef PDDE_HAVE_UCX
 /* Under pdde-run --elastic with --plan auto: the planner's plan for the world's ranks (pdde_plan_replan
  * from old, NULL at the start), within what in-memory snapshots hold (data parallel, any ZeRO stage:
@@ -310,7 +340,7 @@ static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pd
         gpt_model m;
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
-        pp.batch = o->model.batch, pp.tp_divisor = o->model.heads, pp.no_tp = pp.no_pp = 1;
+        pp.batch = o->model.batch, pp.tp_divisor = gpt_tp_divisor(&o->model), pp.no_tp = pp.no_pp = 1;
         pdde_status st = gpt_plan_devices(ctx, path, &o->model, ranks, &d);
         if (!st) {
             st = pdde_graph_init(ctx, &g);
@@ -557,13 +587,13 @@ int main(int argc, char **argv) {
      * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
      * in-memory snapshot and go on) */
     pdde_elastic *el = NULL;
-    char el_plan[256] = "";
-    int el_tp0 = 1, el_pp0 = 1; /* --tp, --pp asked for: kept while the ranks there are allow them */
+    char el_plan[256] = "", ep_text[24];
+    int el_tp0 = 1, el_pp0 = 1, el_ep0 = 0, el_moe_ep0 = 0; /* --tp, --pp, --ep, --moe-ep asked for: kept while the ranks there are allow them */
     int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (under_elastic()) {
         if (o.plan && !el_auto) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is --dp (the ranks there are), --tp, --pp and --zero, or --plan auto\n"); return 2; }
         if (o.ft && (el_auto || o.tp * o.pp > 1)) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started, data parallel: no --plan auto, --tp, --pp\n"); return 2; }
-        el_tp0 = o.tp, el_pp0 = o.pp;
+        el_tp0 = o.tp, el_pp0 = o.pp, el_ep0 = o.ep, el_moe_ep0 = o.model.moe_ep;
         int joiner = getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"));
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
@@ -582,6 +612,7 @@ elastic_rebuild:
         o.tp = el_tp0, o.pp = el_pp0; /* (tp x pp must divide the ranks, and dp x micro the batch; else data parallel) */
         if (ranks % (o.tp * o.pp) || o.model.batch % (ranks / (o.tp * o.pp) * o.micro)) o.tp = o.pp = 1;
         o.dp = ranks / (o.tp * o.pp);
+        if (o.tp == 1 && (el_ep0 > 1 || el_moe_ep0)) elastic_experts(&o, el_ep0);
         if (el_auto) { /* the planner's plan for these ranks (re-planned from the last one at a change) */
             int had = o.parsed_plan.dp > 0, bad = elastic_plan(ctx, &o, comm, had ? &o.parsed_plan : NULL, &o.parsed_plan);
             if (bad) return 1;
@@ -607,7 +638,8 @@ elastic_rebuild:
         }
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
         if (el_auto) pdde_plan_str(&o.parsed_plan, el_plan, sizeof el_plan);
-        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d", o.dp, o.tp, o.pp, o.micro, o.dp > 1 ? o.zero : 0);
+        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d%s", o.dp, o.tp, o.pp, o.micro, o.dp > 1 ? o.zero : 0,
+                      !o.model.moe_ep ? "" : o.ep > 1 ? (snprintf(ep_text, sizeof ep_text, ",ep=%d", o.ep), ep_text) : ",ep=dp");
         if (o.ft) { /* the batch is not re-split: each rank keeps its replica's rows; say whose are dropped */
             size_t n = strlen(el_plan);
             n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", each replica's rows kept (the batch not re-split)");
@@ -692,14 +724,18 @@ elastic_rebuild:
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
     pdde_cluster_free(measured), sp.cluster = NULL;
+    int restored = 0; /* the state came from a snapshot or a checkpoint */
     if (el && pdde_elastic_generation(el) > 0) {
         uint64_t pos = 0;
         TRY(pdde_elastic_restore(el, s, el_plan, &pos));
         pdde_data_set_position(train, pos);
+        restored = 1;
     }
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
+    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g, ffn %lld\n", gpt_kv_heads(&o.model),
+                                               gpt_rope_base(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx), pdde_context_thread_count(ctx) > 1 ? "s" : "");
@@ -729,6 +765,7 @@ elastic_rebuild:
             const char *from = ckpt;
             if (st == PDDE_ERR_NOT_FOUND && (st = pdde_checkpoint_load(s, single, &ex)) == PDDE_OK) from = single;
             if (st == PDDE_OK) {
+                restored = 1;
                 pdde_data_set_position(train, ex.data_position);
                 if (rank == 0) printf("gpt: resumed from %s at step %lld (data position %llu)\n", from, (long long)pdde_session_step(s), (unsigned long long)ex.data_position);
                 const pdde_optimizer_params *was = &ex.schedule;
@@ -740,6 +777,9 @@ elastic_rebuild:
                            pdde_session_lr(s));
             } else if (st != PDDE_ERR_NOT_FOUND) {
                 fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
+                if (st == PDDE_ERR_MISMATCH) /* (nothing was loaded: the checkpoint stays as it is) */
+                    fprintf(stderr, "gpt: %s holds another model's checkpoint: resume with the model flags that saved it (--arch %s now, "
+                            "--kv-heads, --layers, --heads, --width, --ctx, --vocab, --moe-*)\n", o.ckpt_dir, gpt_arch_name(o.model.arch));
                 return 1;
             } else if (rank == 0) /* (a job restarted with the same flags finds its checkpoint; its first start has none) */
                 printf("gpt: --resume: no checkpoint in %s yet: starting from step 0\n", o.ckpt_dir);
@@ -755,8 +795,11 @@ elastic_rebuild:
     feeder feed = {&plan, rank / (o.tp * o.pp), o.model.batch}; /* (mesh [dp, tp, pp]: pp innermost) */
     size_t read_bt = o.ft ? (size_t)ft_global * o.model.ctx : bt; /* (--ft-replicas: every replica's rows are read) */
     int32_t *x = malloc(read_bt * sizeof *x), *y = malloc(read_bt * sizeof *y), *ft_tmp = o.ft ? malloc(read_bt * sizeof *ft_tmp) : NULL;
-    float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros */
-    if (o.model.moe_experts > 1 && o.model.moe_bias) {
+    float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros (a resumed run's: the checkpoint's) */
+    if (o.model.moe_experts > 1 && o.model.moe_bias && restored) {
+        moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
+        TRY(moe_bias ? gpt_moe_read_bias(s, g, &o.model, moe_bias) : PDDE_ERR_OOM);
+    } else if (o.model.moe_experts > 1 && o.model.moe_bias) {
         moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
         for (int l = 0, b = 0; l < o.model.layers; l++) {
             char name[64];

@@ -69,7 +69,7 @@ static void one_op(fuzz_state *f, reader *r) {
     pdde_graph *g = f->g;
     pdde_tensor *a = pick(f, r), *b = pick(f, r), *c = pick(f, r), *y = NULL;
     int i0 = (int)next_u8(r) % 9 - 2, i1 = (int)next_u8(r) % 9 - 2;
-    switch (next_u8(r) % 40) {
+    switch (next_u8(r) % 41) {
     case 0: y = leaf(f, r, 0); break;
     case 1: y = leaf(f, r, 1); break;
     case 2: y = leaf(f, r, 2); break;
@@ -128,6 +128,7 @@ static void one_op(fuzz_state *f, reader *r) {
     case 37: y = pdde_moe_grouped_matmul(g, a, b, c, next_dim(r), i1 & 1); break;
     case 38: y = pdde_moe_combine(g, a, b, c, i0 * 2, next_dim(r)); break;
     case 39: y = pdde_moe_aux_loss(g, a, b, i0 * 2); break;
+    case 40: y = pdde_rope(g, a, i0 & 1 ? next_float(r) : 10000.0f); break; /* (a base of 0, negative, NaN or infinite sometimes) */
     }
     push(f, y);
 }

@@ -8,7 +8,9 @@
  * q, k, v take the unfused path by default and the f32 tiled kernels (k_flash_f32_*) where flash or
  * flash2 is named (by PDDE_CUDA_ATTENTION or PDDE_ATTENTION; flash2: the one-pass backward after dq is
  * zeroed), with their own grid (backends/flash_f32_tiles.h). Also a layernorm's kernels with and without PGD_MEM_LN2 (the
- * warp-per-row kernels' instances, rows up to 768, 1024, 1664, 2048 wide; wider rows the group-per-row kernels). Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
+ * warp-per-row kernels' instances, rows up to 768, 1024, 1664, 2048 wide; wider rows the group-per-row kernels). And rope:
+ * CUDA takes it only under PDDE_CUDA_ROPE=1 (pgd_cuda_takes_rope; pgd_supports_op, which every GPU backend asks, never),
+ * its forward and backward launch k_rope, heads up to D 256. Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
  * many parameters as the launch passes, each of the launch's size. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
@@ -36,6 +38,11 @@ static int ptx_params(const char *text, const char *name, int *sizes, int max) {
     int n = 0;
     for (const char *q = strstr(p, ".param"); q && q < end && n < max; q = strstr(q + 6, ".param")) {
         char ty[16] = "";
+        int align, bytes;
+        if (sscanf(q, ".param .align %d .b8 %*[A-Za-z0-9_][%d]", &align, &bytes) == 2) { /* (a struct by value: its bytes) */
+            sizes[n++] = bytes;
+            continue;
+        }
         if (sscanf(q, ".param .%15s", ty) != 1) return -1;
         sizes[n++] = ty[1] == '6' ? 8 : ty[1] == '3' ? 4 : ty[1] == '1' ? 2 : ty[1] == '8' ? 1 : 0; /* (.u64 .f32 .b16 .u8 ...) */
     }
@@ -154,6 +161,36 @@ static void layernorm_kernels(pdde_context *ctx, int64_t R, int64_t C, unsigned 
             for (int j = 0; j < n_launched && len + 40 < cap; j++) len += (size_t)snprintf(out + len, cap - len, " %s", pgd_kernel_name(launched[j]));
             break;
         }
+    pdde_graph_free(g);
+}
+
+/* rope of x [2, 7, 3, D] and its backward (a rope by minus the angle): CUDA's gate, and the kernels they launch */
+static void rope_dispatch(pdde_context *ctx, int64_t D, int want_taken) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_param(g, "x", 4, (int64_t[]){2, 7, 3, D}, 0.0f);
+    pdde_backward(g, pdde_sum(g, pdde_rope(g, x, 10000.0f), -1, 0));
+    CHECK(pdde_graph_status(g) == PDDE_OK, "rope graph: %s", pdde_last_error(ctx));
+    pgd_ctx c = {.ctx = ctx, .name = "cuda", .units = 132, .max_block = 1024, .launch = rec_launch, .scratch = rec_scratch, .fill32 = rec_fill32};
+    int nodes = 0;
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
+        pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
+        if (t->op != PDDE_OP_ROPE) continue;
+        const char *what = pdde_op_i32(t, PDDE_P_ROPE_INVERSE) ? "backward" : "forward";
+        nodes++;
+        CHECK(!pgd_supports_op(t), "rope D %lld %s: pgd_supports_op takes it (every GPU backend would, CUDA without its switch)", (long long)D, what);
+        CHECK(!pgd_cuda_takes_rope(t, 0), "rope D %lld %s: CUDA takes it without %s=1", (long long)D, what, PGD_CUDA_ROPE_ENV);
+        CHECK(!pgd_cuda_takes_rope(t, -1), "rope D %lld %s: CUDA takes it with %s unread (-1)", (long long)D, what, PGD_CUDA_ROPE_ENV);
+        CHECK(pgd_cuda_takes_rope(t, 1) == want_taken, "rope D %lld %s: under %s=1 CUDA %s it", (long long)D, what, PGD_CUDA_ROPE_ENV,
+              want_taken ? "does not take" : "takes");
+        if (!want_taken) continue;
+        n_launched = 0;
+        t->flags |= PDDE_TENSOR_SUPPORTED; /* (as a session marks the nodes its device took) */
+        CHECK(pgd_compute(&c, t) == 0, "rope %s: the dispatcher failed: %s", what, pdde_last_error(ctx));
+        CHECK(n_launched == 1 && launched[0] == PGD_K_ROPE && (int64_t)launched_gx[0] * launched_bx[0] >= 1,
+              "rope D %lld %s: %d launches, the first %s", (long long)D, what, n_launched, n_launched ? pgd_kernel_name(launched[0]) : "none");
+    }
+    CHECK(nodes == 2, "rope graph: %d rope nodes, want the forward and its backward", nodes);
     pdde_graph_free(g);
 }
 
@@ -283,6 +320,8 @@ int main(void) {
     }
     layernorm_kernels(ctx, 8192, 768, PGD_CUDA_MEM_KERNELS, got, sizeof got);
     CHECK(!strcmp(got, " k_layernorm | k_layernorm_back | k_row_stats k_gamma_back k_colsum"), "the defaults, [8192, 768]: %s", got);
+    /* rope: CUDA's gate, k_rope's launches; heads wider than the angle table (D 256) left to the CPU */
+    rope_dispatch(ctx, 64, 1), rope_dispatch(ctx, 256, 1), rope_dispatch(ctx, 258, 0);
     pdde_context_free(ctx);
     free(ptx), free(ptx75);
     /* CUDA's memory-bound kernels: k_colsum2 and k_adamw_chunks by default, each "0" leaves one, "1" keeps it */

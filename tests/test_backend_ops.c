@@ -171,6 +171,11 @@ static pdde_tensor *b_norm(pdde_graph *g, const op_case *c) {
     return pdde_rmsnorm(g, x, gamma, 1e-5f);
 }
 
+/* rope: x [p0, p1, p2, p3] ([B, T, H, D]) rotated with base p4 */
+static pdde_tensor *b_rope(pdde_graph *g, const op_case *c) {
+    return pdde_rope(g, P(g, "x", 4, c->p[0], c->p[1], c->p[2], c->p[3]), (float)c->p[4]);
+}
+
 /* softmax: shape, p[5] = causal */
 static pdde_tensor *b_softmax(pdde_graph *g, const op_case *c) {
     return pdde_softmax(g, pdde_scale(g, P(g, "x", SHAPE_ARGS(c)), 3.0f), (int)c->p[5]);
@@ -588,6 +593,16 @@ static const op_case cases[] = {
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 1, 1}, 1, T_DEF}, /* (its gradients' bound: grad_tolerance) */
+    /* rope {B, T, H, D, base} (its gradient: rope by minus the angle): T not a multiple of anything, the bases of LLaMA 2
+     * and 3, D = 2 and 256 (the devices' angle table at its widest), T = 300 (angles past 2 pi x 47) */
+    {"rope", b_rope, {2, 7, 3, 8, 10000}, 1, T_DEF},
+    {"rope", b_rope, {1, 33, 2, 64, 10000}, 1, T_DEF},
+    {"rope", b_rope, {2, 5, 4, 128, 10000}, 1, T_DEF},
+    {"rope", b_rope, {2, 7, 3, 8, 500000}, 1, T_DEF},
+    {"rope", b_rope, {1, 33, 2, 64, 500000}, 1, T_DEF},
+    {"rope", b_rope, {2, 5, 4, 128, 500000}, 1, T_DEF},
+    {"rope", b_rope, {3, 1, 2, 2, 10000}, 1, T_DEF},
+    {"rope", b_rope, {1, 300, 1, 256, 10000}, 1, T_DEF},
     /* softmax: shape, p[5] causal */
     {"softmax", b_softmax, {2, 5, 37, 0, 0, 0}, 1, T_DEF},
     {"softmax", b_softmax, {2, 1, 1, 0, 0, 0}, 1, T_DEF},
@@ -906,6 +921,12 @@ static bool moe_kernels_on(const char *backend) {
     return !strcmp(backend, "opencl") || (!strcmp(backend, "cuda") && env && env[0] && strcmp(env, "0") != 0);
 }
 
+/* the backends that run rope on the device: OpenCL, and CUDA with PDDE_CUDA_ROPE=1 (Level Zero leaves it to the CPU) */
+static bool rope_kernels_on(const char *backend) {
+    const char *env = getenv("PDDE_CUDA_ROPE");
+    return !strcmp(backend, "opencl") || (!strcmp(backend, "cuda") && env && env[0] && strcmp(env, "0") != 0);
+}
+
 static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
                           const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
     memset(out, 0, sizeof *out); /* (freed by the caller whatever happens) */
@@ -1156,7 +1177,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         return;
     }
     st = run_on(o->ctx, g, device, ci, run_mode, steps, checks, n_checks, &got, NULL, 0);
-    if (st == PDDE_ERR_UNSUPPORTED && !o->strict) {
+    if (st == PDDE_ERR_UNSUPPORTED && (!o->strict || (c->build == b_rope && !rope_kernels_on(props.backend)))) {
         n_unsupported++; /* the device does not run this op: a partial backend (its fallback is tested elsewhere) */
         if (o->verbose) printf("  %-10s %-44s %-5s not supported (runs on the CPU)\n", props.backend, label, what);
     } else if (st) {
@@ -1604,6 +1625,64 @@ static void test_update_nonfinite_norm(const options *o, int device) {
               pdde_status_str(st), pdde_last_error(o->ctx));
         if (o->verbose) printf("  %-58s refused, nothing changed\n", label);
         pdde_session_free(s);
+        pdde_graph_free(g);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * rope against a float64 reference of its definition (the CPU's kernel included): y and the gradient of
+ * x for sum(y * w), dx = w rotated back. The angle t * inv, inv = 1 / base^(2i/D), is rounded to f32 as
+ * the op defines it (Hugging Face's f32 inv_freq); its cosine, sine and the rotation are in double. */
+
+static void test_rope_reference(const options *o, int device) {
+    static const int64_t shapes[][5] = {{2, 7, 3, 8, 10000}, {1, 33, 2, 64, 500000}, {1, 300, 1, 256, 10000}};
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t *s = shapes[si];
+        int64_t B = s[0], T = s[1], H = s[2], D = s[3], half = D / 2, n = B * T * H * D;
+        float base = (float)s[4];
+        char label[96];
+        snprintf(label, sizeof label, "rope [%lld,%lld,%lld,%lld] base %g on %s vs float64", (long long)B, (long long)T, (long long)H,
+                 (long long)D, base, props.backend);
+        pdde_graph *g;
+        pdde_graph_init(o->ctx, &g);
+        pdde_tensor *x = pdde_param(g, "x", 4, s, 0.0f), *y = pdde_rope(g, x, base);
+        pdde_tensor *loss = checking_loss(g, y), *w = NULL;
+        pdde_mark_output(y);
+        pdde_backward(g, loss);
+        for (int i = 0; i < pdde_graph_tensor_count(g); i++)
+            if (!strcmp(pdde_graph_tensor(g, i)->name, "dy_weights")) w = pdde_graph_tensor(g, i);
+        CHECK(pdde_graph_status(g) == PDDE_OK && w && x->grad, "%s: graph: %s", label, pdde_last_error(o->ctx));
+        if (pdde_graph_status(g) != PDDE_OK || !w || !x->grad) { pdde_graph_free(g); continue; }
+        const pdde_tensor *checks[2] = {y, x->grad};
+        results got;
+        pdde_status st = run_on(o->ctx, g, device, 4000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, checks, 2, &got, NULL, 0);
+        if (st == PDDE_ERR_UNSUPPORTED && device != 0 && !rope_kernels_on(props.backend)) { /* (rope runs on the CPU there) */
+            n_unsupported++;
+            results_free(&got), pdde_graph_free(g);
+            continue;
+        }
+        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+        float *xv = malloc((size_t)n * sizeof *xv), *wv = malloc((size_t)n * sizeof *wv);
+        double *yr = malloc((size_t)n * sizeof *yr), *dxr = malloc((size_t)n * sizeof *dxr);
+        if (st == PDDE_OK && xv && wv && yr && dxr) {
+            fill_leaf(x, fixed_seed(4000 + (int)si), xv), fill_leaf(w, fixed_seed(4000 + (int)si), wv);
+            for (int64_t r = 0; r < B * T * H; r++)
+                for (int64_t i = 0; i < half; i++) {
+                    float a = (float)((r / H) % T) * (1.0f / powf(base, (float)(2 * i) / (float)D));
+                    double c = cos((double)a), sn = sin((double)a);
+                    int64_t e = r * D + i, e2 = e + half;
+                    yr[e] = xv[e] * c - xv[e2] * sn, yr[e2] = xv[e2] * c + xv[e] * sn;
+                    dxr[e] = wv[e] * c + wv[e2] * sn, dxr[e2] = wv[e2] * c - wv[e] * sn;
+                }
+            /* f32 cosines, sines and products: a few units of roundoff (2^-24) an element, an NMSE near 1e-14 */
+            double ey = nmse(got.v[0], yr, n), edx = nmse(got.v[1], dxr, n), tol = 1e-12;
+            CHECK(ey <= tol && edx <= tol, "%s: NMSE y %.3g, dx %.3g > %.3g", label, ey, edx, tol);
+            if (o->verbose) printf("  %-64s NMSE y %.3g dx %.3g (bound %.3g)\n", label, ey, edx, tol);
+        }
+        free(xv), free(wv), free(yr), free(dxr);
+        results_free(&got);
         pdde_graph_free(g);
     }
 }
@@ -2117,6 +2196,7 @@ int main(int argc, char **argv) {
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update"))) test_update_nonfinite_norm(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "rope"))) test_rope_reference(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "sum_to"))) test_bias_grad_sums(&o, devs[k]), test_sum_to_shapes(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "sum_to") || !strcmp(o.op, "matmul"))) test_fused_bias_grad(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
@@ -2129,6 +2209,7 @@ int main(int argc, char **argv) {
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update")) && !o.backend) test_update_nonfinite_norm(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "rope")) && !o.backend) test_rope_reference(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "sum_to")) && !o.backend) test_bias_grad_sums(&o, 0), test_sum_to_shapes(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "sum_to") || !strcmp(o.op, "matmul")) && !o.backend) test_fused_bias_grad(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);

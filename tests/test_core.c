@@ -218,7 +218,11 @@ static void test_checkpoints(void) {
     CHECK(trainer_init(&w, &wide, &op, 0) == PDDE_OK, "wide session");
     CHECK(pdde_checkpoint_save(w.s, before, NULL) == PDDE_OK, "save before the mismatched load");
     st = pdde_checkpoint_load(w.s, path, NULL);
-    CHECK(st == PDDE_ERR_MISMATCH && strstr(pdde_last_error(w.ctx), "wte"), "mismatch: %s", pdde_last_error(w.ctx));
+    char wte_there[64], wte_model[64]; /* (both shapes named: which model the file is of) */
+    snprintf(wte_there, sizeof wte_there, "wte is f32 [%d,%d] there", small.vocab, small.width);
+    snprintf(wte_model, sizeof wte_model, "the model's is f32 [%d,%d]", wide.vocab, wide.width);
+    CHECK(st == PDDE_ERR_MISMATCH && strstr(pdde_last_error(w.ctx), wte_there) && strstr(pdde_last_error(w.ctx), wte_model), "mismatch: %s",
+          pdde_last_error(w.ctx));
     CHECK(pdde_checkpoint_save(w.s, after, NULL) == PDDE_OK, "save after the mismatched load");
     test_ckpt_compare("after a mismatched load", after, before, 0, 0);
     trainer_free(&w);

@@ -5,6 +5,7 @@
  *    the snapshot's split blocks (parameters too under ZeRO-3) made whole and split over 3 ranks;
  *  - --tp 2 and --pp 2 on 4 ranks (dp 2): 3 ranks run data parallel; every tensor-parallel block and
  *    pipeline stage is in a survivor's own snapshot (its dp replica's), resharded onto dp 3;
+ *  - MoE with --ep 2 on 4 ranks: 3 ranks hold every expert (no ep divides dp 3 and the 4 experts);
  *  - --tp 2 and --pp 2 on 2 ranks: the one left runs alone; the lost rank's blocks (its tensor-parallel
  *    half, split over all ranks as ZeRO's are; its pipeline stage) come from the copy of its snapshot
  *    that the survivor received at the step boundary.
@@ -44,7 +45,7 @@ int main(void) {
 static char g_run[600], g_gpt[600], g_tmp[256];
 
 typedef struct {
-    const char *name, *ranks, *gpt[4]; /* gpt's extra arguments */
+    const char *name, *ranks, *gpt[6]; /* gpt's extra arguments */
     const char *plan, *run;            /* the transition's plan and the rebuilt session's line (NULL: one rank) */
 } reshard_case;
 
@@ -227,6 +228,9 @@ int main(int argc, char **argv) {
         {"pp 2", "4", {"--pp", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=0", "3 ranks: dp 3 x tp 1 x pp 1"},
         {"tp 2 alone", "2", {"--tp", "2"}, "dp=1,tp=1,pp=1,mb=1,zero=0", NULL},
         {"pp 2 alone", "2", {"--pp", "2"}, "dp=1,tp=1,pp=1,mb=1,zero=0", NULL},
+        /* the experts over groups of ep 2 of dp 4: on 3 ranks no ep divides dp and the 4 experts, so every rank
+         * holds every expert */
+        {"MoE ep 2", "4", {"--moe-experts", "4", "--ep", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=0", "3 ranks: dp 3 x tp 1 x pp 1"},
     };
     for (int k = 0; k < (int)(sizeof cases / sizeof *cases); k++) test_case(&cases[k], k, seed);
     setenv("PDDE_JOB_SECRET", "test-elastic-reshard-secret-0123456789ab", 1); /* (the joiners must know the job's) */

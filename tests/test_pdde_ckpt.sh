@@ -92,6 +92,13 @@ out=$("$ck" info "$tmp/dmg" 2>&1)
 rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q 'manifest.*fails its CRC'
 check "a damaged manifest fails its CRC ($out)" $?
+# shard files without their manifest (a save that did not finish, or the manifest removed): refused as such, not
+# taken for an empty directory (a resume would start over and its next save delete them)
+cp -r "$tmp/tp" "$tmp/nomanifest" && rm "$tmp/nomanifest/manifest"
+out=$("$ck" info "$tmp/nomanifest" 2>&1)
+rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q 'shard files (the newest s[0-9]*-r\*.shard) but no manifest'
+check "shard files without a manifest are refused as such ($out)" $?
 out=$("$ck" convert "$tmp/info" "$tmp/x.ckpt" 2>&1)
 rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q 'not a pdde checkpoint'

@@ -47,4 +47,24 @@ f = {r['step']: r for r in map(json.loads, open('$tmp/full.jsonl')) if 'loss' in
 sys.exit(0 if c[15]['lr'] > f[15]['lr'] else 1)"
 check "--reschedule says it changes the schedule and stretches the cosine over 30 steps" $?
 
+# MoE with DeepSeek's balancing bias (an input gpt updates between steps, pdde_mark_state): the checkpoint keeps
+# it, so the resumed steps equal the uninterrupted run's (a bias restarted from zeros routes otherwise)
+moe=(--moe-experts 4 --moe-bias-rate 0.02 --steps 20)
+"$build/gpt" "${gpt[@]}" "${moe[@]}" --metrics "$tmp/moe_full.jsonl" >"$tmp/moe_full.log" 2>&1 &&
+    "$build/gpt" "${gpt[@]}" "${moe[@]}" --stop-after 10 --ckpt-dir "$tmp/moe_ck" >"$tmp/moe_a.log" 2>&1 &&
+    "$build/gpt" "${gpt[@]}" "${moe[@]}" --resume --ckpt-dir "$tmp/moe_ck" --metrics "$tmp/moe_b.jsonl" >"$tmp/moe_b.log" 2>&1
+rc=$?
+check "MoE with --moe-bias-rate: 20 steps, 10 and a resume ($(tail -1 "$tmp/moe_b.log"))" $rc
+python3 - "$tmp/moe_full.jsonl" "$tmp/moe_b.jsonl" >"$tmp/moe_cmp" 2>&1 <<'PY'
+import json, math, sys
+full, b = ({r["step"]: r for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+assert sorted(b) == list(range(11, 21)), sorted(b)
+for k in range(11, 21):
+    assert math.isfinite(b[k]["loss"]) and abs(b[k]["loss"] - full[k]["loss"]) <= 1e-6 * abs(full[k]["loss"]), \
+        "step %d: loss %.9g resumed, %.9g uninterrupted" % (k, b[k]["loss"], full[k]["loss"])
+print("ok: steps 11-20 equal the uninterrupted run's (step 11: %.7f)" % b[11]["loss"])
+PY
+rc=$?
+check "MoE with its balancing bias: the resumed steps equal the uninterrupted run's ($(tail -1 "$tmp/moe_cmp"))" $rc
+
 finish

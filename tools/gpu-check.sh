@@ -258,7 +258,7 @@ switches=${GPU_CHECK_SWITCHES-"lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1 gelu_lowp_bias
 switch_checks=${GPU_CHECK_SWITCH_CHECKS-"lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1:matmul_bias gelu_lowp_bias:PDDE_CUDA_LT_LOWP_BIAS=1:gelu_fused
     ln2:PDDE_CUDA_LN2=1:layernorm ln2_cases:X=0:layernorm2 ce1:PDDE_CUDA_CE1=1:cross_entropy_staged adamw_vec:X=0:adamw_vec
     gelu2:X=0:bias_gelu2 k128:PDDE_FLASH2_VARIANT=k128:attention dqsmem:PDDE_FLASH2_VARIANT=dqsmem:attention
-    q128:PDDE_FLASH2_VARIANT=q128:attention f32_flash2:PDDE_CUDA_ATTENTION=flash2:attention"}
+    q128:PDDE_FLASH2_VARIANT=q128:attention f32_flash2:PDDE_CUDA_ATTENTION=flash2:attention rope:PDDE_CUDA_ROPE=1:rope"}
 if [ -n "$switches" ]; then
     step switches 360 env SWITCHES="$switches" CHECKS="$switch_checks" bash tools/bench/cuda_switches.sh build
     grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
