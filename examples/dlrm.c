@@ -47,8 +47,8 @@ static void usage(void) {
          "--save DIR: the table's shards and the dense network (DIR/dense.ckpt) at the end; --load DIR starts\n"
          "from them (under any --servers count: the table is re-partitioned). --checkpoint DIR: every N steps\n"
          "(default 1000; each epoch's end with --pipeline) and at the end, the whole model (table, dense network\n"
-         "with its optimizer state, the data position) in DIR/samples-N, named by DIR/latest once complete;\n"
-         "--load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with). --pipeline: train\n"
+         "with its optimizer state, the data position) in DIR/samples-S (S samples trained on), named by DIR/latest\n"
+         "once complete; --load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with).\n--pipeline: train "
          "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
          "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).\n"
          "--device: where the dense network runs (the table and its rows stay in host memory); default\n"
@@ -208,7 +208,7 @@ static pdde_status write_checkpoint(pdde_context *ctx, pdde_session *s, pdde_ps_
     snprintf(path, sizeof path, "%s/dense.ckpt", tmp);
     if (!st) st = pdde_checkpoint_save(s, path, &extra);
     if (st) return st;
-    remove_entry(dir, name); /* (a checkpoint of this step that latest never named) */
+    remove_entry(dir, name); /* (one of this position that latest never named) */
     if (rename(tmp, final)) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot rename %s: %s", tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/latest.tmp", dir);
     FILE *f = fopen(path, "w");
@@ -381,7 +381,7 @@ int main(int argc, char **argv) {
         plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = o.pipeline;
         pdde_pipeline *pl = NULL;
         if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
-        for (int e = (int)(start / per_epoch); e < o.epochs && !st; e++) {
+        for (int e = per_epoch ? (int)(start / per_epoch) : o.epochs; e < o.epochs && !st; e++) {
             long first = e == start / per_epoch ? start % per_epoch : 0; /* (a resumed epoch: from its position) */
             st = pdde_pipeline_run(pl, e * per_epoch + first, per_epoch - first);
             step = (e + 1) * per_epoch;
