@@ -1686,7 +1686,8 @@ typedef struct {
     int geo_steps;               /* GEO: push deltas every k steps; 0 = 1 */
     pdde_ps_table_params table;
     const char *load_dir;        /* servers (and a single-process client): load their shard from here at
-                                    start (NULL: empty tables) */
+                                    start (NULL: empty tables); shards of another count of servers are
+                                    re-partitioned (each server keeps the ids it owns) */
     /* Servers: automatic checkpoints of their shard into checkpoint_dir (atomic, as
      * pdde_ps_table_save) after every checkpoint_every steps of the table (a sync round, an async
      * push or a geo delta), before that step is acknowledged, and when the job ends; a server

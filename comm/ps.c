@@ -9,6 +9,7 @@
 #include "../backends/backend_impl.h"
 #include "../backends/deadline.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -601,8 +602,10 @@ pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
     return PDDE_OK;
 }
 
-pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
-    if (!t || !path) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_load: no %s", t ? "path" : "table");
+/* Reads the table file at path into `into` (a fresh table with t's parameters), keeping only the rows
+ * and admission counts of the ids server keep_index of keep_of owns (keep_of 0: all of them); *step:
+ * the file's table step. A bad file returns its error; `into` then holds part of it. */
+static pdde_status ps_table_read(const pdde_ps_table *t, const char *path, pdde_ps_table *into, int keep_index, int keep_of, int64_t *step) {
     FILE *f = fopen(path, "rb");
     if (!f) return pdde_error(t->ctx, PDDE_ERR_IO, "ps table: cannot open %s: %s", path, strerror(errno));
     char magic[8];
@@ -618,10 +621,8 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
                         path, head[0], head[1], t->p.dim, (int)t->p.optimizer);
     else if (nums[1] < 0 || nums[1] >= (int64_t)UINT32_MAX - 1)
         st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: row count %lld", path, (long long)nums[1]);
-    /* read into a fresh table first: a bad file leaves t as it was */
-    pdde_ps_table *n = NULL;
-    if (!st) st = pdde_ps_table_init(t->ctx, &t->p, &n);
     if (!st) {
+        *step = nums[0];
         crc = crc32_update(crc32_update(crc32_update(0, magic, 8), head, sizeof head), nums, sizeof nums);
         for (int64_t i = 0; i < nums[1] && !st; i++) {
             char *row = malloc(t->row_bytes), *dst;
@@ -629,14 +630,13 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
             if (!row) st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
             else if (fread(row, 1, t->row_bytes, f) != t->row_bytes)
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated at row %lld of %lld", path, (long long)i, (long long)nums[1]);
-            else if (ps_map_find(&(s = &n->s[ps_stripe_of(ps_row_id(row))])->index, ps_row_id(row)))
-                st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s holds id %llu twice", path, (unsigned long long)ps_row_id(row));
-            else if (!(dst = ps_new_row(n, s, ps_row_id(row))))
+            else if (crc = crc32_update(crc, row, t->row_bytes), keep_of && pdde_ps_shard_of(ps_row_id(row), keep_of) != keep_index) {
+                /* another server's row (a table saved by another count of servers) */
+            } else if (ps_map_find(&(s = &into->s[ps_stripe_of(ps_row_id(row))])->index, ps_row_id(row)))
+                st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s holds id %llu twice (or another shard has it)", path, (unsigned long long)ps_row_id(row));
+            else if (!(dst = ps_new_row(into, s, ps_row_id(row))))
                 st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
-            else {
-                memcpy(dst, row, t->row_bytes);
-                crc = crc32_update(crc, row, t->row_bytes);
-            }
+            else memcpy(dst, row, t->row_bytes);
             free(row);
         }
         int64_t pending = 0;
@@ -651,28 +651,41 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
             ps_stripe *s = NULL;
             if (fread(&id, sizeof id, 1, f) != 1 || fread(&times, sizeof times, 1, f) != 1)
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated at admission count %lld of %lld", path, (long long)i, (long long)pending);
-            else if (ps_map_find(&(s = &n->s[ps_stripe_of(id)])->index, id) || ps_map_find(&s->seen, id))
+            else if (crc = crc32_update(crc32_update(crc, &id, sizeof id), &times, sizeof times), keep_of && pdde_ps_shard_of(id, keep_of) != keep_index) {
+            } else if (ps_map_find(&(s = &into->s[ps_stripe_of(id)])->index, id) || ps_map_find(&s->seen, id))
                 st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s counts id %llu twice (or has a row for it)", path, (unsigned long long)id);
             else if (!ps_map_insert(&s->seen, id, times))
                 st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
-            else crc = crc32_update(crc32_update(crc, &id, sizeof id), &times, sizeof times);
         }
         if (!st && (fread(&want, 4, 1, f) != 1 || want != crc))
             st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: checksum mismatch", path);
     }
     fclose(f);
-    if (!st) { /* swap the contents in, every stripe held alone */
-        for (int k = 0; k < PS_STRIPES; k++) {
-            ps_stripe *s = &t->s[k], *from = &n->s[k];
-            ps_wrlock(s);
-            ps_stripe_clear(s);
-            s->index = from->index, s->seen = from->seen, s->chunks = from->chunks, s->n_chunks = from->n_chunks, s->chunk_cap = from->chunk_cap;
-            s->rows = from->rows;
-            memset(&from->index, 0, sizeof from->index), memset(&from->seen, 0, sizeof from->seen), from->chunks = NULL, from->n_chunks = from->chunk_cap = 0;
-            ps_unlock(s);
-        }
-        atomic_store(&t->step, nums[0]);
+    return st;
+}
+
+/* Swaps the contents of `from` (read by ps_table_read) into t, every stripe held alone. */
+static void ps_table_take(pdde_ps_table *t, pdde_ps_table *from_table, int64_t step) {
+    for (int k = 0; k < PS_STRIPES; k++) {
+        ps_stripe *s = &t->s[k], *from = &from_table->s[k];
+        ps_wrlock(s);
+        ps_stripe_clear(s);
+        s->index = from->index, s->seen = from->seen, s->chunks = from->chunks, s->n_chunks = from->n_chunks, s->chunk_cap = from->chunk_cap;
+        s->rows = from->rows;
+        memset(&from->index, 0, sizeof from->index), memset(&from->seen, 0, sizeof from->seen), from->chunks = NULL, from->n_chunks = from->chunk_cap = 0;
+        ps_unlock(s);
     }
+    atomic_store(&t->step, step);
+}
+
+pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
+    if (!t || !path) return pdde_error(t ? t->ctx : NULL, PDDE_ERR_INVALID_ARG, "pdde_ps_table_load: no %s", t ? "path" : "table");
+    /* read into a fresh table first: a bad file leaves t as it was */
+    pdde_ps_table *n = NULL;
+    int64_t step = 0;
+    pdde_status st = pdde_ps_table_init(t->ctx, &t->p, &n);
+    if (!st) st = ps_table_read(t, path, n, 0, 0, &step);
+    if (!st) ps_table_take(t, n, step);
     pdde_ps_table_free(n);
     return st;
 }
@@ -701,6 +714,45 @@ static const char *ps_op_name(int64_t op) {
 
 int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_servers) {
     return snprintf(buf, n, "%s/ps-shard-%d-of-%d.bin", dir, index, n_servers);
+}
+
+/* Loads server index's shard of n_servers from dir: its own file where dir has one, else the table
+ * of another count of servers re-partitioned (the table is a map hashed over the servers: every
+ * shard file of dir is read and the ids this server owns kept). */
+static pdde_status ps_load_shard_dir(pdde_ps_table *t, const char *dir, int index, int n_servers) {
+    char path[4096];
+    if (pdde_ps_shard_path(path, sizeof path, dir, index, n_servers) >= (int)sizeof path)
+        return pdde_error(t->ctx, PDDE_ERR_INVALID_ARG, "ps: load directory path too long: %s", dir);
+    if (access(path, F_OK) == 0) return pdde_ps_table_load(t, path);
+    DIR *d = opendir(dir);
+    if (!d) return pdde_error(t->ctx, PDDE_ERR_IO, "ps: cannot open the load directory %s: %s", dir, strerror(errno));
+    int saved_by = 0, other = 0; /* the servers that wrote dir's shards (another count too: other) */
+    for (struct dirent *e; (e = readdir(d));) {
+        int i, of, end = 0;
+        if (sscanf(e->d_name, "ps-shard-%d-of-%d.bin%n", &i, &of, &end) != 2 || e->d_name[end] || of < 1) continue;
+        if (!saved_by) saved_by = of;
+        else if (of != saved_by) other = of;
+    }
+    closedir(d);
+    if (!saved_by)
+        return pdde_error(t->ctx, PDDE_ERR_NOT_FOUND, "ps: %s holds no table shards (ps-shard-I-of-N.bin files, as pdde_ps_client_save writes)", dir);
+    if (other)
+        return pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps: %s holds shards of %d and of %d servers, none of %d: keep one set", dir, saved_by, other, n_servers);
+    pdde_ps_table *n = NULL;
+    int64_t step = 0;
+    pdde_status st = pdde_ps_table_init(t->ctx, &t->p, &n);
+    for (int i = 0; i < saved_by && !st; i++) {
+        int64_t file_step = 0;
+        pdde_ps_shard_path(path, sizeof path, dir, i, saved_by);
+        if (!(st = ps_table_read(t, path, n, index, n_servers, &file_step)) && file_step > step) step = file_step;
+    }
+    if (st) { /* (the reader's message, with what was being done) */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pdde_last_error(t->ctx));
+        pdde_error(t->ctx, st, "ps: loading the table %d servers saved in %s as shard %d of %d: %s", saved_by, dir, index, n_servers, why);
+    } else ps_table_take(t, n, step);
+    pdde_ps_table_free(n);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -778,11 +830,7 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
             st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: checkpoint directory %s: path too long or out of memory", p->checkpoint_dir);
     }
     if (!st) st = pdde_ps_table_init(ctx, &p->table, &s->table);
-    if (!st && p->load_dir) {
-        char path[4096];
-        pdde_ps_shard_path(path, sizeof path, p->load_dir, server_index, n_servers);
-        st = pdde_ps_table_load(s->table, path);
-    }
+    if (!st && p->load_dir) st = ps_load_shard_dir(s->table, p->load_dir, server_index, n_servers);
     if (st) { pdde_ps_server_free(s); return st; }
     s->ckpt_step = ps_step(s->table);
     *out = s;
@@ -1300,9 +1348,7 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     int ns = c->p.n_servers;
     if (!comm) {
         st = pdde_ps_table_init(ctx, &p->table, &c->local);
-        char path[4096];
-        if (!st && p->load_dir && pdde_ps_shard_path(path, sizeof path, p->load_dir, 0, 1) < (int)sizeof path)
-            st = pdde_ps_table_load(c->local, path);
+        if (!st && p->load_dir) st = ps_load_shard_dir(c->local, p->load_dir, 0, 1);
     }
     else if (pdde_comm_rank(comm) < ns || pdde_comm_size(comm) <= ns)
         st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: rank %d of %d is not a worker (ranks 0..%d are servers)",

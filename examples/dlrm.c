@@ -19,6 +19,8 @@
 #include <errno.h>
 #include <math.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <unistd.h>
 
 typedef struct {
     const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir, *cluster, *device;
@@ -41,8 +43,12 @@ static void usage(void) {
          "            [--device cuda|opencl|level_zero|cpu|auto|BACKEND:N [--share-device]] [--dense-on BACKEND]\n"
          "            [--dense-on-servers 0|1] [--pipeline SLOTS [--cluster FILE]]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
-         "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
-         "there every N steps of the table and at the end (restart with --load DIR). --pipeline: train\n"
+         "(--servers, or PDDE_PS_SERVERS in the environment; without a launcher --mode trains in one process).\n"
+         "--save DIR: the table's shards and the dense network (DIR/dense.ckpt) at the end; --load DIR starts\n"
+         "from them (under any --servers count: the table is re-partitioned). --checkpoint DIR: every N steps\n"
+         "(default 1000; each epoch's end with --pipeline) and at the end, the whole model (table, dense network\n"
+         "with its optimizer state, the data position) in DIR/samples-S (S samples trained on), named by DIR/latest\n"
+         "once complete; --load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with).\n--pipeline: train "
          "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
          "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).\n"
          "--device: where the dense network runs (the table and its rows stay in host memory); default\n"
@@ -137,8 +143,13 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "dlrm: --synthetic, --staleness and --checkpoint-every must be >= 0, --geo-steps >= 1\n");
         return -1;
     }
-    if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) && errno != EEXIST) { /* (here, not at the first checkpoint) */
+    /* (here, not at the first checkpoint or after the whole run) */
+    if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "dlrm: --checkpoint %s: %s\n", o->ckpt_dir, strerror(errno));
+        return -1;
+    }
+    if (o->save_dir && mkdir(o->save_dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "dlrm: --save %s: %s\n", o->save_dir, strerror(errno));
         return -1;
     }
     if (o->pipeline < 0 || o->pipeline > 16) { fprintf(stderr, "dlrm: --pipeline %d: expected 0 (off) to 16 slots\n", o->pipeline); return -1; }
@@ -149,6 +160,68 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (!o->data && !o->synthetic) o->synthetic = 100000;
     return 0;
+}
+
+/* Removes dir/name: a file, or a folder of files (a checkpoint's). */
+static void remove_entry(const char *dir, const char *name) {
+    char path[1024], file[1400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) snprintf(file, sizeof file, "%s/%s", path, e->d_name), unlink(file);
+    if (d) closedir(d), rmdir(path);
+    else unlink(path);
+}
+
+/* Where --load DIR's model is: DIR/<what DIR/latest names> for a --checkpoint folder (*resume = 1),
+ * else DIR itself (a --save folder). -1 (said) when `latest` names no checkpoint. */
+static int load_source(const char *dir, char *out, size_t n, int *resume) {
+    char path[600], name[256] = "";
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    *resume = f != NULL;
+    if (!f) return snprintf(out, n, "%s", dir), 0;
+    int ok = fgets(name, sizeof name, f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\n")] = 0;
+    if (!ok || !name[0] || strchr(name, '/')) { fprintf(stderr, "dlrm: --load %s: %s does not name a checkpoint\n", dir, path); return -1; }
+    snprintf(out, n, "%s/%s", dir, name);
+    return 0;
+}
+
+/* A whole checkpoint into dir once `position` samples (of every worker) are trained on: the servers'
+ * table shards and the dense network with its optimizer state and the position go to
+ * dir/samples-N.tmp, renamed dir/samples-N once complete; then dir/latest (written, then renamed)
+ * names it and the older ones are removed. A kill at any moment leaves latest naming a whole
+ * checkpoint. (Named by the position, not the step: a run resumed with other workers or batches
+ * writes only positions past the one latest names.) */
+static pdde_status write_checkpoint(pdde_context *ctx, pdde_session *s, pdde_ps_client *c, const char *dir, uint64_t position) {
+    char name[64], tmp[700], final[700], path[800];
+    snprintf(name, sizeof name, "samples-%llu", (unsigned long long)position);
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name), snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s.tmp", name);
+    remove_entry(dir, path); /* (what a killed attempt left) */
+    if (mkdir(tmp, 0755)) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    pdde_status st = pdde_ps_client_flush(c); /* (geo: this worker's pending deltas into the table) */
+    if (!st) st = pdde_ps_client_save(c, tmp);
+    pdde_checkpoint_extra extra = {.data_position = position};
+    snprintf(path, sizeof path, "%s/dense.ckpt", tmp);
+    if (!st) st = pdde_checkpoint_save(s, path, &extra);
+    if (st) return st;
+    remove_entry(dir, name); /* (one of this position that latest never named) */
+    if (rename(tmp, final)) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot rename %s: %s", tmp, strerror(errno));
+    snprintf(path, sizeof path, "%s/latest.tmp", dir);
+    FILE *f = fopen(path, "w");
+    int ok = f && fprintf(f, "%s\n", name) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f)) ok = 0;
+    char latest[700];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    if (!ok || rename(path, latest)) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot write %s: %s", latest, strerror(errno));
+    DIR *d = opendir(dir); /* the checkpoints before it */
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "samples-", 8) && strcmp(e->d_name, name)) remove_entry(dir, e->d_name);
+    if (d) closedir(d);
+    return PDDE_OK;
 }
 
 int main(int argc, char **argv) {
@@ -163,13 +236,24 @@ int main(int argc, char **argv) {
         rank = pdde_comm_rank(world), size = pdde_comm_size(world);
         o.local = size == 1;
     }
-    if (!o.local && size <= o.servers) { fprintf(stderr, "dlrm: %d ranks leave no worker beside %d servers\n", size, o.servers); return 2; }
+    if (!world && !o.local) { /* (as a launcher's single rank does) */
+        fprintf(stderr, "dlrm: no launcher: one process, its table in-process (server ranks: ./build/pdde-run -n N ./build/dlrm --servers S ..., N > S)\n");
+        o.local = 1;
+    }
+    if (!o.local && size <= o.servers) {
+        fprintf(stderr, "dlrm: %d ranks leave no worker beside %d servers: start more ranks than --servers (pdde-run -n %d or more) or pass fewer\n",
+                size, o.servers, o.servers + 1);
+        return 2;
+    }
+    char load_dir[600];
+    int resume = 0;
+    if (o.load_dir && load_source(o.load_dir, load_dir, sizeof load_dir, &resume)) return 2;
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
     pp.mode = o.mode, pp.n_servers = o.local ? 1 : o.servers, pp.staleness = o.staleness, pp.geo_steps = o.geo_steps;
     pp.table.dim = o.cfg.dim, pp.table.optimizer = o.optimizer, pp.table.lr = o.table_lr, pp.table.init_std = 0.01f;
     pp.table.seed = 1;
-    pp.load_dir = o.load_dir;
-    pp.checkpoint_dir = o.ckpt_dir, pp.checkpoint_every = o.ckpt_dir ? (o.ckpt_every > 0 ? o.ckpt_every : 1000) : 0;
+    pp.load_dir = o.load_dir ? load_dir : NULL;
+    long ckpt_every = o.ckpt_every > 0 ? o.ckpt_every : 1000; /* (the worker that leads writes them, servers' shards included) */
     int rc = 0;
     if (world && !o.local) pdde_comm_split(world, rank < o.servers ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
     if (!o.local && rank < o.servers) { /* a server */
@@ -254,14 +338,23 @@ int main(int argc, char **argv) {
         st = pdde_sparse_batch_hold_dense(sb, s, c, lead && !o.load_dir);
         if (!st && workers) st = pdde_comm_barrier(workers);
     }
-    char dense_path[600];
+    char dense_path[700];
+    long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
+    long total = per_epoch * o.epochs, start = 0, step_samples = (long)o.cfg.batch * nw;
     if (!st && o.load_dir) { /* the dense network (the table is loaded by its servers) */
-        snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.load_dir);
-        st = pdde_checkpoint_load(s, dense_path, NULL);
+        pdde_checkpoint_extra extra = {0};
+        snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", load_dir);
+        st = pdde_checkpoint_load(s, dense_path, &extra);
+        if (!st && resume) { /* a checkpoint goes on where it was: the global sample it had reached */
+            start = (long)(extra.data_position / (uint64_t)step_samples);
+            if (extra.data_position % (uint64_t)step_samples)
+                st = pdde_error(ctx, PDDE_ERR_MISMATCH, "%s was written at sample %llu, not a whole step of %ld samples (--batch %d x %d workers): resume with its batch and workers",
+                                dense_path, (unsigned long long)extra.data_position, step_samples, o.cfg.batch, nw);
+            else if (lead) printf("resuming %s at step %ld of %ld\n", load_dir, start < total ? start : total, total);
+        }
     }
     uint64_t *ids = malloc((size_t)o.cfg.batch * DLRM_SPARSE * sizeof *ids);
-    long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
-    long total = per_epoch * o.epochs, step = 0;
+    long step = start, last_ckpt = start;
     double t0 = dlrm_seconds(CLOCK_MONOTONIC), loss_avg = 0;
     if (o.pipeline && !st) { /* every epoch in one run of the pipeline */
         worker_batches src = {samples, per_epoch, nw, w, o.cfg.batch};
@@ -288,9 +381,12 @@ int main(int argc, char **argv) {
         plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = o.pipeline;
         pdde_pipeline *pl = NULL;
         if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
-        for (int e = 0; e < o.epochs && !st; e++) {
-            st = pdde_pipeline_run(pl, e * per_epoch, per_epoch);
-            double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(e + 1) * per_epoch * o.cfg.batch * nw / el;
+        for (int e = per_epoch ? (int)(start / per_epoch) : o.epochs; e < o.epochs && !st; e++) {
+            long first = e == start / per_epoch ? start % per_epoch : 0; /* (a resumed epoch: from its position) */
+            st = pdde_pipeline_run(pl, e * per_epoch + first, per_epoch - first);
+            step = (e + 1) * per_epoch;
+            if (!st && o.ckpt_dir && lead) st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(step * step_samples)), last_ckpt = step;
+            double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step - start) * o.cfg.batch * nw / el;
             if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
                                     (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
         }
@@ -298,18 +394,23 @@ int main(int argc, char **argv) {
         pdde_pipeline_free(pl);
         for (int i = 0; i < made; i++) dlrm_slot_free(&slots[i]);
     }
-    for (int e = 0; e < o.epochs && !st && !o.pipeline; e++)
-        for (long k = 0; k < per_epoch && !st; k++, step++) {
-            st = dlrm_train_step(s, &m, sb, c, o.dense_on_servers ? NULL : workers, samples + (k * nw + w) * o.cfg.batch, ids);
-            float loss = pdde_session_loss(s);
-            loss_avg = step ? 0.98 * loss_avg + 0.02 * loss : loss;
-            if (lead && !st && (step % 100 == 0 || step + 1 == total)) {
-                double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step + 1) * o.cfg.batch * nw / el;
-                printf("epoch %d step %ld/%ld  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, step + 1, total, loss_avg, rate,
-                       (double)(total - step - 1) * o.cfg.batch * nw / rate);
-                fflush(stdout);
-            }
+    for (; step < total && !st && !o.pipeline; step++) {
+        long e = step / per_epoch, k = step % per_epoch;
+        st = dlrm_train_step(s, &m, sb, c, o.dense_on_servers ? NULL : workers, samples + (k * nw + w) * o.cfg.batch, ids);
+        float loss = pdde_session_loss(s);
+        loss_avg = step > start ? 0.98 * loss_avg + 0.02 * loss : loss;
+        if (lead && !st && (step % 100 == 0 || step + 1 == total)) {
+            double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step + 1 - start) * o.cfg.batch * nw / el;
+            printf("epoch %ld step %ld/%ld  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, step + 1, total, loss_avg, rate,
+                   (double)(total - step - 1) * o.cfg.batch * nw / rate);
+            fflush(stdout);
         }
+        /* (after the step's push is acknowledged: in sync mode the servers have applied it) */
+        if (!st && o.ckpt_dir && lead && (step + 1) % ckpt_every == 0)
+            st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)((step + 1) * step_samples)), last_ckpt = step + 1;
+    }
+    if (!st && o.ckpt_dir && lead && last_ckpt < total) /* the last steps */
+        st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(total * step_samples));
     if (st) fprintf(stderr, "dlrm: training: %s\n", pdde_last_error(ctx)), rc = 1;
     double train_s = dlrm_seconds(CLOCK_MONOTONIC) - t0;
 
@@ -322,14 +423,15 @@ int main(int argc, char **argv) {
         if (!st) {
             printf("held out (%ld samples): AUC %.4f  logloss %.4f", nt, dlrm_auc(p, y, nt), dlrm_logloss(p, y, nt));
             if (p_true) printf("  (ground truth: AUC %.4f  logloss %.4f)", dlrm_auc(p_true + n_train, y, nt), dlrm_logloss(p_true + n_train, y, nt));
-            printf("\ntraining: %.0f samples/s over %d worker(s)\n", (double)total * o.cfg.batch * nw / train_s, nw);
+            printf("\ntraining: %.0f samples/s over %d worker(s)\n", (double)(total - start) * o.cfg.batch * nw / train_s, nw);
         } else fprintf(stderr, "dlrm: evaluation: %s\n", pdde_last_error(ctx)), rc = 1;
         free(p), free(y);
     }
     if (!st && o.save_dir && lead) {
         snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.save_dir);
+        pdde_checkpoint_extra extra = {.data_position = (uint64_t)(total * step_samples)};
         st = pdde_ps_client_save(c, o.save_dir);
-        if (!st) st = pdde_checkpoint_save(s, dense_path, NULL);
+        if (!st) st = pdde_checkpoint_save(s, dense_path, &extra);
         if (st) fprintf(stderr, "dlrm: save: %s\n", pdde_last_error(ctx)), rc = 1;
         else printf("table shards and %s saved\n", dense_path);
     }

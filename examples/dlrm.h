@@ -121,7 +121,7 @@ typedef struct {
     char path[512];
     long line;
     long malformed, messages;
-    char buf[DLRM_LINE_MAX + 2];
+    char buf[DLRM_LINE_MAX + 3]; /* (a longest line, its "\r\n" and the NUL) */
 } dlrm_reader;
 
 static inline int dlrm_reader_open(dlrm_reader *r, const char *path) {
@@ -178,14 +178,18 @@ static inline int dlrm_reader_next(dlrm_reader *r, dlrm_sample *s) {
     while (fgets(r->buf, sizeof r->buf, r->f)) {
         r->line++;
         size_t len = strlen(r->buf);
-        if (len && r->buf[len - 1] == '\n') r->buf[--len] = 0;
-        else if (len > DLRM_LINE_MAX) { /* over-long: skip the rest of it */
+        int ended = len && r->buf[len - 1] == '\n', full = len == sizeof r->buf - 1;
+        if (ended) r->buf[--len] = 0;
+        if (len && r->buf[len - 1] == '\r') r->buf[--len] = 0;
+        if (!ended && full) { /* over-long, and more of it to come: skip the rest of it */
             int ch;
             while ((ch = fgetc(r->f)) != EOF && ch != '\n') {}
+        }
+        /* (measured without its line end: a CRLF line is as long as the same line with LF) */
+        if (len > DLRM_LINE_MAX || (!ended && full)) {
             dlrm_reader_bad(r, "line longer than 4096 bytes", 0);
             continue;
         }
-        if (len && r->buf[len - 1] == '\r') r->buf[--len] = 0;
         if (dlrm_parse_line(r, r->buf, s)) return 1;
     }
     return 0;
