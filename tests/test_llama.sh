@@ -52,7 +52,8 @@ check "LLaMA: the resumed steps equal the uninterrupted run's ($(tail -1 "$tmp/c
 
 # a checkpoint of the other architecture: refused, nothing trained, the checkpoint unchanged
 "$build/gpt" "${gpt[@]}" --steps 2 --ckpt-dir "$tmp/ck_gpt" >"$tmp/g.log" 2>&1
-check "gpt --arch gpt saves a checkpoint ($(tail -1 "$tmp/g.log"))" $?
+rc=$?
+check "gpt --arch gpt saves a checkpoint ($(tail -1 "$tmp/g.log"))" $rc
 for case in "ck_llama|--arch gpt" "ck_gpt|${llama[*]}"; do
     IFS='|' read -r dir flags <<<"$case"
     before=$(cd "$tmp/$dir" && find . -type f | sort | xargs md5sum)
