@@ -361,10 +361,25 @@ static void test_one_machine(void) {
     /* an accelerator slower than the CPU: every rank on the CPU, the accelerator a shared placement target */
     c = one_machine(1, 1e9, PDDE_DEVICE_ACCEL, "opencl");
     CHECK(pdde_plan_devices_init_graph(ctx, c, g, 2, &all) == PDDE_OK, "%s", pdde_last_error(ctx));
-    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[0] &&
-          d.flops[1] == all.flops[0] && d.memory[1] == all.memory[0] / 2 && !strcmp(d.place_backend, "opencl") &&
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[0] / 2 &&
+          d.flops[1] == all.flops[0] / 2 && d.mem_bw[1] == all.mem_bw[0] / 2 && d.memory[1] == all.memory[0] / 2 &&
+          !strcmp(d.place_backend, "opencl") &&
           d.place_flops[1] == all.flops[1] && d.place_memory[0] == all.memory[1] / 2 && d.cluster_device[0] == 0 && d.cluster_device[1] == 0,
-          "a slow accelerator: both ranks on the CPU (the simulation's device too), the accelerator shared beside them ('%s')", d.place_backend);
+          "a slow accelerator: both ranks on the CPU (the simulation's device too) with half its speed each, the accelerator "
+          "shared beside them ('%s')", d.place_backend);
+    /* two ranks on one CPU share its cores: data parallel over them is not predicted faster than one
+     * rank on the whole CPU (it only adds the gradients' allreduce) */
+    pdde_plan_devices one;
+    pdde_plan_params cpu_pp = PDDE_PLAN_PARAMS_INIT;
+    cpu_pp.batch = cfg.batch, cpu_pp.tp_divisor = cfg.heads, cpu_pp.use_all_devices = 1;
+    pdde_plan best1[4], best2[4]; /* (a quarter of the room is for plans that do not fit) */
+    int nf1 = 0, nf2 = 0, nr1 = 0, nr2 = 0;
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 1, &one) == PDDE_OK && pdde_plan_search(g, &one, &cpu_pp, best1, 4, &nf1, &nr1) == PDDE_OK &&
+          pdde_plan_search(g, &d, &cpu_pp, best2, 4, &nf2, &nr2) == PDDE_OK && nf1 && nf2, "search on the CPU: %s", pdde_last_error(ctx));
+    CHECK(nf1 && nf2 && best2[0].step_s >= 0.95 * best1[0].step_s,
+          "2 ranks on one CPU predicted %.4g s/step, one rank on it %.4g: ranks sharing the cores are not faster", nf2 ? best2[0].step_s : 0,
+          nf1 ? best1[0].step_s : 0);
+    pdde_plan_devices_free(&one);
     pdde_plan_devices_free(&d);
     pdde_plan_devices_free(&all);
     pdde_cluster_free(c);
