@@ -193,6 +193,7 @@ static int parse(int argc, char **argv, options *o) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
         }
+        if (gpt_plan_place_outside(p, &o->model, "gpt: --plan")) return -1;
         if (p->place[0] && (p->chunks > 1 || o->blocks_on)) {
             fprintf(stderr, "gpt: --plan '%s': place= puts layers of each stage on a second device: not with chunks or --blocks-on\n", o->plan);
             return -1;

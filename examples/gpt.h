@@ -282,6 +282,17 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     return g;
 }
 
+/* 0 when plan p's place= range (place=B:A-Z) names layers of c's GPT (0 the embedding, 1..layers the
+ * blocks, layers + 1 the head); else 1, saying so on stderr after `who` (a range past the model would
+ * place nothing: pdde_plan_layer_on_device clamps it). */
+static inline int gpt_plan_place_outside(const pdde_plan *p, const gpt_config *c, const char *who) {
+    int n_layers = c->layers + 2;
+    if (!p->place[0] || p->place_last <= 0 || (p->place_first >= 0 && p->place_last <= n_layers)) return 0;
+    fprintf(stderr, "%s: place=%s:%d-%d is outside the model's layers 0-%d (0 the embedding, 1-%d the blocks, %d the head)\n", who,
+            p->place, p->place_first, p->place_last - 1, n_layers - 1, c->layers, n_layers - 1);
+    return 1;
+}
+
 /* The data-parallel groups of plan p (dp / ep with ep groups, else 1). */
 static inline int gpt_plan_groups(const gpt_plan *p) { return p->ep > 1 && p->ep < p->dp && p->dp % p->ep == 0 ? p->dp / p->ep : 1; }
 
