@@ -167,7 +167,15 @@ static void test_malformed(void) {
     expect_error(base, "17000000003", "\"lots\"", 1, "machines[1].devices[3].memory: expected bytes as an integer");
     expect_error(base, "17000000003", "-5", 1, "machines[1].devices[3].memory: expected bytes as an integer, got -5");
     expect_error(base, "17000000003", "1.5", 1, "machines[1].devices[3].memory: expected bytes as an integer");
-    expect_error(base, "\"spec\":", "\"spek\":", 6, "machines[1].devices[3].spec: missing");
+    expect_error(base, "\"spec\":\t\"slow accel\",", "", 1, "machines[1].devices[0].spec: missing");
+    /* a misspelt key is refused by name with the keys allowed there (it would silently keep a default) */
+    expect_error(base, "\"spec\":", "\"spek\":", 6, "machines[1].devices[3].spek: unknown key (expected id, spec, memory)");
+    expect_error(base, "\"memory\":\t17000000003", "\"memroy\":\t17000000003", 1, "machines[1].devices[3].memroy: unknown key");
+    expect_error(base, "\"contention\":", "\"contension\":", 1, "specs[1].contension: unknown key (expected name, kind, backend, "
+                 "peak_flops, mem_bandwidth, gemm, curves, contention)");
+    expect_error(base, "\"latency\":\t2e-06", "\"latncy\":\t2e-06", 1, "machines[0].intra.latncy: unknown key (expected kind, bandwidth, latency, group)");
+    expect_error(base, "\"ranks\":\t2", "\"rank\":\t2", 1, "collectives[0].rank: unknown key");
+    expect_error(base, "\"cores\":\t8", "\"core\":\t8", 1, "machines[1].core: unknown key");
     expect_error(base, "\"accel\"", "\"tpu\"", 1, "specs[1].kind: unknown device kind \"tpu\"");
     expect_error(base, "\"b\":\t22", "\"b\":\t99", 1, "links[0].b: no device with id 99");
     expect_error(base, "\"a\":\t21", "\"a\":\t\"x\"", 1, "links[0].a: expected a device id");
@@ -178,7 +186,7 @@ static void test_malformed(void) {
     expect_error(base, "\"kind\":\t\"pcie\"", "\"kind\":\t\"carrier pigeon\"", 1, "links[0].kind: unknown link kind");
     expect_error(base, "\"bandwidth\":\t12000000000", "\"bandwidth\":\t\"fast\"", 1, "links[0].bandwidth: expected B/s");
     expect_error(base, "\"latency\":\t2e-06", "\"latency\":\t-2e-06", 1, "machines[0].intra.latency: expected seconds");
-    expect_error(base, "\"links\":", "\"linkz\":", 1, "links: missing");
+    expect_error(base, "\"links\":", "\"linkz\":", 1, "linkz: unknown key (expected format, version, name, specs, machines, links, collectives)");
     expect_error(base, "\"machines\":\t[", "\"machines\":\t{\"x\": [", 1, "");
     expect_error(base, "\"cores\":\t8", "\"cores\":\t8.5", 1, "machines[1].cores: expected an integer");
     expect_error(base, "\"flops\":\t14100000000000", "\"flops\":\t0", 1, "specs[0].gemm[0].flops: expected FLOP/s as a number > 0");
