@@ -255,7 +255,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
     int nf = 0, nr = 0;
     pdde_status st = gpt_plan_devices(ctx, path, &o->model, env.world_size, &d);
     if (st) {
-        fprintf(stderr, "gpt: --plan auto: %s (build/pdde-bench -o %s measures this machine)\n", pdde_last_error(ctx), path);
+        gpt_say_cluster_unusable(ctx, "gpt: --plan auto", path);
         return 1;
     }
     st = gpt_plan_search(ctx, &o->model, &d, 1, plans, 8, &nf, &nr);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
@@ -291,6 +292,16 @@ static inline int gpt_plan_place_outside(const pdde_plan *p, const gpt_config *c
     fprintf(stderr, "%s: place=%s:%d-%d is outside the model's layers 0-%d (0 the embedding, 1-%d the blocks, %d the head)\n", who,
             p->place, p->place_first, p->place_last - 1, n_layers - 1, c->layers, n_layers - 1);
     return 1;
+}
+
+/* Says on stderr, after `who`, why the cluster file at path gave no devices for the job (ctx's last
+ * error), and how to measure this machine: into path where there is no file yet, else into another
+ * file (path may be an operator's hand-written cluster, which -o would overwrite). */
+static inline void gpt_say_cluster_unusable(pdde_context *ctx, const char *who, const char *path) {
+    if (access(path, F_OK)) fprintf(stderr, "%s: %s (build/pdde-bench -o %s measures this machine)\n", who, pdde_last_error(ctx), path);
+    else
+        fprintf(stderr, "%s: %s (build/pdde-bench -o build/this-machine.json measures this machine; then --cluster "
+                "build/this-machine.json)\n", who, pdde_last_error(ctx));
 }
 
 /* The data-parallel groups of plan p (dp / ep with ep groups, else 1). */

@@ -66,6 +66,15 @@ sed 's/"memory": 8000000000}/"memory": 1048576}/' "$tmp/cluster.json" >"$tmp/tin
 rc=$?
 [ $rc = 1 ] && grep -q '^rank   1 |' "$tmp/tlmem.log" && grep -Eq 'does not fit: rank 0 needs [0-9.e-]+ GiB at its peak, its device \(cluster device 0\) has 0.000488[0-9]* GiB for it: [0-9.e-]+ GiB over' "$tmp/tlmem.log"
 check "a forced plan over its devices' memory says by how much and exits 1 (rc $rc: $(grep -m1 'does not fit' "$tmp/tlmem.log"))" $?
+# a cluster file of 2 machines for a job on one: gpt says so and suggests measuring this machine into
+# another file, not over the operator's own
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); m = dict(d['machines'][0], id=1, devices=[{'id': 1, 'spec': 'cpu', 'memory': 8000000000}])
+d['machines'].append(m); json.dump(d, open(sys.argv[2], 'w'))" "$tmp/cluster.json" "$tmp/two_machines.json"
+"$build/gpt" --plan auto --cluster "$tmp/two_machines.json" --steps 1 >"$tmp/two.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "2 machines, the job has 1 ranks (build/pdde-bench -o build/this-machine.json" "$tmp/two.log" &&
+    ! grep -q "pdde-bench -o $tmp/two_machines.json" "$tmp/two.log"
+check "a cluster file of 2 machines for 1 rank: measuring this machine into another file is suggested (rc $rc: $(grep -m1 'gpt: --plan auto' "$tmp/two.log"))" $?
 # a place= range past the model's layers (0-5 for 4 blocks) is refused by name, not clamped to nothing
 "$build/pdde-plan" --plan dp=1,place=opencl:9-12 --cluster "$tmp/cluster.json" >"$tmp/place.log" 2>&1
 rc=$?
