@@ -28,7 +28,8 @@ sed 's/"bandwidth": 5e9/"bandwidth": 0/' "$tmp/two.json" >"$tmp/nolink.json"
 "$build/pdde-bench" --check "$tmp/nolink.json" >"$tmp/nolink.out" 2>&1
 rc=$?
 [ $rc = 1 ] && grep -q 'machine 0 ("host") has intra bandwidth 0 .*run pdde-bench without --no-comm' "$tmp/nolink.out"
-check "--check flags intra bandwidth 0 without a measured collective (rc $rc: $(grep -m1 -o 'has intra.\{40\}' "$tmp/nolink.out"))" $?
+ok=$?
+check "--check flags intra bandwidth 0 without a measured collective (rc $rc: $(grep -m1 -o 'has intra.\{40\}' "$tmp/nolink.out"))" $ok
 
 if [ ! -x "$build/pdde-run" ]; then
     echo "SKIP ucx: pdde without UCX measures no collectives"

@@ -65,7 +65,8 @@ sed 's/"memory": 8000000000}/"memory": 1048576}/' "$tmp/cluster.json" >"$tmp/tin
 "$build/pdde-plan" --plan dp=2 --cluster "$tmp/tinymem.json" >"$tmp/tlmem.log" 2>&1
 rc=$?
 [ $rc = 1 ] && grep -q '^rank   1 |' "$tmp/tlmem.log" && grep -Eq 'does not fit: rank 0 needs [0-9.e-]+ GiB at its peak, its device \(cluster device 0\) has 0.000488[0-9]* GiB for it: [0-9.e-]+ GiB over' "$tmp/tlmem.log"
-check "a forced plan over its devices' memory says by how much and exits 1 (rc $rc: $(grep -m1 'does not fit' "$tmp/tlmem.log"))" $?
+ok=$?
+check "a forced plan over its devices' memory says by how much and exits 1 (rc $rc: $(grep -m1 'does not fit' "$tmp/tlmem.log"))" $ok
 # a cluster file of 2 machines for a job on one: gpt says so and suggests measuring this machine into
 # another file, not over the operator's own
 python3 -c "import json, sys; d = json.load(open(sys.argv[1])); m = dict(d['machines'][0], id=1, devices=[{'id': 1, 'spec': 'cpu', 'memory': 8000000000}])
@@ -74,7 +75,8 @@ d['machines'].append(m); json.dump(d, open(sys.argv[2], 'w'))" "$tmp/cluster.jso
 rc=$?
 [ $rc != 0 ] && grep -q "2 machines, the job has 1 ranks (build/pdde-bench -o build/this-machine.json" "$tmp/two.log" &&
     ! grep -q "pdde-bench -o $tmp/two_machines.json" "$tmp/two.log"
-check "a cluster file of 2 machines for 1 rank: measuring this machine into another file is suggested (rc $rc: $(grep -m1 'gpt: --plan auto' "$tmp/two.log"))" $?
+ok=$?
+check "a cluster file of 2 machines for 1 rank: measuring this machine into another file is suggested (rc $rc: $(grep -m1 'gpt: --plan auto' "$tmp/two.log"))" $ok
 # a place= range past the model's layers (0-5 for 4 blocks) is refused by name, not clamped to nothing
 "$build/pdde-plan" --plan dp=1,place=opencl:9-12 --cluster "$tmp/cluster.json" >"$tmp/place.log" 2>&1
 rc=$?
@@ -82,7 +84,8 @@ rc=$?
 grc=$?
 [ $rc != 0 ] && grep -q "place=opencl:9-12 is outside the model's layers 0-5" "$tmp/place.log" && [ $grc != 0 ] &&
     grep -q "place=opencl:4-6 is outside the model's layers 0-5" "$tmp/gplace.log"
-check "a place= range outside the model is refused by pdde-plan and gpt (rc $rc, $grc: $(head -1 "$tmp/place.log"))" $?
+ok=$?
+check "a place= range outside the model is refused by pdde-plan and gpt (rc $rc, $grc: $(head -1 "$tmp/place.log"))" $ok
 # after --auto, the best plan's timeline runs each rank on the device the search gave it: on the CPU
 # beside the slow accelerator, both ranks alike
 "$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 --timeline "$tmp/best.svg" >"$tmp/best.log" 2>&1
