@@ -317,9 +317,12 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if (params) p = *params;
     if (p.mem_kind != PDDE_MEM_HOST)
         return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "comm: only host buffers are supported for now");
-    /* (a job's processes take it from their launcher; it bounds the operations, forming the world keeps its own) */
+    /* (a job's processes take it from their launcher; it bounds the operations, forming the world keeps its own:
+     * a node started late is not an error, PDDE_COMM_INIT_TIMEOUT bounds that wait) */
     if (p.timeout_s <= 0 && pdde_env_double("PDDE_COMM_TIMEOUT", 300, 1e-3, 86400, &p.timeout_s) && p.init_timeout_s <= 0)
         p.init_timeout_s = 300;
+    double init_env;
+    if ((!params || params->init_timeout_s <= 0) && pdde_env_double("PDDE_COMM_INIT_TIMEOUT", 0, 1e-3, 86400, &init_env)) p.init_timeout_s = init_env;
     pdde_comm_env env = {0};
     pdde_status st;
     if (p.world_size > 0) {

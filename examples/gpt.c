@@ -46,6 +46,9 @@ static double now(void) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
+            "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
+            "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
+            "           [--rope-base X]    (llama: RoPE's base; default 10000)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
@@ -118,6 +121,12 @@ static int parse(int argc, char **argv, options *o) {
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
+        else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
+        else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base;
+        else if (!strcmp(a, "--arch")) {
+            if (strcmp(v, "gpt") && strcmp(v, "llama")) { fprintf(stderr, "gpt: --arch takes gpt or llama, got '%s'\n", v); return -1; }
+            o->model.arch = strcmp(v, "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
+        }
         else if (!strcmp(a, "--width")) iv = &o->model.width;
         else if (!strcmp(a, "--ctx")) iv = &o->model.ctx;
         else if (!strcmp(a, "--vocab")) iv = &o->model.vocab;
@@ -203,6 +212,16 @@ static int parse(int argc, char **argv, options *o) {
     gpt_config *m = &o->model;
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
+        return -1;
+    }
+    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || m->rope_base)) {
+        fprintf(stderr, "gpt: --kv-heads and --rope-base are LLaMA's: give --arch llama with them\n");
+        return -1;
+    }
+    if (m->rope_base != 0 && !(m->rope_base > 1)) { fprintf(stderr, "gpt: --rope-base %g: RoPE's base must be > 1\n", m->rope_base); return -1; }
+    if (m->arch == GPT_ARCH_LLAMA && (m->heads % gpt_kv_heads(m) || m->heads / gpt_kv_heads(m) > 64 || (m->width / m->heads) % 2)) {
+        fprintf(stderr, "gpt: --arch llama needs --kv-heads %d dividing --heads %d (at most 64 query heads a kv head) and an even head "
+                "dim (--width / --heads = %d, for RoPE)\n", gpt_kv_heads(m), m->heads, m->width / m->heads);
         return -1;
     }
     static const struct { const char *name; int min; } at_least_one[] = {{"--dp", 1}, {"--tp", 1}, {"--pp", 1}, {"--micro", 1}};
@@ -322,7 +341,7 @@ static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pd
         gpt_model m;
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
-        pp.batch = o->model.batch, pp.tp_divisor = o->model.heads, pp.no_tp = pp.no_pp = 1;
+        pp.batch = o->model.batch, pp.tp_divisor = gpt_tp_divisor(&o->model), pp.no_tp = pp.no_pp = 1;
         pdde_status st = gpt_plan_devices(ctx, path, &o->model, ranks, &d);
         if (!st) {
             st = pdde_graph_init(ctx, &g);
@@ -716,6 +735,8 @@ elastic_rebuild:
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
+    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g, ffn %lld\n", gpt_kv_heads(&o.model),
+                                               gpt_rope_base(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx), pdde_context_thread_count(ctx) > 1 ? "s" : "");
@@ -757,6 +778,9 @@ elastic_rebuild:
                            pdde_session_lr(s));
             } else if (st != PDDE_ERR_NOT_FOUND) {
                 fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
+                if (st == PDDE_ERR_MISMATCH) /* (nothing was loaded: the checkpoint stays as it is) */
+                    fprintf(stderr, "gpt: %s holds another model's checkpoint: resume with the model flags that saved it (--arch %s now, "
+                            "--kv-heads, --layers, --heads, --width, --ctx, --vocab, --moe-*)\n", o.ckpt_dir, gpt_arch_name(o.model.arch));
                 return 1;
             } else if (rank == 0) /* (a job restarted with the same flags finds its checkpoint; its first start has none) */
                 printf("gpt: --resume: no checkpoint in %s yet: starting from step 0\n", o.ckpt_dir);

@@ -1,12 +1,19 @@
 /* gpt.h — Demonstrates how to build a transformer with pdde's graph API and annotate it for every
- * parallelism: a GPT-2-style model (shared by examples/gpt.c, the tests and the benchmarks).
- * Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
+ * parallelism: a GPT-2-style model, or a LLaMA-style one (shared by examples/gpt.c, the tests and the
+ * benchmarks). Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
  *
+ * GPT (cfg.arch GPT_ARCH_GPT, the default):
  *   x = wte[ids] + wpe[0..T)
  *   per block:  x += proj(attention(ln1(x)))      attention: causal, H heads of D = C / H; q, k, v
  *                                                 from one fused [C, 3C] weight, columns [H, 3, D]
  *               x += fcproj(gelu(fc(ln2(x))))      fc's bias and the gelu: one op (pdde_bias_gelu)
- *   logits = ln_f(x) @ wte^T,  loss = mean cross-entropy(logits, targets) */
+ *   logits = ln_f(x) @ wte^T,  loss = mean cross-entropy(logits, targets)
+ * LLaMA (GPT_ARCH_LLAMA): no position embedding, no biases, RMSNorm instead of LayerNorm (gains only),
+ *   per block:  x += proj(attention(rope(q), rope(k), v)) on rmsnorm(x)   grouped-query attention:
+ *                                                 Hkv = kv_heads groups of H / Hkv query heads sharing
+ *                                                 one k and v head; qkv columns [Hkv, H/Hkv + 2, D]
+ *               x += fcproj(silu(fc(h)) * fc3(h)),  h = rmsnorm(x)        (SwiGLU: w1, w3, w2)
+ *   logits = rmsnorm_f(x) @ wte^T (tied, as GPT's) */
 #ifndef PDDE_EXAMPLE_GPT_H
 #define PDDE_EXAMPLE_GPT_H
 #include "pdde.h"
@@ -17,9 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
+typedef enum { GPT_ARCH_GPT = 0, GPT_ARCH_LLAMA = 1 } gpt_arch;
+
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
-    int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
+    int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT), 8/3 x width rounded up (LLaMA: gpt_ffn) */
     int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
     int unfused_gelu;      /* 1: the MLP's bias add and gelu as two ops (the reference), not pdde_bias_gelu */
     int separate_qkv;      /* 1: q, k, v sliced from qkv and permuted to [B, H, T, D] for pdde_attention (and
@@ -33,9 +42,28 @@ typedef struct {
      * experts split over the dp axis (expert parallelism: gpt_shard_experts) */
     int moe_experts, moe_topk, moe_every, moe_bias, moe_ep;
     float moe_capacity, moe_aux;
+    gpt_arch arch;
+    int kv_heads;    /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0 = heads */
+    float rope_base; /* LLaMA: RoPE's base; 0 = 10000 */
 } gpt_config;
 
-static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
+static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA ? "llama" : "gpt"; }
+static inline int gpt_kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
+static inline float gpt_rope_base(const gpt_config *c) { return c->rope_base > 0 ? c->rope_base : 10000.0f; }
+
+/* LLaMA's SwiGLU holds three matrices where GPT's MLP holds two, so its hidden units are 2/3 of 4 C,
+ * rounded up to a multiple of 256 (LLaMA's multiple_of) from width 1024 on and of 32 below (tiny models
+ * stay tiny: width 32 -> 96, 128 -> 352, 4096 -> 11008). */
+static inline int64_t gpt_ffn(const gpt_config *c) {
+    if (c->ffn > 0) return c->ffn;
+    if (c->arch != GPT_ARCH_LLAMA) return 4 * (int64_t)c->width;
+    int64_t f = 8 * (int64_t)c->width / 3, multiple = c->width >= 1024 ? 256 : 32;
+    return (f + multiple - 1) / multiple * multiple;
+}
+
+/* Tensor-parallel degrees must divide this: the heads (GPT), the kv groups (LLaMA: each rank whole
+ * groups) */
+static inline int gpt_tp_divisor(const gpt_config *c) { return c->arch == GPT_ARCH_LLAMA ? gpt_kv_heads(c) : c->heads; }
 
 /* The attention's layout: the packed form (pdde_attention_qkv) unless PDDE_SEPARATE_QKV=1 asks for q, k and v
  * sliced and permuted apart (to compare; the same losses). */
@@ -59,7 +87,7 @@ static inline bool gpt_block_is_moe(const gpt_config *c, int l) {
     return c->moe_experts > 1 && (l + 1) % (c->moe_every > 1 ? c->moe_every : 1) == 0;
 }
 
-/* The MoE feed-forward of block l on h [B, T, C] (Mixtral-style, GELU experts as the dense MLP, no
+/* The MoE feed-forward of block l on h [B, T, C] (Mixtral-style routing, GELU experts in both architectures, no
  * biases): router logits, top-k, the weights softmax-normalised over the k chosen, the tokens
  * dispatched into expert order, two grouped GEMMs, combined back. Its tensors: h<l>.moe.router [C, E],
  * .w1 [E, C, F], .w2 [E, F, C]; "h<l>.moe.counts" (i32 [E], tokens per expert, kept readable). *balance
@@ -118,46 +146,125 @@ static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde
     return pdde_layernorm(g, x, gamma, beta, 1e-5f);
 }
 
+/* The architecture's norm of x [.., C] with parameters <prefix>.g (and GPT's <prefix>.b) */
+static inline pdde_tensor *gpt_norm(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t C) {
+    if (c->arch != GPT_ARCH_LLAMA) return gpt_layernorm(g, prefix, x, C);
+    char name[64];
+    snprintf(name, sizeof name, "%s.g", prefix);
+    return pdde_rmsnorm(g, x, pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES), 1e-5f);
+}
+
+/* x @ <prefix>.w [in, out], no bias (LLaMA's linears) */
+static inline pdde_tensor *gpt_linear_nobias(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.w", prefix);
+    return pdde_matmul(g, x, pdde_param(g, name, 2, (int64_t[]){in, out}, std), 0, 0);
+}
+
+/* GPT's attention sublayer of block l on a = ln1(x) [B, T, C], projected (proj): the fused qkv columns
+ * are head-major, [H, 3, D]: q, k, v of head h are adjacent */
+static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *a, float proj_std) {
+    int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads;
+    char p[32];
+    snprintf(p, sizeof p, "h%d.attn", l);
+    pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3], *y;
+    if (c->unfused_attention || c->separate_qkv) {
+        pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
+        for (int i = 0; i < 3; i++)
+            part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+        y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
+        y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+    } else {
+        y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
+    }
+    snprintf(p, sizeof p, "h%d.proj", l);
+    return gpt_linear(g, p, y, C, C, proj_std);
+}
+
+/* LLaMA's attention sublayer of block l on a = rmsnorm(x) [B, T, C]: grouped-query attention with RoPE
+ * on q and k. The qkv columns are group-major, [Hkv, R + 2, D] (R = H / Hkv): a group's R query heads,
+ * then its k, then its v, so a column split over kv groups (tensor parallelism) gives each rank whole
+ * groups. Query head h = g R + r reads group g's k and v (Hugging Face's repeat_kv): k and v [B, T,
+ * Hkv, 1, D] repeated R times on the group's dim by concat. */
+static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *a, float proj_std) {
+    int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads, Hkv = gpt_kv_heads(c), R = H / Hkv;
+    float base = gpt_rope_base(c);
+    char p[32];
+    snprintf(p, sizeof p, "h%d.attn", l);
+    pdde_tensor *qkv = pdde_reshape(g, gpt_linear_nobias(g, p, a, C, (H + 2 * Hkv) * D, 0.02f), 5, (int64_t[]){B, T, Hkv, R + 2, D});
+    pdde_tensor *q = pdde_reshape(g, pdde_slice(g, qkv, 3, 0, R), 4, (int64_t[]){B, T, H, D});
+    pdde_tensor *kv[2] = {pdde_slice(g, qkv, 3, R, 1), pdde_slice(g, qkv, 3, R + 1, 1)}; /* [B, T, Hkv, 1, D] */
+    q = pdde_rope(g, q, base);
+    kv[0] = pdde_reshape(g, pdde_rope(g, pdde_reshape(g, kv[0], 4, (int64_t[]){B, T, Hkv, D}), base), 5, (int64_t[]){B, T, Hkv, 1, D});
+    for (int i = 0; i < 2; i++) {
+        if (R > 1) {
+            pdde_tensor *copies[64];
+            for (int64_t r = 0; r < R; r++) copies[r] = kv[i];
+            kv[i] = pdde_concat(g, (int)R, copies, 3); /* [B, T, Hkv, R, D] */
+        }
+        kv[i] = pdde_permute(g, pdde_reshape(g, kv[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+    }
+    q = pdde_permute(g, q, (int[]){0, 2, 1, 3});
+    pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, kv[0], kv[1]); /* [B, H, T, D] */
+    y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+    snprintf(p, sizeof p, "h%d.proj", l);
+    return gpt_linear_nobias(g, p, y, C, C, proj_std);
+}
+
+/* The dense feed-forward of block l on h = the second norm's output: GPT's fcproj(gelu(fc(h))), LLaMA's
+ * SwiGLU fcproj(silu(fc(h)) * fc3(h)) */
+static inline pdde_tensor *gpt_mlp(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *h, float proj_std) {
+    int64_t C = c->width, F = gpt_ffn(c);
+    char p[32], p3[32];
+    snprintf(p, sizeof p, "h%d.fc", l);
+    if (c->arch == GPT_ARCH_LLAMA) {
+        snprintf(p3, sizeof p3, "h%d.fc3", l);
+        h = pdde_mul(g, pdde_silu(g, gpt_linear_nobias(g, p, h, C, F, 0.02f)), gpt_linear_nobias(g, p3, h, C, F, 0.02f));
+        snprintf(p, sizeof p, "h%d.fcproj", l);
+        return gpt_linear_nobias(g, p, h, F, C, proj_std);
+    }
+    h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f)) : gpt_linear_act(g, p, h, C, F, 0.02f, true);
+    snprintf(p, sizeof p, "h%d.fcproj", l);
+    return gpt_linear(g, p, h, F, C, proj_std);
+}
+
 /* Builds the forward graph and the loss; returns pdde_graph_status(g). Layers get layer ids 1..L (0 is
  * the embedding, L+1 the final norm and head), for placement per layer. */
 static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_model *m) {
     *m = (gpt_model){.cfg = *c};
+    pdde_context *ctx = pdde_graph_context(g);
     if (c->heads < 1 || c->width % c->heads || c->layers < 0)
-        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)",
-                          c->width, c->heads, c->layers);
-    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads, F = gpt_ffn(c);
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)", c->width, c->heads, c->layers);
+    bool llama = c->arch == GPT_ARCH_LLAMA;
+    if (c->arch != GPT_ARCH_GPT && !llama) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: architecture %d is neither GPT nor LLaMA", (int)c->arch);
+    if (!llama && (c->kv_heads || c->rope_base))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d and rope base %g are LLaMA's (the GPT architecture has neither)", c->kv_heads,
+                          c->rope_base);
+    if (llama && (c->kv_heads < 0 || c->heads % gpt_kv_heads(c) || c->heads / gpt_kv_heads(c) > 64 || (c->width / c->heads) % 2 ||
+                  !(c->rope_base >= 0) || isinf(c->rope_base)))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LLaMA needs kv heads %d dividing heads %d (at most 64 query heads a group), an even "
+                          "head dim (width / heads = %d, for RoPE) and a finite rope base (%g)", c->kv_heads, c->heads, c->width / c->heads, c->rope_base);
+    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     int n_moe = 0;
     if (c->moe_experts > 1 && (gpt_moe_topk(c) > c->moe_experts || c->moe_capacity < 0 || c->moe_aux < 0))
-        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: MoE top-%d of %d experts (k at most the experts), capacity factor %g and "
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: MoE top-%d of %d experts (k at most the experts), capacity factor %g and "
                           "balance weight %g (each >= 0)", gpt_moe_topk(c), c->moe_experts, c->moe_capacity, c->moe_aux);
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
     pdde_tensor *wte = pdde_param(g, "wte", 2, (int64_t[]){V, C}, 0.02f);
-    pdde_tensor *wpe = pdde_param(g, "wpe", 2, (int64_t[]){T, C}, 0.02f);
-    pdde_tensor *x = pdde_add(g, pdde_embedding(g, wte, m->ids), wpe); /* [B, T, C] + [T, C] */
+    pdde_tensor *wpe = llama ? NULL : pdde_param(g, "wpe", 2, (int64_t[]){T, C}, 0.02f);
+    pdde_tensor *x = pdde_embedding(g, wte, m->ids);
+    if (wpe) x = pdde_add(g, x, wpe); /* [B, T, C] + [T, C] */
     for (int l = 0; l < c->layers; l++) {
         char p[32];
         pdde_graph_set_layer(g, l + 1);
         snprintf(p, sizeof p, "h%d.ln1", l);
-        pdde_tensor *a = gpt_layernorm(g, p, x, C);
-        snprintf(p, sizeof p, "h%d.attn", l);
-        /* the fused qkv columns are head-major, [H, 3, D]: q, k, v of head h are adjacent */
-        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3], *y;
-        if (c->unfused_attention || c->separate_qkv) {
-            pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
-            for (int i = 0; i < 3; i++)
-                part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
-            y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
-            y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
-        } else {
-            y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
-        }
-        snprintf(p, sizeof p, "h%d.proj", l);
-        x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
+        pdde_tensor *a = gpt_norm(g, c, p, x, C);
+        x = pdde_add(g, x, (llama ? gpt_attention_llama : gpt_attention_gpt)(g, c, l, a, proj_std));
         snprintf(p, sizeof p, "h%d.ln2", l);
-        pdde_tensor *h = gpt_layernorm(g, p, x, C);
+        pdde_tensor *h = gpt_norm(g, c, p, x, C);
         if (gpt_block_is_moe(c, l)) {
             pdde_tensor *bal = NULL;
             x = pdde_add(g, x, gpt_moe_ffn(g, c, l, h, proj_std, &bal));
@@ -165,13 +272,10 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
             n_moe++;
             continue;
         }
-        snprintf(p, sizeof p, "h%d.fc", l);
-        h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f)) : gpt_linear_act(g, p, h, C, F, 0.02f, true);
-        snprintf(p, sizeof p, "h%d.fcproj", l);
-        x = pdde_add(g, x, gpt_linear(g, p, h, F, C, proj_std));
+        x = pdde_add(g, x, gpt_mlp(g, c, l, h, proj_std));
     }
     pdde_graph_set_layer(g, c->layers + 1);
-    x = gpt_layernorm(g, "lnf", x, C);
+    x = gpt_norm(g, c, "lnf", x, C);
     m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
     if (m->moe_balance) {
@@ -187,14 +291,17 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  * with pdde_strategy_data_parallel on another axis). Each sublayer is a column-parallel linear, local
  * work, then a row-parallel linear whose partial sum is reduced once, where the next layernorm needs
  * the whole residual:
- *   MLP:        fc column parallel (each rank its ffn/tp hidden units), gelu local, fcproj row parallel.
+ *   MLP:        fc column parallel (each rank its ffn/tp hidden units), gelu local, fcproj row parallel
+ *               (LLaMA's SwiGLU: fc and fc3 column parallel, silu and the product local).
  *   attention:  head parallel. The fused qkv weight's columns are head-major, [H, 3, D], so its
  *               column split gives each rank q, k and v of its own H/tp heads: [B,T,3C] split on the
  *               last dim reshapes to [B,T,H,3,D] split on H (the split lands on the outermost factor),
  *               slicing the "3" dim and permuting to [B,H,T,D] keep H split, and the fused
  *               attention (or the scores, causal softmax and att @ v) is per head. The output
  *               [B,T,C] comes out split on C, which is what the row-parallel proj needs: no
- *               communication from ln1 to proj's partial sum.
+ *               communication from ln1 to proj's partial sum. LLaMA's qkv columns are [Hkv, H/Hkv + 2, D]:
+ *               the split lands on the kv groups, each rank whole groups (the axis must divide kv_heads:
+ *               gpt_build_plan refuses other degrees), its q heads with their k and v.
  * Forward: one allreduce per sublayer (after proj, after fcproj). Backward: the input gradient of a
  * column-parallel linear sums over its split columns, so it is partial over the axis and reduced where
  * the layernorm's backward needs it. Biases of column layers are split with them; those of row
@@ -212,14 +319,14 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
         if (st) return st;
     }
     for (int l = 0;; l++) {
-        static const char *const names[4] = {"attn", "proj", "fc", "fcproj"};
-        static const pdde_tp_kind kinds[4] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_COLUMN, PDDE_TP_ROW};
+        static const char *const names[5] = {"attn", "proj", "fc", "fc3", "fcproj"};
+        static const pdde_tp_kind kinds[5] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_COLUMN, PDDE_TP_COLUMN, PDDE_TP_ROW};
         snprintf(w, sizeof w, "h%d.attn.w", l);
         if (!pdde_graph_find(g, w)) return l > 0 ? PDDE_OK : PDDE_ERR_NOT_FOUND;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             snprintf(w, sizeof w, "h%d.%s.w", l, names[i]);
-            snprintf(b, sizeof b, "h%d.%s.b", l, names[i]);
-            if (i >= 2 && !pdde_graph_find(g, w)) continue; /* an MoE block: its experts instead (gpt_shard_experts) */
+            snprintf(b, sizeof b, "h%d.%s.b", l, names[i]); /* (LLaMA's have none: NULL) */
+            if (i >= 2 && !pdde_graph_find(g, w)) continue; /* GPT's MLP has no fc3; an MoE block: its experts instead (gpt_shard_experts) */
             pdde_status st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), pdde_graph_find(g, b), mesh, axis, kinds[i]);
             if (st) return st;
         }
@@ -373,6 +480,9 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
     if (p->ep > 1 && p->ep < p->dp && (groups == 1 || p->shares || c->moe_experts % p->ep))
         return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: experts over groups of ep %d of the dp %d ranks: ep must divide dp and "
                           "the %d experts, with equal shares", p->ep, p->dp, c->moe_experts);
+    if (c->arch == GPT_ARCH_LLAMA && p->tp > 1 && gpt_kv_heads(c) % p->tp)
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: tp %d must divide the %d kv heads (each rank holds whole kv groups: "
+                          "their query heads, k and v)", p->tp, gpt_kv_heads(c));
     local.batch = c->batch / (micro * units) * p->dp / groups; /* one micro-batch of every dp index (of a group) */
     if (groups > 1) local.moe_ep = 1;
     pdde_status st = gpt_build(g, &local, m);
@@ -490,7 +600,7 @@ static inline pdde_status gpt_plan_search_cluster(pdde_context *ctx, const gpt_c
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     gpt_plan_builder b;
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
-    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
+    pp.batch = c->batch, pp.tp_divisor = gpt_tp_divisor(c), pp.use_all_devices = use_all_devices;
     if (c->moe_experts > 1) pp.no_tp = pp.no_pp = 1; /* (MoE blocks run data and expert parallel) */
     if (cluster) pp.cluster = cluster;
     if (cluster && simulate) pp.build = gpt_plan_build, pp.build_user = &b;
@@ -550,9 +660,16 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {
-    int64_t C = c->width, F = gpt_ffn(c), n = (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C;
+    int64_t C = c->width, F = gpt_ffn(c), E = c->moe_experts, n = (int64_t)c->vocab * C + 2 * C;
+    if (c->arch == GPT_ARCH_LLAMA) { /* no position embedding, no biases, norms with gains only */
+        int64_t D = c->heads > 0 ? C / c->heads : 0, qkv = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
+        n = (int64_t)c->vocab * C + C;
+        for (int l = 0; l < c->layers; l++) n += 2 * C + C * qkv + C * C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
+        return n;
+    }
+    n += (int64_t)c->ctx * C;
     for (int l = 0; l < c->layers; l++)
-        n += 4 * C + 3 * C * C + 3 * C + C * C + C + (gpt_block_is_moe(c, l) ? C * c->moe_experts + 2 * c->moe_experts * C * F : C * F + F + F * C + C);
+        n += 4 * C + 3 * C * C + 3 * C + C * C + C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : C * F + F + F * C + C);
     return n;
 }
 

@@ -1,5 +1,5 @@
 /* gpt_golden.h — reads a fixture of tools/gen_golden.py (tests/data/gpt_golden*.bin: a PyTorch run of
- * the small GPT, format in that script) and builds the same model in pdde with the fixture's initial
+ * the small GPT or LLaMA-style model, format in that script) and builds the same model in pdde with the fixture's initial
  * parameters and batch. Shared by test_gpt_golden (f32) and test_amp (bf16 autocast). */
 #ifndef PDDE_GPT_GOLDEN_H
 #define PDDE_GPT_GOLDEN_H
@@ -67,12 +67,17 @@ static int golden_load(const char *path, golden_fixture *fx, const char **why) {
     char magic[8];
     uint32_t version = 0;
     int32_t hdr[7];
-    if (!golden_rd(&r, magic, 8) || memcmp(magic, "PDDEGOLD", 8) != 0 || !golden_rd(&r, &version, 4) || version != 1 ||
-        !golden_rd(&r, hdr, sizeof hdr) || !golden_rd(&r, &fx->lr, 4) || !golden_rd(&r, &fx->wd, 4) || hdr[6] > 64 || hdr[6] < 1) {
+    int32_t arch[4] = {0, 0, 0, 0}; /* version 2: arch, kv_heads, rope_base (f32), ffn */
+    if (!golden_rd(&r, magic, 8) || memcmp(magic, "PDDEGOLD", 8) != 0 || !golden_rd(&r, &version, 4) || version < 1 || version > 2 ||
+        !golden_rd(&r, hdr, 6 * 4) || (version == 2 && !golden_rd(&r, arch, sizeof arch)) || !golden_rd(&r, &hdr[6], 4) ||
+        !golden_rd(&r, &fx->lr, 4) || !golden_rd(&r, &fx->wd, 4) || hdr[6] > 64 || hdr[6] < 1 || arch[0] < 0 || arch[0] > 1) {
         *why = "bad header";
         return 0;
     }
-    fx->cfg = (gpt_config){.vocab = hdr[0], .ctx = hdr[1], .layers = hdr[2], .heads = hdr[3], .width = hdr[4], .batch = hdr[5]};
+    float rope_base;
+    memcpy(&rope_base, &arch[2], 4);
+    fx->cfg = (gpt_config){.vocab = hdr[0], .ctx = hdr[1], .layers = hdr[2], .heads = hdr[3], .width = hdr[4], .batch = hdr[5],
+                           .arch = (gpt_arch)arch[0], .kv_heads = arch[1], .rope_base = rope_base, .ffn = arch[3]};
     fx->n_steps = hdr[6], fx->BT = fx->cfg.batch * fx->cfg.ctx;
     fx->ids = malloc((size_t)fx->BT * 4), fx->targets = malloc((size_t)fx->BT * 4);
     fx->logits = malloc((size_t)fx->BT * fx->cfg.vocab * 4);

@@ -233,6 +233,27 @@ static void test_pdde_run_shm_cleanup(void) {
     CHECK(made == 2 && left == 0, "the segments 2 ranks left are gone after the job (made %d, left %d):\n%s", made, left, out);
 }
 
+/* A launcher killed by SIGKILL (no handler of its own runs) takes its ranks with it: an orphaned rank would
+ * train on, holding its peers (here: one rank sleeping 60 s; gone within 5 s of the kill) */
+static void test_pdde_run_killed_launcher(void) {
+    char *argv[] = {g_run, "-n", "1", "sleep", "60", NULL};
+    job j = job_spawn(argv, NULL);
+    pid_t rank[1] = {0};
+    for (double t0 = test_now(); !rank[0] && test_now() - t0 < 10;) {
+        job_ranks(j.pid, rank, 1);
+        if (!rank[0]) usleep(20000);
+    }
+    kill(j.pid, SIGKILL);
+    double t_kill = test_now();
+    while (rank[0] && proc_is_running(rank[0]) && test_now() - t_kill < 5) usleep(20000);
+    int orphan = rank[0] && proc_is_running(rank[0]);
+    CHECK(rank[0] && !orphan, "the rank (pid %d) ends with its launcher: %s after %.1f s", (int)rank[0], orphan ? "still running" : "gone",
+          test_now() - t_kill);
+    if (orphan) kill(rank[0], SIGKILL);
+    job_finish(&j, 10);
+    free(j.out);
+}
+
 /* ---- launchers without glue ---- */
 
 static const char *const NO_GLUE[] = {"PDDE_STORE_ADDR", "PDDE_JOB_SECRET", "PDDE_JOB_SECRET_FILE", "PDDE_RANK",
@@ -307,6 +328,7 @@ int main(int argc, char **argv) {
     test_pdde_run_grandchild();
     test_pdde_run_frozen();
     test_pdde_run_shm_cleanup();
+    test_pdde_run_killed_launcher();
     test_mpirun();
     char job_id[64];
     snprintf(job_id, sizeof job_id, "%d", 100000 + (int)getpid());

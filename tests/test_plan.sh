@@ -105,9 +105,21 @@ check "pdde-plan --dp 2 --zero 1 says each rank's bytes in GiB ($(grep -m1 '^ran
 # a bad --model: the key named and the keys it takes
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,depth=3 >"$tmp/model.log" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk)" "$tmp/model.log"
+[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk; llama: kv_heads)" "$tmp/model.log"
 ok=$?
 check "--model gpt:layers=2,depth=3 names the key and lists the keys (rc $rc: $(head -1 "$tmp/model.log"))" $ok
+# the LLaMA-style model: its kv heads taken (the tensor-parallel degrees then divide them), GPT's refused
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --ranks 2 --model llama:layers=2,width=64,heads=4,kv_heads=2,ctx=32,vocab=256,batch=8 \
+    >"$tmp/llama_model.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q '^LLaMA 2 layers, width 64, 4 heads' "$tmp/llama_model.log" && grep -q '^best dp=' "$tmp/llama_model.log"
+ok=$?
+check "pdde-plan --model llama:...,kv_heads=2 plans the LLaMA model (rc $rc: $(grep -m1 '^LLaMA' "$tmp/llama_model.log" | cut -c1-80))" $ok
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,kv_heads=2 >"$tmp/model.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "no key 'kv_heads'" "$tmp/model.log"
+ok=$?
+check "--model gpt:kv_heads=2 is refused: the kv heads are LLaMA's (rc $rc: $(head -1 "$tmp/model.log"))" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=x >"$tmp/model.log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "'layers=x' is not KEY=N" "$tmp/model.log"
@@ -164,6 +176,21 @@ if [ -x "$build/pdde-run" ]; then
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
         check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
     done
+    # the LLaMA-style model (grouped-query attention: tp 2 gives each rank one kv group and its 2 query heads;
+    # pipeline stages; ZeRO-3)
+    "$build/gpt" --arch llama --kv-heads 2 "${args[@]}" >"$tmp/llama.log" 2>&1
+    llama_ref=$(losses "$tmp/llama.log")
+    check "gpt --arch llama --kv-heads 2 trains ($llama_ref)" $([ -n "$llama_ref" ] && echo 0 || echo 1)
+    for plan in "--tp 2" "--dp 2" "--plan dp=1,pp=2,mb=4" "--plan dp=2,zero=3"; do
+        timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --arch llama --kv-heads 2 $plan "${args[@]}" >"$tmp/llama2.log" 2>&1
+        check "gpt --arch llama --kv-heads 2 $plan: losses '$(losses "$tmp/llama2.log")' equal one process's '$llama_ref'" \
+            $([ "$(losses "$tmp/llama2.log")" = "$llama_ref" ] && echo 0 || echo 1)
+    done
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --arch llama --kv-heads 1 --tp 2 "${args[@]}" >"$tmp/llama_tp.log" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -q 'tp 2 must divide the 1 kv heads' "$tmp/llama_tp.log" && ! grep -q 'step *1/4' "$tmp/llama_tp.log"
+    ok=$?
+    check "gpt --arch llama --kv-heads 1 --tp 2 is refused, naming the kv heads (rc $rc: $(grep -m1 'kv heads' "$tmp/llama_tp.log" | cut -c1-120))" $ok
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,stages=5:1 "${args[@]}" >"$tmp/cut.log" 2>&1
     rc=$?
     check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $rc

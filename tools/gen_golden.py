@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write tests/data/gpt_golden.bin: a PyTorch reference run of a tiny GPT-2-style model.
+"""Write tests/data/gpt_golden*.bin: PyTorch reference runs of a tiny GPT-2-style model (and LLaMA-style: --llama).
 
 Run with the Debian python that has torch (bash tools/install-deps.sh --torch):
 
@@ -9,6 +9,8 @@ Run with the Debian python that has torch (bash tools/install-deps.sh --torch):
                                                     # initial parameters and compare
     /usr/bin/python3 tools/gen_golden.py --bf16     # the same run under torch.autocast("cpu", bfloat16):
                                                     # tests/data/gpt_golden_bf16.bin (same format)
+    /usr/bin/python3 tools/gen_golden.py --llama    # the LLaMA-style model (below): tests/data/gpt_golden_llama.bin
+                                                    # (--check --llama reads it back)
 
 The tests only read the file; they never need torch.
 
@@ -39,6 +41,25 @@ Model (float32, CPU, torch.manual_seed(42)); pdde's C implementation must match 
         gelu_tanh(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))
     x = layernorm(x; lnf.g, lnf.b); logits = x @ wte^T  [B,T,V]   (weight tying)
     loss = mean cross-entropy of logits [B*T,V] against targets [B*T]
+  LLaMA-style model (--llama; pdde's gpt_config arch GPT_ARCH_LLAMA), the same V, T, L, H, C, B and
+  seed, KV=2 key/value heads (grouped-query attention, R = H/KV query heads a group), F=96 hidden units
+  (8C/3 rounded up to a multiple of 32, as pdde's default), RoPE base 10000:
+    wte [V,C] N(0,0.02); then for l in 0..L-1:
+      h{l}.ln1.g [C] ones   h{l}.attn.w [C,(H+2KV)D] N(0,0.02)   h{l}.proj.w [C,C] N(0,0.02/sqrt(2L))
+      h{l}.ln2.g [C] ones   h{l}.fc.w [C,F] N(0,0.02)   h{l}.fc3.w [C,F] N(0,0.02)
+      h{l}.fcproj.w [F,C] N(0,0.02/sqrt(2L))
+    lnf.g [C] ones; noise on the gains and the batch as above.
+    x = wte[ids]   (no position embedding, no biases)
+    per block:
+      a = rmsnorm(x; ln1.g) = x / sqrt(mean(x^2) + 1e-5) * g
+      qkv = a @ attn.w -> [B,T,KV,R+2,D]: group g's R query heads, then its k, then its v
+      q = its [:R] -> [B,T,H,D] (head g R + r); k, v = its [R], [R+1] [B,T,KV,D]; all -> [B,heads,T,D]
+      q, k = rope(q), rope(k): Hugging Face's rotate_half, inv_freq = 1/base^(arange(0,D,2)/D) in f32,
+        angle t * inv_freq, x * cos(cat(angle, angle)) + rotate_half(x) * sin(...)
+      k, v = repeat_kv(k), repeat_kv(v): group g's k and v for query heads g R .. g R + R - 1
+      y = causal softmax attention as above -> [B,T,C];  x = x + y @ proj.w
+      m = rmsnorm(x; ln2.g);  x = x + (silu(m @ fc.w) * (m @ fc3.w)) @ fcproj.w
+    x = rmsnorm(x; lnf.g); logits = x @ wte^T; loss as above.
   Optimizer: torch.optim.AdamW, lr=1e-3 constant, betas=(0.9,0.999), eps=1e-8, two param groups:
     weight_decay=0.1 for parameters with ndim >= 2 (wte, wpe, *.w), 0 for the rest; no clipping.
     Per element at step t (t from 1):
@@ -51,8 +72,9 @@ Model (float32, CPU, torch.manual_seed(42)); pdde's C implementation must match 
 
 Binary format (all little-endian):
   char     magic[8] = "PDDEGOLD"
-  u32      version = 1
+  u32      version = 1 (GPT) or 2 (the architecture follows the sizes)
   i32      V, T, L, H, C, B
+  (version 2) i32 arch (0 GPT, 1 LLaMA), i32 kv_heads, f32 rope_base, i32 ffn
   i32      n_steps (= 10)
   f32      lr, weight_decay
   i32      ids[B*T], targets[B*T]            (row-major [B,T])
@@ -85,6 +107,10 @@ VERSION = 1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "data", "gpt_golden.bin")
 DEFAULT_OUT_BF16 = os.path.join(REPO, "tests", "data", "gpt_golden_bf16.bin")
+DEFAULT_OUT_LLAMA = os.path.join(REPO, "tests", "data", "gpt_golden_llama.bin")
+KV, ROPE_BASE, FFN_LLAMA = 2, 10000.0, 96
+RMS_EPS = 1e-5
+LLAMA = False  # set by --llama (or by the fixture --check reads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -93,6 +119,18 @@ DEFAULT_OUT_BF16 = os.path.join(REPO, "tests", "data", "gpt_golden_bf16.bin")
 def param_specs():
     """(name, shape, init) in file order; init is ('normal', std) | ('ones',) | ('zeros',)."""
     proj_std = 0.02 / math.sqrt(2 * L)
+    if LLAMA:
+        D, F = C // H, FFN_LLAMA
+        specs = [("wte", (V, C), ("normal", 0.02))]
+        for l in range(L):
+            p = "h%d." % l
+            specs += [
+                (p + "ln1.g", (C,), ("ones",)), (p + "attn.w", (C, (H + 2 * KV) * D), ("normal", 0.02)),
+                (p + "proj.w", (C, C), ("normal", proj_std)), (p + "ln2.g", (C,), ("ones",)),
+                (p + "fc.w", (C, F), ("normal", 0.02)), (p + "fc3.w", (C, F), ("normal", 0.02)),
+                (p + "fcproj.w", (F, C), ("normal", proj_std)),
+            ]
+        return specs + [("lnf.g", (C,), ("ones",))]
     specs = [("wte", (V, C), ("normal", 0.02)), ("wpe", (T, C), ("normal", 0.02))]
     for l in range(L):
         p = "h%d." % l
@@ -136,8 +174,60 @@ def gelu_tanh(torch, u):
     return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u * u * u)))
 
 
+def rmsnorm(x, g):
+    return x / ((x * x).mean(dim=-1, keepdim=True) + RMS_EPS).sqrt() * g
+
+
+def rotate_half(torch, x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope(torch, x, Tn):
+    """x [B, heads, T, D]: Hugging Face LLaMA's rotary embedding (rotate_half layout)."""
+    D = x.shape[-1]
+    inv_freq = 1.0 / (ROPE_BASE ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    freqs = torch.arange(Tn, dtype=torch.float32)[:, None] * inv_freq[None, :]  # [T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return x * emb.cos() + rotate_half(torch, x) * emb.sin()
+
+
+def repeat_kv(x, n_rep):
+    """[B, KV, T, D] -> [B, KV*n_rep, T, D]: head g*n_rep + r is group g (Hugging Face's repeat_kv)."""
+    b, kv, t, d = x.shape
+    return x[:, :, None, :, :].expand(b, kv, n_rep, t, d).reshape(b, kv * n_rep, t, d)
+
+
+def forward_llama(torch, P, ids, targets):
+    Bn, Tn = ids.shape
+    D, R = C // H, H // KV
+    x = P["wte"][ids.long()]
+    mask = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)  # j > i
+    for l in range(L):
+        p = "h%d." % l
+        a = rmsnorm(x, P[p + "ln1.g"])
+        qkv = (a @ P[p + "attn.w"]).reshape(Bn, Tn, KV, R + 2, D)
+        q = qkv[:, :, :, :R].reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
+        k = qkv[:, :, :, R].permute(0, 2, 1, 3)
+        v = qkv[:, :, :, R + 1].permute(0, 2, 1, 3)
+        q, k = rope(torch, q, Tn), rope(torch, k, Tn)
+        k, v = repeat_kv(k, R), repeat_kv(v, R)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+        y = (att @ v).permute(0, 2, 1, 3).reshape(Bn, Tn, C)
+        x = x + y @ P[p + "proj.w"]
+        m = rmsnorm(x, P[p + "ln2.g"])
+        x = x + (torch.nn.functional.silu(m @ P[p + "fc.w"]) * (m @ P[p + "fc3.w"])) @ P[p + "fcproj.w"]
+    x = rmsnorm(x, P["lnf.g"])
+    logits = x @ P["wte"].t()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
+    return logits, loss
+
+
 def forward(torch, P, ids, targets):
     """P: dict name -> tensor. Returns (logits [B,T,V], loss)."""
+    if LLAMA:
+        return forward_llama(torch, P, ids, targets)
     Bn, Tn = ids.shape
     D = C // H
     pos = torch.arange(Tn)
@@ -218,8 +308,10 @@ def write(torch, path, amp=False):
 
     buf = bytearray()
     buf += MAGIC
-    buf += struct.pack("<I", VERSION)
+    buf += struct.pack("<I", 2 if LLAMA else VERSION)
     buf += struct.pack("<6i", V, T, L, H, C, B)
+    if LLAMA:
+        buf += struct.pack("<iifi", 1, KV, ROPE_BASE, FFN_LLAMA)
     buf += struct.pack("<i", N_STEPS)
     buf += struct.pack("<2f", LR, WEIGHT_DECAY)
     buf += struct.pack("<%di" % (B * T), *ids.reshape(-1).tolist())
@@ -277,9 +369,10 @@ def read(path):
         raise SystemExit("%s: bad magic %r" % (path, r.d[:8]))
     r.o = 8
     (g["version"],) = r.take("I")
-    if g["version"] != VERSION:
+    if g["version"] not in (1, 2):
         raise SystemExit("%s: unsupported version %d" % (path, g["version"]))
     g["V"], g["T"], g["L"], g["H"], g["C"], g["B"] = r.take("6i")
+    g["arch"], g["kv_heads"], g["rope_base"], g["ffn"] = r.take("iifi") if g["version"] == 2 else (0, 0, 0.0, 0)
     (g["n_steps"],) = r.take("i")
     g["lr"], g["weight_decay"] = r.take("2f")
     bt = g["B"] * g["T"]
@@ -303,7 +396,12 @@ def rms(xs):
 
 
 def check(path, amp=False):
+    global LLAMA
     g = read(path)
+    LLAMA = g["arch"] == 1
+    if LLAMA and (g["kv_heads"], g["rope_base"], g["ffn"]) != (KV, ROPE_BASE, FFN_LLAMA):
+        raise SystemExit("%s: kv_heads %d, rope base %g, ffn %d: this script builds %d, %g, %d"
+                         % (path, g["kv_heads"], g["rope_base"], g["ffn"], KV, ROPE_BASE, FFN_LLAMA))
     print("%s: %d bytes, version %d" % (path, g["size"], g["version"]))
     print("config V=%d T=%d L=%d H=%d C=%d B=%d n_steps=%d lr=%g weight_decay=%g"
           % (g["V"], g["T"], g["L"], g["H"], g["C"], g["B"], g["n_steps"], g["lr"],
@@ -361,9 +459,16 @@ def main():
     ap.add_argument("--out", default=DEFAULT_OUT, help="fixture path (default %(default)s)")
     ap.add_argument("--check", action="store_true", help="read the fixture back and verify it")
     ap.add_argument("--bf16", action="store_true", help="the bf16 autocast run (default --out %s)" % DEFAULT_OUT_BF16)
+    ap.add_argument("--llama", action="store_true", help="the LLaMA-style model (default --out %s)" % DEFAULT_OUT_LLAMA)
     a = ap.parse_args()
+    if a.bf16 and a.llama:
+        ap.error("--bf16 and --llama: the bf16 fixture is the GPT's only")
     if a.bf16 and a.out == DEFAULT_OUT:
         a.out = DEFAULT_OUT_BF16
+    if a.llama and a.out == DEFAULT_OUT:
+        a.out = DEFAULT_OUT_LLAMA
+    global LLAMA
+    LLAMA = a.llama
     if a.check:
         return check(a.out, a.bf16)
     import torch

@@ -33,11 +33,14 @@ static int64_t local_numel(const pdde_tensor *t) {
 }
 
 /* "gpt:layers=96,width=12288,...[,ffn=N][,experts=E[,topk=K]]" onto c (build/gpt's default model otherwise);
- * -1 with why (the key and what it expected) on a bad spec. */
+ * "llama:..." the LLaMA-style model (gpt --arch llama), which also takes kv_heads=N. -1 with why (the key
+ * and what it expected) on a bad spec. */
 static int parse_model(const char *spec, gpt_config *c, char *why, size_t why_size) {
-    static const char *const keys = "layers, width, heads, ctx, vocab, batch, ffn, experts, topk";
-    if (strncmp(spec, "gpt:", 4)) return snprintf(why, why_size, "'%s' does not start with 'gpt:'", spec), -1;
-    for (const char *s = spec + 4; *s;) {
+    static const char *const keys = "layers, width, heads, ctx, vocab, batch, ffn, experts, topk; llama: kv_heads";
+    bool llama = !strncmp(spec, "llama:", 6);
+    if (strncmp(spec, "gpt:", 4) && !llama) return snprintf(why, why_size, "'%s' does not start with 'gpt:' or 'llama:'", spec), -1;
+    c->arch = llama ? GPT_ARCH_LLAMA : GPT_ARCH_GPT;
+    for (const char *s = spec + (llama ? 6 : 4); *s;) {
         char key[32] = "";
         long v;
         int n = 0;
@@ -47,18 +50,21 @@ static int parse_model(const char *spec, gpt_config *c, char *why, size_t why_si
         }
         int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
                : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : !strcmp(key, "ffn") ? &c->ffn
-               : !strcmp(key, "experts") ? &c->moe_experts : !strcmp(key, "topk") ? &c->moe_topk : NULL;
+               : !strcmp(key, "experts") ? &c->moe_experts : !strcmp(key, "topk") ? &c->moe_topk : llama && !strcmp(key, "kv_heads") ? &c->kv_heads : NULL;
         if (!f) return snprintf(why, why_size, "no key '%s' (keys: %s)", key, keys), -1;
         if (v < 1 || v > 1000000000) return snprintf(why, why_size, "%s=%ld: want 1..1000000000", key, v), -1;
         *f = (int)v, s += n;
         if (*s == ',') s++;
     }
     if (c->width % c->heads) return snprintf(why, why_size, "width %d is not a multiple of heads %d", c->width, c->heads), -1;
+    if (llama && (c->heads % gpt_kv_heads(c) || (c->width / c->heads) % 2))
+        return snprintf(why, why_size, "kv_heads %d must divide heads %d and the head dim %d be even", gpt_kv_heads(c), c->heads, c->width / c->heads), -1;
     return 0;
 }
 
 static const char help[] =
     "usage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]]]\n"
+    "                 (llama:...,kv_heads=N instead of gpt: the LLaMA-style model, gpt --arch llama)\n"
     "                 [--cluster FILE] [--ranks N] [--top K] [--simulate]    the best plans, predicted, and the rejected ones with why\n"
     "       pdde-plan --plan dp=N,tp=N,pp=N,mb=N,zero=N[,...] [--model ...] [--cluster FILE] [--timeline out.svg] [--trace out.json]\n"
     "                 one step of that plan simulated on the cluster's devices (also after --auto, for the plan it picks)\n"
@@ -224,8 +230,8 @@ static int plan_auto(int argc, char **argv) {
     pdde_cluster_free(cl);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("GPT %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s%s\n", c.layers,
-           c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs,
+    printf("%s %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s%s\n",
+           c.arch == GPT_ARCH_LLAMA ? "LLaMA" : "GPT", c.layers, c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs,
            simulate ? " (the best ranked by simulating their lowered programs)" : "");
     double tokens = (double)c.batch * c.ctx;
     for (int i = 0; i < nf && i < top; i++) {

@@ -47,6 +47,7 @@ int main(void) {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -250,9 +251,13 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) { perror("pdde-run: pipe"); return 1; }
     fflush(NULL);
+    pid_t launcher = getpid();
     c->pid = fork();
     if (c->pid < 0) { perror("pdde-run: fork"); return 1; }
     if (c->pid == 0) {
+        /* a launcher killed (SIGKILL: no handler runs) takes its ranks with it: an orphan would train on,
+         * holding its peers in the job */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != launcher) _exit(128 + SIGKILL);
         setpgid(0, 0);
         snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
         snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
@@ -333,7 +338,15 @@ static void make_run_id(char *out, size_t cap) {
  * its ranks). 0; 2 after saying why (another secret, no store answering within timeout_s, no run id). */
 static int check_job_store(pdde_context *ctx, const char *addr, const char *job, double timeout_s, int join, char *run, size_t cap) {
     pdde_store *s = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pdde_status st = pdde_store_connect(ctx, addr, timeout_s, &s);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (st == PDDE_ERR_ENV || st == PDDE_ERR_INVALID_ARG) { /* (this node's own setting: its job secret, the address) */
+        fprintf(stderr, "pdde-run: %s\n", pdde_last_error(ctx));
+        return 2;
+    }
     if (st == PDDE_ERR_AUTH) {
         fprintf(stderr, "pdde-run: the job store at %s refused this node's job secret: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE "
                 "here differs from node 0's (%s)\n", addr, pdde_last_error(ctx));
@@ -345,8 +358,8 @@ static int check_job_store(pdde_context *ctx, const char *addr, const char *job,
         return 2;
     }
     if (st) {
-        fprintf(stderr, "pdde-run: no job store at %s answers within %.3g s (%s): node 0's pdde-run is not running there\n", addr,
-                timeout_s, pdde_last_error(ctx));
+        fprintf(stderr, "pdde-run: no job store at %s answered (%.3g s of %.3g waited: %s): node 0's pdde-run is not running there\n", addr,
+                waited, timeout_s, pdde_last_error(ctx));
         return 2;
     }
     if (run) {
@@ -496,7 +509,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (path && path[1]) snprintf(job, sizeof job, "%.190s", path + 1);
-        if (!elastic) { fprintf(stderr, "pdde-run: --rdzv is for --elastic jobs\n"); return 2; }
+        if (!elastic && etcd) { fprintf(stderr, "pdde-run: --rdzv etcd:// is for --elastic jobs (else --rdzv tcp://HOST:PORT/JOB or --store)\n"); return 2; }
     }
     if (nnodes > 1 && !store_addr) { /* (--rdzv tcp://HOST:PORT/JOB gives it too) */
         fprintf(stderr, "pdde-run: --store host:port (or --rdzv tcp://HOST:PORT/JOB) is required with --nnodes > 1\n");

@@ -1,13 +1,14 @@
 /* bench_gpt — one training step (forward, backward, AdamW) of a GPT in pdde: median step time and
  * peak memory. tools/bench/bench_gpt.sh runs it next to PyTorch on the same shapes.
  *   bench_gpt --vocab V --layers L --heads H --width C --ctx T --batch B --steps N --warmup W --threads P
- *             [--clip X] [--backend NAME] [--separate-qkv 1]
+ *             [--clip X] [--backend NAME] [--separate-qkv 1] [--arch gpt|llama] [--kv-heads N]
  * Prints: PDDE tokens_per_s=<> step_ms=<> cpu_ms=<> peak_mb=<> (cpu_ms: the CPU time of the process per
  * step, all threads, median; on a machine shared with other work it moves much less than step_ms does;
  * peak_mb: peak RSS growth from before the model is built). --backend opencl runs the whole step on that
  * backend's first device (PoCL here) and adds host_syncs=<the host's waits for the device per step>;
  * --clip sets AdamW's clip_norm (default 0: none); --separate-qkv 1 slices and permutes q, k, v around the
- * attention (gpt_config.separate_qkv) instead of the packed form, to compare the two. */
+ * attention (gpt_config.separate_qkv) instead of the packed form, to compare the two; --arch llama
+ * builds the LLaMA-style model (examples/gpt.h), --kv-heads its key/value heads. */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>
@@ -43,6 +44,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--backend")) backend = argv[i + 1];
         else if (!strcmp(argv[i], "--clip")) clip = (float)atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--separate-qkv")) c.separate_qkv = v;
+        else if (!strcmp(argv[i], "--arch")) {
+            if (strcmp(argv[i + 1], "gpt") && strcmp(argv[i + 1], "llama")) { fprintf(stderr, "bench_gpt: --arch gpt|llama\n"); return 2; }
+            c.arch = strcmp(argv[i + 1], "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
+        }
+        else if (!strcmp(argv[i], "--kv-heads")) c.kv_heads = v;
         else if (!strcmp(argv[i], "--vocab")) c.vocab = v;
         else if (!strcmp(argv[i], "--layers")) c.layers = v;
         else if (!strcmp(argv[i], "--heads")) c.heads = v;

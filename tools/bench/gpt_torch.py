@@ -5,6 +5,9 @@ Trains the same GPT-2-style model as tools/gen_golden.py (pre-LN blocks, tanh GE
 attention, weight-tied output, weights [in, out] used as x @ W, AdamW lr=1e-3 with weight decay 0.1
 on parameters with ndim >= 2) on one fixed random batch, and times the training step:
 forward + cross-entropy + backward + AdamW step + zero_grad(set_to_none=True).
+--arch llama: the LLaMA-style model of examples/gpt.h instead (RMSNorm, rotate-half RoPE, grouped-query
+attention over --kv-heads with qkv columns [Hkv, H/Hkv + 2, D], SwiGLU of gpt_ffn's hidden units, no
+biases, no position embedding, tied head).
 
     OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/gpt_torch.py \
         --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --steps 10 --warmup 2 --threads 2
@@ -44,7 +47,12 @@ def parse_args():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--sdpa", action="store_true", help="attention by F.scaled_dot_product_attention(is_causal=True)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
+    ap.add_argument("--arch", choices=("gpt", "llama"), default="gpt")
+    ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0 = --heads)")
+    ap.add_argument("--rope-base", type=float, default=10000.0)
     a = ap.parse_args()
+    if a.arch == "llama" and (a.heads % (a.kv_heads or a.heads) or (a.width // a.heads) % 2):
+        ap.error("--kv-heads must divide --heads and the head dim must be even")
     if a.width % a.heads:
         ap.error("--width must be divisible by --heads")
     if min(a.vocab, a.layers, a.heads, a.width, a.ctx, a.batch, a.steps, a.threads) < 1 or a.warmup < 0:
@@ -84,9 +92,19 @@ def main():
     def const(shape, v):
         return torch.full(shape, float(v), device=dev).requires_grad_(True)
 
+    llama = a.arch == "llama"
+    Hkv = a.kv_heads or H
+    R = H // Hkv
+    mult = 256 if C >= 1024 else 32
+    Fh = -(-(8 * C // 3) // mult) * mult if llama else 4 * C  # the MLP's hidden units (examples/gpt.h's gpt_ffn)
     wte, wpe = normal((V, C), 0.02), normal((T, C), 0.02)
     blocks = []
-    for _ in range(L):
+    for _ in range(L if llama else 0):
+        blocks.append({
+            "ln1.g": const((C,), 1), "attn.w": normal((C, (H + 2 * Hkv) * D), 0.02), "proj.w": normal((C, C), proj_std),
+            "ln2.g": const((C,), 1), "fc.w": normal((C, Fh), 0.02), "fc3.w": normal((C, Fh), 0.02), "fcproj.w": normal((Fh, C), proj_std),
+        })
+    for _ in range(0 if llama else L):
         blocks.append({
             "ln1.g": const((C,), 1), "ln1.b": const((C,), 0),
             "attn.w": normal((C, 3 * C), 0.02), "attn.b": const((3 * C,), 0),
@@ -96,7 +114,7 @@ def main():
             "fcproj.w": normal((4 * C, C), proj_std), "fcproj.b": const((C,), 0),
         })
     lnf_g, lnf_b = const((C,), 1), const((C,), 0)
-    params = [wte, wpe] + [p for blk in blocks for p in blk.values()] + [lnf_g, lnf_b]
+    params = ([wte] if llama else [wte, wpe]) + [p for blk in blocks for p in blk.values()] + ([lnf_g] if llama else [lnf_g, lnf_b])
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -109,7 +127,40 @@ def main():
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=dev), diagonal=1)  # j > i
     scale = 1.0 / math.sqrt(D)
 
+    # RoPE (rotate half): angle t / base^(2i/D) for pair (i, i + D/2), as pdde_rope
+    inv_freq = 1.0 / (a.rope_base ** (torch.arange(0, D, 2, device=dev).float() / D))
+    ang = torch.outer(pos.float(), inv_freq)
+    cos, sin = torch.cat([ang.cos()] * 2, -1)[None, :, None, :], torch.cat([ang.sin()] * 2, -1)[None, :, None, :]
+
+    def rope(t):  # [B, T, h, D]
+        t1, t2 = t[..., :D // 2], t[..., D // 2:]
+        return t * cos + torch.cat([-t2, t1], -1) * sin
+
+    def rmsnorm(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * g
+
+    def forward_llama():
+        x = wte[ids]
+        for p in blocks:
+            qkv = (rmsnorm(x, p["ln1.g"]) @ p["attn.w"]).reshape(B, T, Hkv, R + 2, D)
+            q = rope(qkv[:, :, :, :R].reshape(B, T, H, D))
+            k = rope(qkv[:, :, :, R]).repeat_interleave(R, dim=2)  # query head g R + r reads group g's k, v
+            v = qkv[:, :, :, R + 1].repeat_interleave(R, dim=2)
+            q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+            if a.sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = torch.softmax(((q @ k.transpose(-2, -1)) * scale).masked_fill(mask, float("-inf")), dim=-1)
+                y = att @ v
+            x = x + y.permute(0, 2, 1, 3).reshape(B, T, C) @ p["proj.w"]
+            h = rmsnorm(x, p["ln2.g"])
+            x = x + (F.silu(h @ p["fc.w"]) * (h @ p["fc3.w"])) @ p["fcproj.w"]
+        logits = rmsnorm(x, lnf_g).reshape(B * T, C) @ wte.t()
+        return F.cross_entropy(logits, targets.reshape(-1))
+
     def forward():
+        if llama:
+            return forward_llama()
         x = wte[ids] + wpe[pos]
         for p in blocks:
             a_ = F.layer_norm(x, (C,), p["ln1.g"], p["ln1.b"], 1e-5)
