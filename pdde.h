@@ -1916,8 +1916,9 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
  * on the CPU (extra data-parallel ranks: the search gives them their share or leaves them out), and
  * the CPU a placement target beside each accelerator (place_*: the search places layers there where
  * that pays); else every rank on the CPU and the first accelerator a placement target they share.
- * A CPU's figures are a rank's (pdde-bench measures one rank's threads); a shared device's memory,
- * and an accelerator's speed, are divided among the ranks on it. Free with pdde_plan_devices_free. */
+ * A device's speed, memory bandwidth and memory are divided among the ranks on it (a CPU's figures
+ * are all its threads', as pdde-bench measures them; pdde-run gives each rank a share of the cores).
+ * Free with pdde_plan_devices_free. */
 pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                            pdde_plan_devices *out);
 

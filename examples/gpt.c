@@ -202,6 +202,7 @@ static int parse(int argc, char **argv, options *o) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
         }
+        if (gpt_plan_place_outside(p, &o->model, "gpt: --plan")) return -1;
         if (p->place[0] && (p->chunks > 1 || o->blocks_on)) {
             fprintf(stderr, "gpt: --plan '%s': place= puts layers of each stage on a second device: not with chunks or --blocks-on\n", o->plan);
             return -1;
@@ -273,7 +274,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
     int nf = 0, nr = 0;
     pdde_status st = gpt_plan_devices(ctx, path, &o->model, env.world_size, &d);
     if (st) {
-        fprintf(stderr, "gpt: --plan auto: %s (build/pdde-bench -o %s measures this machine)\n", pdde_last_error(ctx), path);
+        gpt_say_cluster_unusable(ctx, "gpt: --plan auto", path);
         return 1;
     }
     st = gpt_plan_search(ctx, &o->model, &d, 1, plans, 8, &nf, &nr);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum { GPT_ARCH_GPT = 0, GPT_ARCH_LLAMA = 1 } gpt_arch;
 
@@ -387,6 +388,27 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
     if (p->ep > 1 && p->ep < p->dp && (p->ep != p->tp || p->ep_dp)) g.ep = p->ep; /* (ep = tp: the experts over tp, unless ep_dp) */
     return g;
+}
+
+/* 0 when plan p's place= range (place=B:A-Z) names layers of c's GPT (0 the embedding, 1..layers the
+ * blocks, layers + 1 the head); else 1, saying so on stderr after `who` (a range past the model would
+ * place nothing: pdde_plan_layer_on_device clamps it). */
+static inline int gpt_plan_place_outside(const pdde_plan *p, const gpt_config *c, const char *who) {
+    int n_layers = c->layers + 2;
+    if (!p->place[0] || p->place_last <= 0 || (p->place_first >= 0 && p->place_last <= n_layers)) return 0;
+    fprintf(stderr, "%s: place=%s:%d-%d is outside the model's layers 0-%d (0 the embedding, 1-%d the blocks, %d the head)\n", who,
+            p->place, p->place_first, p->place_last - 1, n_layers - 1, c->layers, n_layers - 1);
+    return 1;
+}
+
+/* Says on stderr, after `who`, why the cluster file at path gave no devices for the job (ctx's last
+ * error), and how to measure this machine: into path where there is no file yet, else into another
+ * file (path may be an operator's hand-written cluster, which -o would overwrite). */
+static inline void gpt_say_cluster_unusable(pdde_context *ctx, const char *who, const char *path) {
+    if (access(path, F_OK)) fprintf(stderr, "%s: %s (build/pdde-bench -o %s measures this machine)\n", who, pdde_last_error(ctx), path);
+    else
+        fprintf(stderr, "%s: %s (build/pdde-bench -o build/this-machine.json measures this machine; then --cluster "
+                "build/this-machine.json)\n", who, pdde_last_error(ctx));
 }
 
 /* The data-parallel groups of plan p (dp / ep with ep groups, else 1). */

@@ -362,12 +362,33 @@ static pdde_status cluster_get_array(cluster_reader *r, const cJSON *obj, const 
     return PDDE_OK;
 }
 
+/* PDDE_ERR_CORRUPT naming a key of object o that is not one of keys (NULL-terminated) and the keys
+ * allowed there: cluster files are written by hand, and a misspelt key ("memroy") would silently keep
+ * a default and so give a wrong plan. */
+static pdde_status cluster_only_keys(cluster_reader *r, const cJSON *o, const char *path, const char *const *keys) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        int k = 0;
+        while (keys[k] && strcmp(e->string, keys[k])) k++;
+        if (keys[k]) continue;
+        char what[256];
+        int n = snprintf(what, sizeof what, "unknown key (expected ");
+        for (k = 0; keys[k] && n > 0 && n < (int)sizeof what; k++)
+            n += snprintf(what + n, sizeof what - (size_t)n, "%s%s", k ? ", " : "", keys[k]);
+        if (n > 0 && n < (int)sizeof what) snprintf(what + n, sizeof what - (size_t)n, ")");
+        return cluster_fail(r, path, e->string, what);
+    }
+    return PDDE_OK;
+}
+
 static pdde_status cluster_read_link(cluster_reader *r, const cJSON *o, const char *path, int endpoints,
                                      pdde_cluster_link *l) {
     pdde_status st;
     int kind = 0;
     if (!cJSON_IsObject(o)) return cluster_fail(r, path, NULL, "expected an object");
     memset(l, 0, sizeof *l);
+    static const char *const with_ends[] = {"a", "b", "kind", "bandwidth", "latency", "group", NULL};
+    if ((st = cluster_only_keys(r, o, path, endpoints ? with_ends : with_ends + 2))) return st;
     if (endpoints && ((st = cluster_get_i32(r, o, path, "a", "a device id (an integer)", INT32_MIN, &l->a)) ||
                       (st = cluster_get_i32(r, o, path, "b", "a device id (an integer)", INT32_MIN, &l->b))))
         return st;
@@ -387,6 +408,9 @@ static pdde_status cluster_read_spec(cluster_reader *r, const cJSON *o, const ch
     const cJSON *arr, *curves;
     if (!cJSON_IsObject(o)) return cluster_fail(r, path, NULL, "expected an object");
     memset(s, 0, sizeof *s);
+    if ((st = cluster_only_keys(r, o, path, (const char *const[]){"name", "kind", "backend", "peak_flops", "mem_bandwidth", "gemm", "curves",
+                                                                   "contention", NULL})))
+        return st;
     if ((st = cluster_get_str(r, o, path, "name", s->name, sizeof s->name)) ||
         (st = cluster_get_enum(r, o, path, "kind", "device kind", cluster_kind_names, 3, &kind)) ||
         (st = cluster_get_str(r, o, path, "backend", s->backend, sizeof s->backend)) ||
@@ -405,7 +429,8 @@ static pdde_status cluster_read_spec(cluster_reader *r, const cJSON *o, const ch
         int dt = 0;
         snprintf(p, sizeof p, "%s.gemm[%d]", path, s->n_gemm);
         if (!cJSON_IsObject(e)) return cluster_fail(r, p, NULL, "expected an object");
-        if ((st = cluster_get_enum(r, e, p, "dtype", "dtype", (const char *const[]){"f32", "f16", "bf16", "i32", "i64"}, PDDE_DTYPE_COUNT, &dt)) ||
+        if ((st = cluster_only_keys(r, e, p, (const char *const[]){"dtype", "m", "n", "k", "flops", NULL})) ||
+            (st = cluster_get_enum(r, e, p, "dtype", "dtype", (const char *const[]){"f32", "f16", "bf16", "i32", "i64"}, PDDE_DTYPE_COUNT, &dt)) ||
             (st = cluster_get_int(r, e, p, "m", "an integer >= 1", 1, &g->m)) ||
             (st = cluster_get_int(r, e, p, "n", "an integer >= 1", 1, &g->n)) ||
             (st = cluster_get_int(r, e, p, "k", "an integer >= 1", 1, &g->k)) ||
@@ -477,7 +502,9 @@ static pdde_status cluster_read_machine(cluster_reader *r, const cJSON *o, const
     const cJSON *devs;
     if (!cJSON_IsObject(o)) return cluster_fail(r, path, NULL, "expected an object");
     memset(m, 0, sizeof *m);
-    if ((st = cluster_get_i32(r, o, path, "id", "an integer >= 0", 0, &m->id)) ||
+    if ((st = cluster_only_keys(r, o, path, (const char *const[]){"id", "name", "cores", "numa_nodes", "host_memory", "l3_cache", "intra",
+                                                                   "nic", "devices", NULL})) ||
+        (st = cluster_get_i32(r, o, path, "id", "an integer >= 0", 0, &m->id)) ||
         (st = cluster_get_str(r, o, path, "name", m->name, sizeof m->name)) ||
         (st = cluster_get_i32(r, o, path, "cores", "an integer >= 0", 0, &m->cores)) ||
         (st = cluster_get_i32(r, o, path, "numa_nodes", "an integer >= 0", 0, &m->numa_nodes)))
@@ -504,7 +531,8 @@ static pdde_status cluster_read_machine(cluster_reader *r, const cJSON *o, const
         char spec[64];
         snprintf(p, sizeof p, "%s.devices[%d]", path, m->n_devices);
         if (!cJSON_IsObject(e)) return cluster_fail(r, p, NULL, "expected an object");
-        if ((st = cluster_get_i32(r, e, p, "id", "an integer >= 0", 0, &d->id)) ||
+        if ((st = cluster_only_keys(r, e, p, (const char *const[]){"id", "spec", "memory", NULL})) ||
+            (st = cluster_get_i32(r, e, p, "id", "an integer >= 0", 0, &d->id)) ||
             (st = cluster_get_str(r, e, p, "spec", spec, sizeof spec)) ||
             (st = cluster_get_int(r, e, p, "memory", "bytes as an integer", 0, &v)))
             return st;
@@ -528,6 +556,9 @@ static pdde_status cluster_read(cluster_reader *r, const cJSON *root, pdde_clust
     int64_t version;
     const cJSON *arr, *e;
     if (!cJSON_IsObject(root)) return cluster_fail(r, "(top level)", NULL, "expected an object");
+    if ((st = cluster_only_keys(r, root, "", (const char *const[]){"format", "version", "name", "specs", "machines", "links", "collectives",
+                                                                   NULL})))
+        return st;
     if ((st = cluster_get_str(r, root, "", "format", fmt, sizeof fmt))) return st;
     if (strcmp(fmt, "pdde-cluster")) return cluster_fail(r, "", "format", "expected \"pdde-cluster\"");
     if ((st = cluster_get_int(r, root, "", "version", "1", 1, &version))) return st;
@@ -563,6 +594,7 @@ static pdde_status cluster_read(cluster_reader *r, const cJSON *root, pdde_clust
         int op = 0, algo = 0;
         snprintf(p, sizeof p, "collectives[%d]", c->n_calibs);
         if (!cJSON_IsObject(e)) return cluster_fail(r, p, NULL, "expected an object");
+        if ((st = cluster_only_keys(r, e, p, (const char *const[]){"op", "algo", "ranks", "intra", "latency", "bandwidth", NULL}))) return st;
         const cJSON *intra = cJSON_GetObjectItemCaseSensitive(e, "intra");
         if ((st = cluster_get_enum(r, e, p, "op", "collective", cluster_coll_names, PDDE_COLL_COUNT, &op)) ||
             (st = cluster_get_enum(r, e, p, "algo", "algorithm", cluster_algo_names, 4, &algo)) ||

@@ -386,11 +386,10 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
         place = -1;
     for (int r = 0; r < ranks; r++) {
         int d = dev[r];
-        bool cpu_dev = d == cpu;
-        /* a CPU's figures are per rank already (pdde-bench measures a rank's threads); an accelerator
-         * shared by k ranks gives each a k-th */
-        double k = cpu_dev ? 1 : on[d];
-        a[r] = all.flops[d] / k, a[ranks + r] = all.mem_bw[d] / k, a[2 * ranks + r] = all.memory[d] / on[d];
+        /* a device shared by k ranks gives each a k-th of its speed, memory bandwidth and memory: an
+         * accelerator's time, and a CPU's cores (pdde-bench measures the CPU with all its threads;
+         * pdde-run gives each of k ranks cores / k of them) */
+        a[r] = all.flops[d] / on[d], a[ranks + r] = all.mem_bw[d] / on[d], a[2 * ranks + r] = all.memory[d] / on[d];
         a[3 * ranks + r] = all.op_latency ? all.op_latency[d] : 0;
         bool placing = place >= 0 && d != place;
         a[4 * ranks + r] = placing ? all.flops[place] : 0, a[5 * ranks + r] = placing ? all.mem_bw[place] : 0;

@@ -906,6 +906,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     pdde_moe_cost_params moe = PDDE_MOE_COST_PARAMS_INIT;
     bool has_moe = pp.cluster && plan_moe_params(g, &moe); /* (expert parallelism: by the MoE cost model, on the cluster) */
     bool regather = lower_regather_on();
+    const char *unlinked = NULL; /* a group of devices without a link's bandwidth that kept plans off both lists */
     int a2a_hier = has_moe ? moe_a2a_hier_mode() : -1;
 
     /* Plans on every device, and on fewer that leave the slowest out: on small clusters any number,
@@ -986,6 +987,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                                     with.why[0] = 0, plan_keep(plans, &nf, keep_fit, &with, with.step_s);
                                             }
                                         if (t == DBL_MAX && !(moe_ok && ep_all > 1 && moe.experts % ep_all == 0) && !e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
+                                        if (e.no_link && !unlinked) unlinked = e.no_link;
                                     }
                         }
                     }
@@ -1007,7 +1009,11 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     }
     for (int i = 0; i < nr && nf + i < max_plans; i++) plans[nf + i] = rejected[i];
     *n_fit = nf, *n_rejected = nr < max_plans - nf ? nr : max_plans - nf;
-    if (nf == 0) st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits on %d devices%s%s", N, nr ? "; the closest: " : "", nr ? rejected[0].why : "");
+    if (nf == 0 && !nr && unlinked) /* (no other reason to give: say why those plans were not timed) */
+        st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits on %d devices: the devices of a %s-parallel group have no link "
+                        "bandwidth between them (the cluster's intra / nic bandwidth is 0: a file from pdde-bench --no-comm; "
+                        "run pdde-bench without --no-comm, or give the links a bandwidth)", N, unlinked);
+    else if (nf == 0) st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits on %d devices%s%s", N, nr ? "; the closest: " : "", nr ? rejected[0].why : "");
 done:
     free(order), free(best), free(arg), free(dev), free(rejected), free(blocking);
     plan_profile_free(&prof);

@@ -167,7 +167,15 @@ static void test_malformed(void) {
     expect_error(base, "17000000003", "\"lots\"", 1, "machines[1].devices[3].memory: expected bytes as an integer");
     expect_error(base, "17000000003", "-5", 1, "machines[1].devices[3].memory: expected bytes as an integer, got -5");
     expect_error(base, "17000000003", "1.5", 1, "machines[1].devices[3].memory: expected bytes as an integer");
-    expect_error(base, "\"spec\":", "\"spek\":", 6, "machines[1].devices[3].spec: missing");
+    expect_error(base, "\"spec\":\t\"slow accel\",", "", 1, "machines[1].devices[0].spec: missing");
+    /* a misspelt key is refused by name with the keys allowed there (it would silently keep a default) */
+    expect_error(base, "\"spec\":", "\"spek\":", 6, "machines[1].devices[3].spek: unknown key (expected id, spec, memory)");
+    expect_error(base, "\"memory\":\t17000000003", "\"memroy\":\t17000000003", 1, "machines[1].devices[3].memroy: unknown key");
+    expect_error(base, "\"contention\":", "\"contension\":", 1, "specs[1].contension: unknown key (expected name, kind, backend, "
+                 "peak_flops, mem_bandwidth, gemm, curves, contention)");
+    expect_error(base, "\"latency\":\t2e-06", "\"latncy\":\t2e-06", 1, "machines[0].intra.latncy: unknown key (expected kind, bandwidth, latency, group)");
+    expect_error(base, "\"ranks\":\t2", "\"rank\":\t2", 1, "collectives[0].rank: unknown key");
+    expect_error(base, "\"cores\":\t8", "\"core\":\t8", 1, "machines[1].core: unknown key");
     expect_error(base, "\"accel\"", "\"tpu\"", 1, "specs[1].kind: unknown device kind \"tpu\"");
     expect_error(base, "\"b\":\t22", "\"b\":\t99", 1, "links[0].b: no device with id 99");
     expect_error(base, "\"a\":\t21", "\"a\":\t\"x\"", 1, "links[0].a: expected a device id");
@@ -178,7 +186,7 @@ static void test_malformed(void) {
     expect_error(base, "\"kind\":\t\"pcie\"", "\"kind\":\t\"carrier pigeon\"", 1, "links[0].kind: unknown link kind");
     expect_error(base, "\"bandwidth\":\t12000000000", "\"bandwidth\":\t\"fast\"", 1, "links[0].bandwidth: expected B/s");
     expect_error(base, "\"latency\":\t2e-06", "\"latency\":\t-2e-06", 1, "machines[0].intra.latency: expected seconds");
-    expect_error(base, "\"links\":", "\"linkz\":", 1, "links: missing");
+    expect_error(base, "\"links\":", "\"linkz\":", 1, "linkz: unknown key (expected format, version, name, specs, machines, links, collectives)");
     expect_error(base, "\"machines\":\t[", "\"machines\":\t{\"x\": [", 1, "");
     expect_error(base, "\"cores\":\t8", "\"cores\":\t8.5", 1, "machines[1].cores: expected an integer");
     expect_error(base, "\"flops\":\t14100000000000", "\"flops\":\t0", 1, "specs[0].gemm[0].flops: expected FLOP/s as a number > 0");
@@ -361,10 +369,25 @@ static void test_one_machine(void) {
     /* an accelerator slower than the CPU: every rank on the CPU, the accelerator a shared placement target */
     c = one_machine(1, 1e9, PDDE_DEVICE_ACCEL, "opencl");
     CHECK(pdde_plan_devices_init_graph(ctx, c, g, 2, &all) == PDDE_OK, "%s", pdde_last_error(ctx));
-    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[0] &&
-          d.flops[1] == all.flops[0] && d.memory[1] == all.memory[0] / 2 && !strcmp(d.place_backend, "opencl") &&
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[0] / 2 &&
+          d.flops[1] == all.flops[0] / 2 && d.mem_bw[1] == all.mem_bw[0] / 2 && d.memory[1] == all.memory[0] / 2 &&
+          !strcmp(d.place_backend, "opencl") &&
           d.place_flops[1] == all.flops[1] && d.place_memory[0] == all.memory[1] / 2 && d.cluster_device[0] == 0 && d.cluster_device[1] == 0,
-          "a slow accelerator: both ranks on the CPU (the simulation's device too), the accelerator shared beside them ('%s')", d.place_backend);
+          "a slow accelerator: both ranks on the CPU (the simulation's device too) with half its speed each, the accelerator "
+          "shared beside them ('%s')", d.place_backend);
+    /* two ranks on one CPU share its cores: data parallel over them is not predicted faster than one
+     * rank on the whole CPU (it only adds the gradients' allreduce) */
+    pdde_plan_devices one;
+    pdde_plan_params cpu_pp = PDDE_PLAN_PARAMS_INIT;
+    cpu_pp.batch = cfg.batch, cpu_pp.tp_divisor = cfg.heads, cpu_pp.use_all_devices = 1;
+    pdde_plan best1[4], best2[4]; /* (a quarter of the room is for plans that do not fit) */
+    int nf1 = 0, nf2 = 0, nr1 = 0, nr2 = 0;
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 1, &one) == PDDE_OK && pdde_plan_search(g, &one, &cpu_pp, best1, 4, &nf1, &nr1) == PDDE_OK &&
+          pdde_plan_search(g, &d, &cpu_pp, best2, 4, &nf2, &nr2) == PDDE_OK && nf1 && nf2, "search on the CPU: %s", pdde_last_error(ctx));
+    CHECK(nf1 && nf2 && best2[0].step_s >= 0.95 * best1[0].step_s,
+          "2 ranks on one CPU predicted %.4g s/step, one rank on it %.4g: ranks sharing the cores are not faster", nf2 ? best2[0].step_s : 0,
+          nf1 ? best1[0].step_s : 0);
+    pdde_plan_devices_free(&one);
     pdde_plan_devices_free(&d);
     pdde_plan_devices_free(&all);
     pdde_cluster_free(c);

@@ -2,7 +2,8 @@
 # pdde-bench's output says what it measured: --check prints a spec's peak in GFLOP/s or TFLOP/s by its
 # size (a CPU's 50 GFLOP/s is not 0.1 TFLOP/s), and a --quick run's collectives print the time measured
 # at the smallest size as the latency (the value the cluster file keeps), the line fit through the
-# larger sizes labelled as such. Run from the repository root: build/test_pdde_bench.
+# larger sizes labelled as such; a file without the intra link's bandwidth or a measured collective
+# (pdde-bench --no-comm) is flagged. Run from the repository root: build/test_pdde_bench.
 . tests/script_util.sh pdde-bench
 spec() { # NAME PEAK_FLOPS
     echo "{\"name\": \"$1\", \"kind\": \"cpu\", \"backend\": \"cpu\", \"peak_flops\": $2, \"mem_bandwidth\": 1e10, \"gemm\": [],
@@ -21,6 +22,14 @@ rc=$?
 [ $rc = 0 ] && grep -Eq ' slow +cpu +50\.0 GFLOP/s f32 peak' "$tmp/check.out" && grep -Eq ' fast +cpu +2\.5 TFLOP/s f32 peak' "$tmp/check.out"
 ok=$?
 check "--check: 5e10 FLOP/s as 50.0 GFLOP/s, 2.5e12 as 2.5 TFLOP/s (rc $rc: $(grep -o '[0-9.]* [GT]FLOP/s' "$tmp/check.out" | tr '\n' ' '))" $ok
+
+# a file without the intra link's bandwidth or a measured collective (pdde-bench --no-comm): flagged, exit 1
+sed 's/"bandwidth": 5e9/"bandwidth": 0/' "$tmp/two.json" >"$tmp/nolink.json"
+"$build/pdde-bench" --check "$tmp/nolink.json" >"$tmp/nolink.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q 'machine 0 ("host") has intra bandwidth 0 .*run pdde-bench without --no-comm' "$tmp/nolink.out"
+ok=$?
+check "--check flags intra bandwidth 0 without a measured collective (rc $rc: $(grep -m1 -o 'has intra.\{40\}' "$tmp/nolink.out"))" $ok
 
 if [ ! -x "$build/pdde-run" ]; then
     echo "SKIP ucx: pdde without UCX measures no collectives"

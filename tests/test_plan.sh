@@ -29,8 +29,11 @@ check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills (
 [ "$(grep -c '<rect' "$tmp/t.svg")" -gt 100 ] && grep -q 'rank 1' "$tmp/t.svg"
 check "the SVG timeline draws both ranks' events" $?
 # a slow accelerator beside the CPU (PoCL on the same cores): the search keeps both ranks on copies of the
-# CPU, and a plan's simulation runs them there too, not rank 1 on the accelerator
-sed -e 's/"specs": \[/"specs": [{"name": "slow", "kind": "accel", "backend": "opencl", "peak_flops": 5e8, "mem_bandwidth": 1e8, "gemm": [], "curves": {"elementwise": [[49152, 2e-3]], "row": [], "attention": [], "embedding": [], "optimizer": []}}, /' \
+# CPU, and a plan's simulation runs them there too, not rank 1 on the accelerator. The CPU has the
+# contention pdde-bench measures on 2 cores (without it the simulation runs 2 ranks at twice one's speed,
+# where the estimate shares the CPU's figures between them)
+sed -e 's/"kind": "cpu", "backend": "cpu",/"kind": "cpu", "backend": "cpu", "contention": {"gemm": 1.5, "elementwise": 2.5, "row": 1.85},/' \
+    -e 's/"specs": \[/"specs": [{"name": "slow", "kind": "accel", "backend": "opencl", "peak_flops": 5e8, "mem_bandwidth": 1e8, "gemm": [], "curves": {"elementwise": [[49152, 2e-3]], "row": [], "attention": [], "embedding": [], "optimizer": []}}, /' \
     -e 's/"memory": 8000000000}\]}\]/"memory": 8000000000}, {"id": 1, "spec": "slow", "memory": 8000000000}]}]/' "$tmp/cluster.json" >"$tmp/slow_acc.json"
 "$build/pdde-plan" --plan dp=2 --cluster "$tmp/slow_acc.json" >"$tmp/tl2.log" 2>&1
 compute=$(sed -n 's/^rank   [01] |.*| compute \([0-9.e-]*\) s.*/\1/p' "$tmp/tl2.log" | sort -u)
@@ -57,6 +60,32 @@ check "the Chrome trace is JSON with compute and comm events of both ranks" $?
 [ $? -ne 0 ] && grep -q 'do not divide the batch' "$tmp/tlbad.log"
 rc=$?
 check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $rc
+# a forced plan over its devices' memory (1 MiB each): its timeline, then which rank is over by how much, exit 1
+sed 's/"memory": 8000000000}/"memory": 1048576}/' "$tmp/cluster.json" >"$tmp/tinymem.json"
+"$build/pdde-plan" --plan dp=2 --cluster "$tmp/tinymem.json" >"$tmp/tlmem.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q '^rank   1 |' "$tmp/tlmem.log" && grep -Eq 'does not fit: rank 0 needs [0-9.e-]+ GiB at its peak, its device \(cluster device 0\) has 0.000488[0-9]* GiB for it: [0-9.e-]+ GiB over' "$tmp/tlmem.log"
+ok=$?
+check "a forced plan over its devices' memory says by how much and exits 1 (rc $rc: $(grep -m1 'does not fit' "$tmp/tlmem.log"))" $ok
+# a cluster file of 2 machines for a job on one: gpt says so and suggests measuring this machine into
+# another file, not over the operator's own
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); m = dict(d['machines'][0], id=1, devices=[{'id': 1, 'spec': 'cpu', 'memory': 8000000000}])
+d['machines'].append(m); json.dump(d, open(sys.argv[2], 'w'))" "$tmp/cluster.json" "$tmp/two_machines.json"
+"$build/gpt" --plan auto --cluster "$tmp/two_machines.json" --steps 1 >"$tmp/two.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "2 machines, the job has 1 ranks (build/pdde-bench -o build/this-machine.json" "$tmp/two.log" &&
+    ! grep -q "pdde-bench -o $tmp/two_machines.json" "$tmp/two.log"
+ok=$?
+check "a cluster file of 2 machines for 1 rank: measuring this machine into another file is suggested (rc $rc: $(grep -m1 'gpt: --plan auto' "$tmp/two.log"))" $ok
+# a place= range past the model's layers (0-5 for 4 blocks) is refused by name, not clamped to nothing
+"$build/pdde-plan" --plan dp=1,place=opencl:9-12 --cluster "$tmp/cluster.json" >"$tmp/place.log" 2>&1
+rc=$?
+"$build/gpt" --plan dp=1,tp=1,pp=1,mb=1,zero=0,place=opencl:4-6 --layers 4 --steps 1 >"$tmp/gplace.log" 2>&1
+grc=$?
+[ $rc != 0 ] && grep -q "place=opencl:9-12 is outside the model's layers 0-5" "$tmp/place.log" && [ $grc != 0 ] &&
+    grep -q "place=opencl:4-6 is outside the model's layers 0-5" "$tmp/gplace.log"
+ok=$?
+check "a place= range outside the model is refused by pdde-plan and gpt (rc $rc, $grc: $(head -1 "$tmp/place.log"))" $ok
 # after --auto, the best plan's timeline runs each rank on the device the search gave it: on the CPU
 # beside the slow accelerator, both ranks alike
 "$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 --timeline "$tmp/best.svg" >"$tmp/best.log" 2>&1

@@ -552,6 +552,18 @@ int main(void) {
         CHECK(pdde_plan_search(g, &c.d, &pp, plans, MAX_PLANS, &nf, &nr) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "device 1"),
               "a NaN speed is refused: %s", pdde_last_error(ctx));
     }
+    /* 6b. every device needed and no link measured between them (a cluster file from pdde-bench
+     * --no-comm): the error says so, not a bare "no plan fits" */
+    {
+        cluster c;
+        cluster_init(&c, 2, 1e11, 1e10, 1e10, 2);
+        c.d.intra_bw = 0;
+        pdde_plan_params all = pp;
+        all.use_all_devices = 1;
+        int st = pdde_plan_search(g, &c.d, &all, plans, MAX_PLANS, &nf, &nr);
+        CHECK(st == PDDE_ERR_NO_PLAN && nf == 0 && strstr(pdde_last_error(ctx), "no link bandwidth") &&
+              strstr(pdde_last_error(ctx), "pdde-bench without --no-comm"), "no link: %d '%s'", st, pdde_last_error(ctx));
+    }
     /* 7. the text form */
     {
         pdde_plan p, q;

@@ -850,6 +850,19 @@ static int check_missing(const char *path, const pdde_cluster *c) {
                     path, pdde_link_kind_name(c->links[i].kind), c->links[i].a, c->links[i].b);
             missing = 1;
         }
+    /* a link with bandwidth 0 and no measured allreduce to stand for it: the planner cannot time the
+     * ranks' collectives over it and leaves every plan using it out */
+    for (int m = 0; m < c->n_machines; m++)
+        for (int intra = 1; intra >= 0 && (intra || c->n_machines > 1); intra--) {
+            const pdde_cluster_link *l = intra ? &c->machines[m].intra : &c->machines[m].nic;
+            int measured = 0;
+            for (int i = 0; i < c->n_calibs; i++) measured |= c->calibs[i].intra == intra && c->calibs[i].bandwidth > 0;
+            if (l->bandwidth > 0 || measured) continue;
+            fprintf(stderr, "pdde-bench --check: %s: machine %d (\"%s\") has %s bandwidth 0 and no collective measured (a file from "
+                    "pdde-bench --no-comm): the planner cannot time its ranks' collectives; run pdde-bench without --no-comm\n",
+                    path, c->machines[m].id, c->machines[m].name, intra ? "intra" : "nic");
+            missing = 1;
+        }
     if (missing) fprintf(stderr, "pdde-bench --check: %s is incomplete: measure every device of it at once: pdde-bench --devices %s\n", path, backends);
     return missing;
 }

@@ -80,11 +80,25 @@ static int cluster_device_id(const pdde_cluster *cl, int i) {
     return -1;
 }
 
+/* The bytes rank r of `ranks` may use: its share of its device in d (the devices the plan was checked
+ * for), else the cluster's r-th device's (the first's, shared, where it has fewer) */
+static double rank_memory(const pdde_cluster *cl, const pdde_plan_devices *d, int r, int ranks) {
+    if (d && r < d->n_devices) return d->memory[r];
+    int n = pdde_cluster_device_count(cl), i = r < n ? r : 0;
+    for (int mi = 0; mi < cl->n_machines; mi++) {
+        if (i < cl->machines[mi].n_devices) return (double)cl->machines[mi].devices[i].memory / (r < n ? 1 : ranks);
+        i -= cl->machines[mi].n_devices;
+    }
+    return INFINITY;
+}
+
 /* One step of plan p for the GPT of c, simulated on the cluster from every rank's lowered program, each
  * rank on the device d (the devices the plan was searched or checked for) gives it: where d stands
- * several ranks on copies of one device, its cluster_device; else the cluster's devices in order. */
+ * several ranks on copies of one device, its cluster_device; else the cluster's devices in order.
+ * check_memory: a rank whose simulated peak is over its device's memory is an error (a plan given by
+ * hand that would fail to allocate), after the timeline. */
 static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan *p, const char *cluster_path, const pdde_plan_devices *d,
-                         const char *svg, const char *trace) {
+                         const char *svg, const char *trace, int check_memory) {
     pdde_cluster *cl = NULL;
     pdde_graph *g = NULL;
     pdde_cost_program *cp = NULL;
@@ -121,12 +135,23 @@ static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan
     if (!st && svg && !(st = pdde_cost_timeline_svg(ctx, res, cp, svg))) printf("timeline: %s\n", svg);
     if (!st && trace && !(st = pdde_cost_timeline_trace(ctx, res, cp, trace))) printf("trace: %s\n", trace);
     if (st) fprintf(stderr, "pdde-plan: timeline: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
+    int over = 0; /* (a placed plan's peak spans two devices: the search checks each of them) */
+    for (int r = 0; !st && check_memory && !p->place[0] && r < res->n_ranks; r++) {
+        double have = rank_memory(cl, d, r, ranks);
+        if (!(res->peak_memory[r] > have)) continue;
+        char s[256];
+        pdde_plan_str(p, s, sizeof s);
+        fprintf(stderr, "pdde-plan: --plan %s does not fit: rank %d needs %.4g GiB at its peak, its device (cluster device %d) has %.4g GiB "
+                "for it: %.4g GiB over\n", s, r, res->peak_memory[r] / GIB, rank_devices ? rank_devices[r] : cluster_device_id(cl, r),
+                have / GIB, (res->peak_memory[r] - have) / GIB);
+        over = 1;
+    }
     pdde_cost_result_free(res);
     pdde_cost_program_free(cp);
     pdde_graph_free(g);
     free(rank_devices);
     pdde_cluster_free(cl);
-    return st ? 1 : 0;
+    return st || over ? 1 : 0;
 }
 
 static int plan_auto(int argc, char **argv) {
@@ -167,12 +192,14 @@ static int plan_auto(int argc, char **argv) {
         int rc = 2;
         if (fp.pp > 1 && fp.stage_first[fp.pp] && fp.stage_first[fp.pp] != c.layers + 2)
             fprintf(stderr, "pdde-plan: --plan %s: the stages must cut the %d layers (embedding, blocks, head)\n", forced, c.layers + 2);
+        else if (gpt_plan_place_outside(&fp, &c, "pdde-plan: --plan")) /* (it said why) */
+            rc = 2;
         else if (c.batch % fp.micro)
             fprintf(stderr, "pdde-plan: --plan %s: %d micro-batches do not divide the batch %d\n", forced, fp.micro, c.batch);
         else { /* each rank on the device the search would give it */
             pdde_plan_devices d = {0};
             int have = gpt_plan_devices(ctx, cluster, &c, fp.dp * fp.tp * fp.pp, &d) == PDDE_OK;
-            rc = plan_timeline(ctx, &c, &fp, cluster, have ? &d : NULL, svg, trace);
+            rc = plan_timeline(ctx, &c, &fp, cluster, have ? &d : NULL, svg, trace, 1);
             if (have) pdde_plan_devices_free(&d);
         }
         pdde_context_free(ctx);
@@ -219,7 +246,7 @@ static int plan_auto(int argc, char **argv) {
         printf("no   %-56s %10.4g s/step had it fitted: %s\n", s, plans[i].step_s, plans[i].why);
     }
     if (st) fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
-    if (!st && nf > 0 && (svg || trace)) st = plan_timeline(ctx, &c, &plans[0], cluster, &d, svg, trace) ? PDDE_ERR_NO_PLAN : PDDE_OK;
+    if (!st && nf > 0 && (svg || trace)) st = plan_timeline(ctx, &c, &plans[0], cluster, &d, svg, trace, 0) ? PDDE_ERR_NO_PLAN : PDDE_OK;
     pdde_plan_devices_free(&d);
     pdde_context_free(ctx);
     return st ? 1 : 0;
