@@ -742,6 +742,11 @@ elastic_rebuild:
            where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx), pdde_context_thread_count(ctx) > 1 ? "s" : "");
     if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
     if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
+    if (plan.shares && o.dp > 1) { /* (uneven shares: this rank's part of each step) */
+        int all = 0;
+        for (int d = 0; d < o.dp; d++) all += plan.shares[d];
+        printf("; uneven shares: this rank runs %d of the step's %d micro-batches", plan.shares[rank / (o.tp * o.pp)] * o.micro, all * o.micro);
+    }
     printf("\n");
     /* the arena holds one micro-batch's activations per micro-batch in flight (pipeline stages keep
      * several), with the memory plan's reuse; the sum is one pass's tensors as if none shared memory */

@@ -176,6 +176,11 @@ if [ -x "$build/pdde-run" ]; then
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
         check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
     done
+    # (the last: shares=3:1, one micro-batch a share: each rank says its part)
+    grep -q '^\[0\] .*uneven shares: this rank runs 3 of the step.s 4 micro-batches' "$tmp/split.log" &&
+        grep -q '^\[1\] .*uneven shares: this rank runs 1 of the step.s 4 micro-batches' "$tmp/split.log"
+    ok=$?
+    check "shares=3:1: each rank says its part of the step ($(grep -o 'uneven shares.*' "$tmp/split.log" | head -1))" $ok
     # the LLaMA-style model (grouped-query attention: tp 2 gives each rank one kv group and its 2 query heads;
     # pipeline stages; ZeRO-3)
     "$build/gpt" --arch llama --kv-heads 2 "${args[@]}" >"$tmp/llama.log" 2>&1
