@@ -111,6 +111,7 @@ PDDE_PRIVATE void pdde_env_warn(const char *name, const char *value, const char 
 
 /* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
 PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
+PDDE_PRIVATE void dims_str(int ndim, const int64_t *shape, char *buf, size_t n); /* "[2,3]" */
 PDDE_PRIVATE uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 
 /* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):

@@ -222,11 +222,13 @@ const char *pdde_op_name(pdde_op op) {
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }
 
-PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
+PDDE_PRIVATE void dims_str(int ndim, const int64_t *shape, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
 }
+
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) { dims_str(t->ndim, t->shape, buf, n); }
 
 /* ------------------------------------------------------------------------------------------------
  * Checksums (CRC-32, the zlib polynomial) */

@@ -278,11 +278,8 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             bool same = t->ndim == ndim && t->dtype == dtype && pdde_tensor_nbytes(t) == nbytes;
             for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
             if (!same) {
-                char want[96], have[96] = "[";
-                shape_str(t, want, sizeof want);
-                for (int d = 0; d < ndim; d++)
-                    snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "," : "", (long long)shape[d]);
-                snprintf(have + strlen(have), sizeof have - strlen(have), "]");
+                char want[96], have[96];
+                shape_str(t, want, sizeof want), dims_str(ndim, shape, have, sizeof have);
                 free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is %s %s there, the model's is %s %s (another model's checkpoint?)",
                                   path, name, pdde_dtype_name(dtype), have, pdde_dtype_name(t->dtype), want);

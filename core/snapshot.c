@@ -744,11 +744,8 @@ static pdde_status set_restore(pdde_session *s, snap_set *set, pdde_checkpoint_e
         bool same = t->ndim == c->ndim && t->dtype == c->dtype;
         for (int d = 0; same && d < c->ndim; d++) same = t->shape[d] == c->shape[d];
         if (!same) {
-            char want[96], have[96] = "[";
-            shape_str(t, want, sizeof want);
-            for (int d = 0; d < c->ndim; d++)
-                snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "," : "", (long long)c->shape[d]);
-            snprintf(have + strlen(have), sizeof have - strlen(have), "]");
+            char want[96], have[96];
+            shape_str(t, want, sizeof want), dims_str(c->ndim, c->shape, have, sizeof have);
             st = pdde_error(s->ctx, PDDE_ERR_MISMATCH, "%s: tensor %s is %s %s there, the model's is %s %s (another model's checkpoint?)", set->what,
                             c->name, pdde_dtype_name(c->dtype), have, pdde_dtype_name(t->dtype), want);
         }

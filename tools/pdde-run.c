@@ -338,11 +338,9 @@ static void make_run_id(char *out, size_t cap) {
  * its ranks). 0; 2 after saying why (another secret, no store answering within timeout_s, no run id). */
 static int check_job_store(pdde_context *ctx, const char *addr, const char *job, double timeout_s, int join, char *run, size_t cap) {
     pdde_store *s = NULL;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = now_s();
     pdde_status st = pdde_store_connect(ctx, addr, timeout_s, &s);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    double waited = now_s() - t0;
     if (st == PDDE_ERR_ENV || st == PDDE_ERR_INVALID_ARG) { /* (this node's own setting: its job secret, the address) */
         fprintf(stderr, "pdde-run: %s\n", pdde_last_error(ctx));
         return 2;
