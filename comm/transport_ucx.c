@@ -86,6 +86,30 @@ static pdde_status ucx_status(pdde_context *ctx, ucs_status_t s, const char *wha
     return pdde_error(ctx, PDDE_ERR_COMM, "ucx: %s: %s", what, ucs_status_string(s));
 }
 
+/* The UCX options pdde needs that UCX 1.13 reads only from the environment (ucp_config_modify does not
+ * reach them), set there unless the user set them. Once a process, by its first pdde_context_init, before
+ * pdde starts a thread: a setenv that adds a variable while another thread reads the environment (an etcd
+ * client's getaddrinfo, a device runtime) can crash that thread. */
+static void transport_env_defaults_once(void) {
+    /* Shared memory takes part in the PEER error mode only with these two (the peer's death is then found
+     * by keepalive); without them UCX falls back to TCP loopback, 5-10x slower. */
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    /* UCX's memory hooks patch mmap/malloc in a process whose other threads (a device runtime such as
+     * PoCL, OpenBLAS) are already running; installing them deadlocked ucp_init now and then. The shared
+     * memory and TCP transports do not need them; on InfiniBand set UCX_MEM_EVENTS=y for the
+     * registration cache. */
+    setenv("UCX_MEM_EVENTS", "n", 0);
+    setenv("UCX_MEMTYPE_CACHE", "n", 0);
+    setenv("UCX_RCACHE_ENABLE", "n", 0); /* the registration cache is what installs the mmap hooks */
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+}
+
+static void comm_transport_env_defaults(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, transport_env_defaults_once);
+}
+
 /* Sets a UCX option unless the user set it in the environment (the environment wins). */
 static void ucx_default(ucp_config_t *cfg, const char *name, const char *value) {
     char env[128];
@@ -103,19 +127,7 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
         pdde_status st = comm_secret_set(ctx, &tr->secret, p->secret, strlen(p->secret), "the transport parameters");
         if (st) { free(tr); return st; }
     }
-    /* Shared memory takes part in the PEER error mode only with these options (the peer's death is
-     * then found by keepalive); without them UCX falls back to TCP loopback, 5-10x slower. UCX 1.13
-     * reads transport options only from the environment (ucp_config_modify does not reach them), so
-     * they are set there, never overriding the user's choice. */
-    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
-    /* UCX's memory hooks patch mmap/malloc in a process whose other threads (a device runtime such as
-     * PoCL, OpenBLAS) are already running; installing them deadlocked ucp_init now and then. The shared
-     * memory and TCP transports do not need them; on InfiniBand set UCX_MEM_EVENTS=y for the
-     * registration cache. */
-    setenv("UCX_MEM_EVENTS", "n", 0);
-    setenv("UCX_MEMTYPE_CACHE", "n", 0);
-    setenv("UCX_RCACHE_ENABLE", "n", 0); /* the registration cache is what installs the mmap hooks */
+    comm_transport_env_defaults(); /* (done already by pdde_context_init, before pdde started a thread) */
     ucp_config_t *cfg;
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK) { free(tr); return ucx_status(ctx, s, "ucp_config_read"); }

@@ -8,6 +8,9 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     *out = NULL;
     pdde_context_params p = PDDE_CONTEXT_PARAMS_INIT;
     if (params) p = *params;
+#ifdef PDDE_HAVE_UCX
+    comm_transport_env_defaults(); /* (before the backends start their threads) */
+#endif
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
     error_init(ctx);

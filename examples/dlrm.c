@@ -46,7 +46,7 @@ static void usage(void) {
          "(--servers, or PDDE_PS_SERVERS in the environment; without a launcher --mode trains in one process).\n"
          "--save DIR: the table's shards and the dense network (DIR/dense.ckpt) at the end; --load DIR starts\n"
          "from them (under any --servers count: the table is re-partitioned). --checkpoint DIR: every N steps\n"
-         "(default 1000; each epoch's end with --pipeline) and at the end, the whole model (table, dense network\n"
+         "(default 1000) and at the end, the whole model (table, dense network\n"
          "with its optimizer state, the data position) in DIR/samples-S (S samples trained on), named by DIR/latest\n"
          "once complete; --load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with).\n--pipeline: train "
          "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
@@ -382,10 +382,14 @@ int main(int argc, char **argv) {
         pdde_pipeline *pl = NULL;
         if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
         for (int e = per_epoch ? (int)(start / per_epoch) : o.epochs; e < o.epochs && !st; e++) {
-            long first = e == start / per_epoch ? start % per_epoch : 0; /* (a resumed epoch: from its position) */
-            st = pdde_pipeline_run(pl, e * per_epoch + first, per_epoch - first);
-            step = (e + 1) * per_epoch;
-            if (!st && o.ckpt_dir && lead) st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(step * step_samples)), last_ckpt = step;
+            long end = (e + 1) * per_epoch;
+            while (step < end && !st) { /* to the epoch's end or the next checkpoint (the pipeline drains there) */
+                long to = o.ckpt_dir && (step / ckpt_every + 1) * ckpt_every < end ? (step / ckpt_every + 1) * ckpt_every : end;
+                st = pdde_pipeline_run(pl, step, to - step);
+                step = to;
+                if (!st && o.ckpt_dir && lead && step % ckpt_every == 0)
+                    st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(step * step_samples)), last_ckpt = step;
+            }
             double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step - start) * o.cfg.batch * nw / el;
             if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
                                     (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);

@@ -411,8 +411,16 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
 int main(void) {
     /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
     setenv("PDDE_BACKENDS", "cpu", 0);
+    /* the UCX options the transport needs are in the environment once the context exists (before any of
+     * pdde's threads start: a setenv later races their getenv), and the user's own are kept */
+    unsetenv("UCX_POSIX_ERROR_HANDLING");
+    setenv("UCX_MEM_EVENTS", "user", 1);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
+    const char *posix = getenv("UCX_POSIX_ERROR_HANDLING"), *events = getenv("UCX_MEM_EVENTS");
+    CHECK(posix && !strcmp(posix, "y"), "UCX_POSIX_ERROR_HANDLING after pdde_context_init: %s", posix ? posix : "(unset)");
+    CHECK(events && !strcmp(events, "user"), "UCX_MEM_EVENTS after pdde_context_init: %s (the user's was 'user')", events ? events : "(unset)");
+    setenv("UCX_MEM_EVENTS", "n", 1);
     char addr[64];
     pdde_store_server *srv = test_store_serve(ctx, addr, sizeof addr);
     if (!srv) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }

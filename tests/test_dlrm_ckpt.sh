@@ -6,7 +6,8 @@
 # under 1 and 3 servers and in one process (re-partitioned: the same rows, each once); a folder with
 # no shards is a clear error; --save to a folder that cannot be made is refused before training;
 # --mode sync without a launcher trains in one process, too many servers say what to do; a CRLF line
-# of 4096 bytes is read as the same line with LF, 4097 bytes are over-long either way.
+# of 4096 bytes is read as the same line with LF, 4097 bytes are over-long either way. The pipeline
+# (--pipeline) checkpoints inside an epoch and resumes to the uninterrupted model.
 # Run from the repository root: build/test_dlrm_ckpt.
 . tests/script_util.sh dlrm_ckpt
 dlrm=$build/dlrm run=$build/pdde-run
@@ -123,6 +124,20 @@ check "one process: --load resumes inside the run (rc $rc, at step '$at' of '$to
 same_model "$tmp/one_ref" "$tmp/one_out" >"$tmp/same.out" 2>&1
 ok=$?
 check "one process: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $ok
+# the pipeline (one slot: the same order of pulls and pushes on every run) checkpoints inside an epoch
+# (every 30 steps, 56 to an epoch) and resumes to the uninterrupted model
+pipe="$dlrm $model --epochs 40 --pipeline 1"
+timeout 120 $pipe --save "$tmp/pipe_ref" >"$tmp/pipe.out" 2>&1
+check "pipeline: the uninterrupted run saves (rc $?)" $?
+kill_after_checkpoint "$tmp/pipe_ck" "" timeout 120 $pipe --checkpoint "$tmp/pipe_ck" --checkpoint-every 30
+timeout 120 $pipe --checkpoint "$tmp/pipe_ck" --checkpoint-every 30 --load "$tmp/pipe_ck" --save "$tmp/pipe_out" >"$tmp/resumed.out" 2>&1
+rc=$?
+read -r at total < <(resumed_at "$tmp/resumed.out"; echo)
+[ $rc = 0 ] && [ -n "$at" ] && [ "$at" -gt 0 ] && [ "$at" -lt "$total" ] && [ $((at % 30)) = 0 ] && [ $((at % 56)) != 0 ]
+check "pipeline: --load resumes at a checkpoint inside an epoch (rc $rc, at step '$at' of '$total', SIGKILLed: rc $killed_rc)" $?
+same_model "$tmp/pipe_ref" "$tmp/pipe_out" >"$tmp/same.out" 2>&1
+ok=$?
+check "pipeline: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $ok
 if [ -x "$run" ]; then
     timeout 60 "$dlrm" $model --epochs 40 --batch 64 --load "$tmp/ck0" --save "$tmp/to_one" >"$tmp/to.out" 2>&1
     rc=$?

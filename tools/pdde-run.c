@@ -644,14 +644,6 @@ int main(int argc, char **argv) {
     setenv("PDDE_NUM_THREADS", v, 0);
     setenv("OPENBLAS_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 0);
     setenv("OMP_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 0);
-    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-    /* the UCX options comm/transport_ucx.c sets (never over the user's) when a rank's transport starts: set
-     * here, before the ranks start, its setenv finds them and leaves the environment as it is; a setenv that
-     * adds a variable while another thread of the rank reads the environment (the etcd client's, in getenv)
-     * can crash that thread */
-    static const char *const ucx_defaults[][2] = {{"UCX_POSIX_ERROR_HANDLING", "y"}, {"UCX_SYSV_ERROR_HANDLING", "y"},
-                                                  {"UCX_MEM_EVENTS", "n"}, {"UCX_MEMTYPE_CACHE", "n"}, {"UCX_RCACHE_ENABLE", "n"}};
-    for (size_t k = 0; k < sizeof ucx_defaults / sizeof *ucx_defaults; k++) setenv(ucx_defaults[k][0], ucx_defaults[k][1], 0);
     fflush(NULL);
     for (int r = 0; r < n; r++) {
         ch[r].rank = node_rank * n + r;
