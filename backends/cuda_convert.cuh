@@ -1,6 +1,7 @@
 /* cuda_convert.cuh — f32 to and from f16 and bf16 as the CUDA kernels store and read them (round to nearest
- * even; NaN stays a quiet NaN, overflow becomes infinity). Included by cuda_kernels.cu and, compiled for the
- * host, by the emulation tests (tests/mem_emu.cpp, tests/moe_emu.cpp), so that they check these very functions. */
+ * even; NaN stays a quiet NaN, overflow becomes infinity), and the kernels' typed stores and loads built on
+ * them. Included first by cuda_kernels.cu and, compiled for the host, by the emulation tests
+ * (tests/mem_emu.cpp and the others), so that they check these very functions. */
 __device__ unsigned short f32_to_f16(float f) {
     unsigned int u = __float_as_uint(f);
     unsigned int sign = (u >> 16) & 0x8000u, absu = u & 0x7fffffffu;
@@ -37,3 +38,22 @@ __device__ unsigned short f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (unsigned short)(u >> 16);
 }
+
+/* An f32 result stored as the output's dtype (ydt: 0 f32, 1 f16, 2 bf16, as k_cast rounds): an op whose only
+ * reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their producers). */
+__device__ __forceinline__ void store_out(void *y, long long i, float v, int ydt) {
+    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
+    else ((float *)y)[i] = v;
+}
+/* An input element read as f32 (the bf16 logits of the cross-entropy: planner/lower.c, PDDE_BF16_LOGITS),
+ * by the element type a kernel body was instantiated for. */
+struct ld_f32 { typedef float T; static __device__ __forceinline__ float get(const float *p, long long i) { return p[i]; } };
+struct ld_bf16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float get(const unsigned short *p, long long i) { return __uint_as_float((unsigned)p[i] << 16); }
+};
+struct ld_f16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); }
+};

@@ -31,28 +31,8 @@ enum { B_ADD = 0, B_SUB, B_MUL };
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
-__device__ unsigned short f32_to_f16(float f);
-__device__ unsigned short f32_to_bf16(float f);
-/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op
- * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their
- * producers). */
-__device__ __forceinline__ void store_out(void *y, long long i, float v, int ydt) {
-    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
-    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
-    else ((float *)y)[i] = v;
-}
-/* An input element read as f32 (the bf16 logits of the cross-entropy: planner/lower.c, PDDE_BF16_LOGITS),
- * by the element type the kernel body was instantiated for. */
-__device__ float f16_to_f32(unsigned short h);
-struct ld_f32 { typedef float T; static __device__ __forceinline__ float get(const float *p, long long i) { return p[i]; } };
-struct ld_bf16 {
-    typedef unsigned short T;
-    static __device__ __forceinline__ float get(const unsigned short *p, long long i) { return __uint_as_float((unsigned)p[i] << 16); }
-};
-struct ld_f16 {
-    typedef unsigned short T;
-    static __device__ __forceinline__ float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); }
-};
+enum { DT_F32 = 0, DT_F16, DT_BF16, DT_I32, DT_I64 };
+#include "cuda_convert.cuh" /* f32 to and from f16 / bf16; store_out; the ld_* loaders */
 
 __device__ __forceinline__ float gelu_f(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -613,10 +593,6 @@ extern "C" __global__ void k_dropout(const float *__restrict__ x, float *__restr
 }
 
 /* ---- casts ------------------------------------------------------------------------------------ */
-
-enum { DT_F32 = 0, DT_F16, DT_BF16, DT_I32, DT_I64 };
-
-#include "cuda_convert.cuh"
 
 extern "C" __global__ void k_cast(const void *__restrict__ src, void *__restrict__ dst, long long n, int sdt, int ddt) {
     GRID_STRIDE(i, n) {

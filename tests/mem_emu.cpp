@@ -35,14 +35,6 @@ static uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 #include "../backends/cuda_convert.cuh"
-static void store_out(void *y, long long i, float v, int ydt) {
-    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
-    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
-    else ((float *)y)[i] = v;
-}
-struct ld_f32 { typedef float T; static float get(const float *p, long long i) { return p[i]; } };
-struct ld_bf16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return bf16_to_f32(p[i]); } };
-struct ld_f16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); } };
 
 /* the optimizers' helpers, as cuda_kernels.cu has them */
 enum { DT_F32 = 0, DT_F16, DT_BF16 };

@@ -61,11 +61,6 @@ static float warp_sum(float v) { /* (cuda_kernels.cu's) */
 }
 
 #include "../backends/cuda_convert.cuh"
-static void store_out(void *y, long long i, float v, int ydt) {
-    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
-    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
-    else ((float *)y)[i] = v;
-}
 
 #include "../backends/cuda_norm.cuh"
 

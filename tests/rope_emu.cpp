@@ -30,14 +30,6 @@ static float __fmul_rn(float a, float b) { return a * b; }
 enum { DT_F32 = 0, DT_F16, DT_BF16 };
 
 #include "../backends/cuda_convert.cuh"
-static void store_out(void *y, long long i, float v, int ydt) {
-    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
-    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
-    else ((float *)y)[i] = v;
-}
-struct ld_f32 { typedef float T; static float get(const float *p, long long i) { return p[i]; } };
-struct ld_bf16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return bf16_to_f32(p[i]); } };
-struct ld_f16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); } };
 
 #include "../backends/cuda_rope.cuh"
 
