@@ -447,8 +447,12 @@ def check(path, amp=False):
     }
     print("recomputed with torch %s, max |diff|: %s" % (
         torch.__version__, ", ".join("%s %.3g" % kv for kv in diffs.items())))
-    if max(diffs.values()) > 1e-6:
-        print("FAIL: recomputation differs")
+    # The parameters after the AdamW steps differ most between PyTorch versions (their update kernels round
+    # m / (sqrt(v) + eps) differently; 2.4e-6 between 1.13 and 2.x): lr-sized steps, so 1e-5 there.
+    limits = {"logits": 1e-6, "loss": 1e-6, "grads": 1e-6, "losses": 1e-6, "final": 1e-5}
+    over = [k for k in diffs if diffs[k] > limits[k]]
+    if over:
+        print("FAIL: recomputation differs: " + ", ".join("%s %.3g > %g" % (k, diffs[k], limits[k]) for k in over))
         ok = False
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
