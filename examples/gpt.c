@@ -27,6 +27,7 @@ typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     int stop_after, reschedule, share_device, ckpt_async;
+    int rope_base_given;   /* --rope-base was given (0 is refused, not taken as the default) */
     int ep;                /* --ep: the experts over groups of ep of the --dp ranks (1 < ep < dp) */
     int ft;                /* --ft-replicas: a lost replica's samples are dropped (no re-split of the batch) */
     float lr, weight_decay, clip;
@@ -48,7 +49,7 @@ static void usage(FILE *f) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
-            "           [--rope-base X]    (llama: RoPE's base; default 10000)\n"
+            "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
@@ -122,7 +123,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
         else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
-        else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base;
+        else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
         else if (!strcmp(a, "--arch")) {
             if (strcmp(v, "gpt") && strcmp(v, "llama")) { fprintf(stderr, "gpt: --arch takes gpt or llama, got '%s'\n", v); return -1; }
             o->model.arch = strcmp(v, "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
@@ -209,25 +210,47 @@ static int parse(int argc, char **argv, options *o) {
         }
     }
     if (o->resume && !o->ckpt_dir) { fprintf(stderr, "gpt: --resume reads the checkpoint of --ckpt-dir DIR: give it\n"); return -1; }
-    gpt_config *m = &o->model;
-    if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
-        fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
+    static const struct { const char *name; int min; } at_least_one[] = {{"--dp", 1}, {"--tp", 1}, {"--pp", 1}, {"--micro", 1}};
+    const int *plan_v[] = {&o->dp, &o->tp, &o->pp, &o->micro};
+    for (int k = 0; k < 4; k++)
+        if (*plan_v[k] < at_least_one[k].min) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", at_least_one[k].name, *plan_v[k]); return -1; }
+    if ((double)o->dp * o->tp * o->pp > 1 << 16) { fprintf(stderr, "gpt: dp %d x tp %d x pp %d ranks: at most 2^16\n", o->dp, o->tp, o->pp); return -1; }
+    /* the rank count first: a plan for other ranks breaks the rules below only by accident */
+    pdde_comm_env world;
+    long plan_ranks = (long)o->dp * o->tp * o->pp;
+    bool plan_auto = o->plan && !strcmp(o->plan, "auto");
+    if (!plan_auto && !under_elastic() && plan_ranks > 1 && pdde_comm_env_read(NULL, &world) == PDDE_OK && world.world_size > 1 &&
+        plan_ranks != world.world_size) {
+        if (o->plan) fprintf(stderr, "gpt: --plan '%s': dp %d x tp %d x pp %d = %ld ranks, but the launcher started %d: ", o->plan, o->dp, o->tp, o->pp, plan_ranks, world.world_size);
+        else fprintf(stderr, "gpt: --dp %d x --tp %d x --pp %d = %ld ranks, but the launcher started %d: ", o->dp, o->tp, o->pp, plan_ranks, world.world_size);
+        fprintf(stderr, "the plan must use exactly the ranks started (pdde-run -n %ld, or a plan for %d)\n", plan_ranks, world.world_size);
         return -1;
     }
-    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || m->rope_base)) {
+    gpt_config *m = &o->model;
+    /* each rule on its own, so the message names the flag that breaks it */
+    static const char *const model_flag[] = {"--layers", "--heads", "--width", "--batch"};
+    const int *model_v[] = {&m->layers, &m->heads, &m->width, &m->batch};
+    for (int k = 0; k < 4; k++)
+        if (*model_v[k] < 1) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", model_flag[k], *model_v[k]); return -1; }
+    if (m->ctx < 2) { fprintf(stderr, "gpt: --ctx must be >= 2 (a token and the next), got %d\n", m->ctx); return -1; }
+    if (m->vocab < 256) { fprintf(stderr, "gpt: --vocab must be >= 256 (the tokens are bytes), got %d\n", m->vocab); return -1; }
+    if (m->width % m->heads) {
+        fprintf(stderr, "gpt: --width %d is not divisible by --heads %d: each head is width / heads wide\n", m->width, m->heads);
+        return -1;
+    }
+    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || o->rope_base_given)) {
         fprintf(stderr, "gpt: --kv-heads and --rope-base are LLaMA's: give --arch llama with them\n");
         return -1;
     }
-    if (m->rope_base != 0 && !(m->rope_base > 1)) { fprintf(stderr, "gpt: --rope-base %g: RoPE's base must be > 1\n", m->rope_base); return -1; }
+    if (o->rope_base_given && !(m->rope_base > 1)) {
+        fprintf(stderr, "gpt: --rope-base %g: RoPE's base must be > 1 (without the flag it is 10000)\n", m->rope_base);
+        return -1;
+    }
     if (m->arch == GPT_ARCH_LLAMA && (m->heads % gpt_kv_heads(m) || m->heads / gpt_kv_heads(m) > 64 || (m->width / m->heads) % 2)) {
         fprintf(stderr, "gpt: --arch llama needs --kv-heads %d dividing --heads %d (at most 64 query heads a kv head) and an even head "
                 "dim (--width / --heads = %d, for RoPE)\n", gpt_kv_heads(m), m->heads, m->width / m->heads);
         return -1;
     }
-    static const struct { const char *name; int min; } at_least_one[] = {{"--dp", 1}, {"--tp", 1}, {"--pp", 1}, {"--micro", 1}};
-    const int *plan_v[] = {&o->dp, &o->tp, &o->pp, &o->micro};
-    for (int k = 0; k < 4; k++)
-        if (*plan_v[k] < at_least_one[k].min) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", at_least_one[k].name, *plan_v[k]); return -1; }
     if (m->moe_experts == 1 || m->moe_experts > 4096 || (m->moe_experts > 1 && gpt_moe_topk(m) > m->moe_experts)) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
@@ -253,8 +276,21 @@ static int parse(int argc, char **argv, options *o) {
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2 && !elastic)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
-    if (units * o->micro > m->batch || m->batch % (units * o->micro) || o->pp > m->layers + 2 || (long)o->dp * o->tp * o->pp > 1 << 16) {
-        fprintf(stderr, "gpt: --dp (or the sum of the plan's shares) x --micro must divide --batch (the global batch), --pp at most layers + 2, at most 2^16 ranks\n");
+    if (m->batch % (units * o->micro)) {
+        if (o->plan && shares.shares)
+            fprintf(stderr, "gpt: --plan '%s': the shares' sum %ld x mb %d = %ld must divide --batch %d (the global batch): give a --batch that is a multiple of %ld\n",
+                    o->plan, units, o->micro, units * o->micro, m->batch, units * o->micro);
+        else if (o->plan)
+            fprintf(stderr, "gpt: --plan '%s': dp %d x mb %d = %ld must divide --batch %d (the global batch): give a --batch that is a multiple of %ld\n",
+                    o->plan, o->dp, o->micro, units * o->micro, m->batch, units * o->micro);
+        else
+            fprintf(stderr, "gpt: --dp %d x --micro %d = %ld must divide --batch %d (the global batch): give a --batch that is a multiple of %ld\n",
+                    o->dp, o->micro, units * o->micro, m->batch, units * o->micro);
+        return -1;
+    }
+    if (o->pp > m->layers + 2) {
+        fprintf(stderr, "gpt: %s %d: at most --layers + 2 = %d pipeline stages (the embedding, each block, the head)\n", o->plan ? "--plan's pp" : "--pp",
+                o->pp, m->layers + 2);
         return -1;
     }
     return 0;
@@ -443,8 +479,9 @@ static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row
 }
 
 /* Samples n bytes: the context fills every row of the batch, the next byte comes from the logits at
- * the last filled position (temperature 0.8). Every rank runs it; the ones holding the logits (the
- * last pipeline stage) can read them, and `print` says which one prints. */
+ * the last filled position (temperature 0.8). Every rank runs it; under pipeline stages only the last
+ * stage holds the logits: its first rank's choice goes to every rank, so the first stage feeds it in
+ * next (the sample one process gives). `print` says which rank prints. */
 static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, const feeder *f, int n, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = f->batch * T;
     uint64_t seed = o->seed;
@@ -462,7 +499,6 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
         if (gpt_write_batch(s, m, f->plan, f->dp_index, ids, NULL) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
         bool have = block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK;
-        if (!have) print = 0; /* another stage's */
         const float *row = have ? logits + (size_t)(filled - 1) * cols : zeros;
         if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
         double mx = -INFINITY, sum = 0;
@@ -472,6 +508,13 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
         double r = (double)(seed >> 11) / 9007199254740992.0 * sum, acc = 0;
         int next = 255;
         for (int v = 0; v < 256; v++) if ((acc += exp((row[v] - mx) / 0.8)) >= r) { next = v; break; }
+        if (comm && o->pp > 1) { /* the last stage's choice (mesh rank pp - 1: dp 0, tp 0) */
+            int32_t chosen = next;
+            const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;
+            int root = plan ? pdde_plan_process_of_rank(plan, o->pp - 1) : o->pp - 1;
+            if (pdde_comm_broadcast(comm, &chosen, 1, PDDE_I32, root) != PDDE_OK) break;
+            next = chosen;
+        }
         text[len++] = (char)next;
         if (filled == T) { memmove(ids, ids + 1, (size_t)(T - 1) * sizeof *ids); filled--; }
         ids[filled++] = next;
@@ -521,6 +564,76 @@ static int world_too_large(pdde_context *ctx, const options *o) {
             "Give --dp %d (or --tp, --pp, --plan) to use them%s\n", env.world_size, o->ckpt_dir ? " into the same --ckpt-dir" : "",
             env.world_size, o->model.moe_ep ? " (--moe-ep splits the experts over the --dp ranks)" : "");
     return 1;
+}
+
+/* The model flags that the tensors' shapes do not show, kept beside the checkpoint in --ckpt-dir (the
+ * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base, top-k or capacity would load
+ * the tensors silently and train another function. */
+#define MODEL_FLAGS_FILE "gpt-model-flags.txt"
+enum { MODEL_FLAGS = 6 };
+static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], double value[MODEL_FLAGS]) {
+    static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity"};
+    const double values[MODEL_FLAGS] = {(double)c->arch, c->heads, gpt_kv_heads(c), gpt_rope_base(c), gpt_moe_topk(c), c->moe_capacity};
+    for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k], value[k] = values[k];
+}
+
+static void model_flag_str(int k, double v, char *buf, size_t n) {
+    if (k == 0) snprintf(buf, n, "%s", gpt_arch_name((gpt_arch)(int)v));
+    else snprintf(buf, n, "%.9g", v);
+}
+
+/* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
+ * crash between leaves the flags of the run before, which refuses a resume rather than passing one. */
+static int save_model_flags(const char *dir, const gpt_config *c) {
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE), snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const char *name[MODEL_FLAGS];
+    double value[MODEL_FLAGS];
+    model_flags(c, name, value);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { fprintf(stderr, "gpt: cannot write %s: %s\n", tmp, strerror(errno)); return 1; }
+    fprintf(f, "# the model flags of the checkpoint here that its tensors' shapes do not show (gpt --resume checks them)\n");
+    for (int k = 0; k < MODEL_FLAGS; k++) {
+        char v[64];
+        model_flag_str(k, value[k], v, sizeof v);
+        fprintf(f, "%s %s\n", name[k] + 2, v);
+    }
+    int bad = fflush(f) || fsync(fileno(f));
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path)) { fprintf(stderr, "gpt: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    return 0;
+}
+
+/* After a resume: 1, naming the flag and both values, when dir/MODEL_FLAGS_FILE holds other flags than
+ * c's; a checkpoint without the file (saved before gpt wrote it) is said and kept. */
+static int check_model_flags(const char *dir, const gpt_config *c, int say) {
+    char path[4200], line[256];
+    snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --moe-topk and --moe-capacity "
+                        "are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
+        return 0;
+    }
+    const char *name[MODEL_FLAGS];
+    double value[MODEL_FLAGS];
+    model_flags(c, name, value);
+    int bad = 0;
+    while (!bad && fgets(line, sizeof line, f)) {
+        char key[64], saved[64], mine[64];
+        if (line[0] == '#' || sscanf(line, "%63s %63s", key, saved) != 2) continue;
+        for (int k = 0; k < MODEL_FLAGS; k++) {
+            if (strcmp(key, name[k] + 2)) continue;
+            model_flag_str(k, value[k], mine, sizeof mine);
+            if (strcmp(saved, mine)) {
+                fprintf(stderr, "gpt: cannot resume: %s holds another model's checkpoint: saved with %s %s, this run has %s %s: resume with the "
+                        "model flags that saved it\n", dir, name[k], saved, name[k], mine);
+                bad = 1;
+            }
+        }
+    }
+    fclose(f);
+    return bad;
 }
 
 /* The MoE log line: the balance loss (1 = even), tokens per expert of the first MoE block, the busiest
@@ -576,7 +689,14 @@ int main(int argc, char **argv) {
     pdde_data *train, *val;
     TRY(pdde_data_open_part(ctx, o.data, 0.0, 0.9, &train));
     TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
-    if (pdde_data_token_count(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
+    if (pdde_data_token_count(val) <= o.model.ctx) { /* (the validation windows are --ctx + 1 tokens) */
+        int64_t have = pdde_data_token_count(train) + pdde_data_token_count(val), need = o.model.ctx + 1;
+        while (need - (int64_t)(0.9 * (double)need) <= o.model.ctx) need++; /* (the split as pdde_data_open_part makes it) */
+        fprintf(stderr, "gpt: --data %s: %lld tokens (bytes of text): its last 10%%, the validation split (%lld tokens), must be longer than "
+                "--ctx %d: it needs at least %lld tokens (or a smaller --ctx)\n", o.data, (long long)have, (long long)pdde_data_token_count(val),
+                o.model.ctx, (long long)need);
+        return 1;
+    }
 
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
@@ -607,6 +727,8 @@ int main(int argc, char **argv) {
         }
     }
     if (o.ft && !el) { fprintf(stderr, "gpt: --ft-replicas needs pdde-run --elastic\n"); return 2; }
+    int64_t job_first = -1; /* the step this process started at (an elastic re-form starts the loop again) */
+    double job_t0 = 0;
 elastic_rebuild:
     if (el) {
         rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
@@ -770,6 +892,7 @@ elastic_rebuild:
             snprintf(single, sizeof single, "%s/gpt.ckpt", o.ckpt_dir);
             const char *from = ckpt;
             if (st == PDDE_ERR_NOT_FOUND && (st = pdde_checkpoint_load(s, single, &ex)) == PDDE_OK) from = single;
+            if (st == PDDE_OK && check_model_flags(o.ckpt_dir, &o.model, rank == 0)) return 1;
             if (st == PDDE_OK) {
                 restored = 1;
                 pdde_data_set_position(train, ex.data_position);
@@ -815,6 +938,7 @@ elastic_rebuild:
     }
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
+    if (job_first < 0) job_first = first, job_t0 = t0;
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
     pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
@@ -867,10 +991,14 @@ elastic_rebuild:
             double c0 = now();
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
+            if (was && rank == 0 && save_model_flags(o.ckpt_dir, &o.model)) return 1;
             if (step + 1 == last && rank == 0 && n_ckpt) /* (the last one is written before the program ends, either way) */
                 printf("gpt: the %d checkpoint%s before the last held the training loop %.3f s\n", n_ckpt, n_ckpt > 1 ? "s" : "", ckpt_s + now() - c0);
             if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
-            else TRY(pdde_checkpoint_save(s, ckpt, &ex));
+            else {
+                TRY(pdde_checkpoint_save(s, ckpt, &ex));
+                if (rank == 0 && save_model_flags(o.ckpt_dir, &o.model)) return 1;
+            }
             ckpt_s += now() - c0, n_ckpt++;
         }
     }
@@ -881,14 +1009,18 @@ elastic_rebuild:
         comm = pdde_elastic_world(el);
         goto elastic_rebuild;
     }
-    if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
-                          last < o.steps ? " (--stop-after: --resume continues)" : "");
+    if (rank == 0 && first != job_first) /* (re-formed: the job's steps, and those since the last re-form) */
+        printf("gpt: trained %lld steps in %.1f s, %lld of them since the re-form at step %lld%s\n", (long long)(last > job_first ? last - job_first : 0),
+               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps ? " (--stop-after: --resume continues)" : "");
+    else if (rank == 0)
+        printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
+               last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
     pdde_elastic_stats es;
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
         printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each in the step, %.3f ms copying beside it\n", (long long)es.snapshots,
                es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots, 1e3 * es.copy_s / (double)es.snapshots);
-    if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
+    if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == 0);
     free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias);
     pdde_session_free(s);
     pdde_graph_free(g);

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# gpt's flag checks name the flag that breaks a rule, its value and what was expected (the rank count
+# first under a launcher); a --data file whose validation split is not longer than --ctx is refused
+# with the size it needs; under pipeline stages the printed sample is the one process's (same seed and
+# steps). Run from the repository root.
+. tests/script_util.sh gpt_flags
+gpt=(--val-every 0 --threads 1 --layers 2 --width 64 --heads 8 --ctx 32 --seed 7)
+
+# each bad value on one process: exit non-zero, the message, no step trained
+while IFS='|' read -r flags message; do
+    "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 $flags >"$tmp/bad.log" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
+    ok=$?
+    check "gpt $flags is refused: '$message' (rc $rc: $(head -1 "$tmp/bad.log" | cut -c1-140))" $ok
+done <<'BAD'
+--heads 6|--width 64 is not divisible by --heads 6
+--batch 0|--batch must be >= 1, got 0
+--layers 0|--layers must be >= 1, got 0
+--ctx 1|--ctx must be >= 2
+--vocab 100|--vocab must be >= 256
+--micro 3|--dp 1 x --micro 3 = 3 must divide --batch 8
+--pp 5|--pp 5: at most --layers + 2 = 4 pipeline stages
+BAD
+
+# a small file: its last 10% must be longer than --ctx; the message says so and the size it needs
+head -c 300 /usr/share/games/fortunes/songs-poems >"$tmp/t300.txt" 2>/dev/null || awk 'BEGIN { for (i = 0; i < 300; i++) printf "a" }' >"$tmp/t300.txt"
+"$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 --data "$tmp/t300.txt" >"$tmp/small.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -qF "the validation split (30 tokens), must be longer than --ctx 32: it needs at least 321 tokens" "$tmp/small.log"
+ok=$?
+check "a 300-byte --data file under --ctx 32 is refused with the rule and the 321 tokens it needs (rc $rc: $(head -1 "$tmp/small.log" | cut -c1-160))" $ok
+head -c 321 /usr/share/games/fortunes/songs-poems >"$tmp/t321.txt" 2>/dev/null
+"$build/gpt" "${gpt[@]}" --steps 1 --sample-len 0 --data "$tmp/t321.txt" >"$tmp/small.log" 2>&1
+rc=$?
+check "a 321-byte --data file under --ctx 32 trains (rc $rc: $(tail -1 "$tmp/small.log" | cut -c1-100))" $rc
+
+if [ ! -x "$build/pdde-run" ]; then
+    echo "SKIP ucx: pdde-run is not built (pdde without UCX): the launcher's cases not run"
+    finish; exit
+fi
+# under a launcher of 2 ranks: a plan for another rank count is said as such, whatever else it breaks
+while IFS='|' read -r flags message; do
+    timeout 120 "$build/pdde-run" -n 2 "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 $flags >"$tmp/bad.log" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
+    ok=$?
+    check "pdde-run -n 2 gpt $flags is refused: '$message' (rc $rc: $(grep -m1 'gpt:' "$tmp/bad.log" | cut -c1-160))" $ok
+done <<'BAD'
+--plan dp=3|--plan 'dp=3': dp 3 x tp 1 x pp 1 = 3 ranks, but the launcher started 2
+--dp 3|--dp 3 x --tp 1 x --pp 1 = 3 ranks, but the launcher started 2
+--pp 5|--dp 1 x --tp 1 x --pp 5 = 5 ranks, but the launcher started 2
+--pp 2 --micro 3|--dp 1 x --micro 3 = 3 must divide --batch 8
+BAD
+
+# the sample under pipeline stages: the first stage feeds in what the last stage chose
+sample_of() { sed -n 's/^\(\[[0-9]*\] \)\{0,1\}//; /^---- sample ----$/,/^----------------$/p' "$1"; }
+"$build/gpt" "${gpt[@]}" --steps 20 --sample-len 80 >"$tmp/one.log" 2>&1
+rc=$?
+check "one process: 20 steps and a sample ($(tail -1 "$tmp/one.log" | cut -c1-60))" $rc
+for plan in "--pp 2" "--plan dp=1,pp=2,mb=2"; do
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${gpt[@]}" --steps 20 --sample-len 80 $plan >"$tmp/pp.log" 2>&1
+    rc=$?
+    one=$(sample_of "$tmp/one.log" | md5sum) pp=$(sample_of "$tmp/pp.log" | md5sum) lines=$(sample_of "$tmp/pp.log" | wc -l)
+    [ $rc = 0 ] && [ "$lines" -ge 3 ] && [ "$one" = "$pp" ]
+    ok=$?
+    check "pdde-run -n 2 gpt $plan prints the one process's sample (rc $rc, $lines lines: $(sample_of "$tmp/pp.log" | sed -n 2p | tr -cd '[:print:]' | cut -c1-50))" $ok
+done
+finish
