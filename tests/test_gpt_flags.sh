@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpt's flag checks name the flag that breaks a rule, its value and what was expected (the rank count
 # first under a launcher); a --data file whose validation split is not longer than --ctx is refused
-# with the size it needs; under pipeline stages the printed sample is the one process's (same seed and
-# steps). Run from the repository root.
+# with the size it needs; after an elastic re-form the trained-steps line counts the job's steps; under
+# pipeline stages the printed sample is the one process's (same seed and steps). Run from the
+# repository root.
 . tests/script_util.sh gpt_flags
 gpt=(--val-every 0 --threads 1 --layers 2 --width 64 --heads 8 --ctx 32 --seed 7)
 
@@ -52,6 +53,14 @@ done <<'BAD'
 --pp 5|--dp 1 x --tp 1 x --pp 5 = 5 ranks, but the launcher started 2
 --pp 2 --micro 3|--dp 1 x --micro 3 = 3 must divide --batch 8
 BAD
+
+# after an elastic re-form (rank 1 leaving at step 5 on purpose) the last line counts the job's steps
+PDDE_BACKENDS=cpu PDDE_ELASTIC_LEAVE=1@5 timeout 180 "$build/pdde-run" -n 2 --elastic --min 1 --peer-timeout 10 --grace 1 \
+    "$build/gpt" "${gpt[@]}" --steps 12 --sample-len 0 >"$tmp/elastic.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "rank 1 left at step 5" "$tmp/elastic.log" && grep -q "gpt: trained 12 steps in .*, 7 of them since the re-form at step 5" "$tmp/elastic.log"
+ok=$?
+check "a 12-step elastic job that lost a rank at step 5 says it trained 12 steps, 7 since the re-form (rc $rc: $(grep -m1 'trained' "$tmp/elastic.log"))" $ok
 
 # the sample under pipeline stages: the first stage feeds in what the last stage chose
 sample_of() { sed -n 's/^\(\[[0-9]*\] \)\{0,1\}//; /^---- sample ----$/,/^----------------$/p' "$1"; }

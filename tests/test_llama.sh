@@ -26,6 +26,7 @@ done <<'BAD'
 --arch llama --kv-heads 3|--kv-heads 3 dividing --heads 4
 --arch llama --kv-heads -1|--kv-heads wants a non-negative integer
 --arch llama --rope-base 0.5|RoPE's base must be > 1
+--arch llama --rope-base 0|RoPE's base must be > 1
 --arch llama --rope-base inf|--rope-base wants a finite number
 --arch llama --width 36|an even head dim
 BAD
@@ -66,6 +67,13 @@ for case in "ck_llama|--arch gpt" "ck_gpt|${llama[*]}"; do
     ok=$?
     check "$dir resumed with $flags is refused, nothing trained or written (rc $rc: $(grep -m1 'cannot resume' "$tmp/other.log" | cut -c1-150))" $ok
 done
+
+# the rope base does not show in the tensors' shapes: the flags kept beside the checkpoint refuse another one
+"$build/gpt" "${gpt[@]}" "${llama[@]}" --rope-base 500 --steps 8 --resume --ckpt-dir "$tmp/ck_llama" >"$tmp/rope.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "saved with --rope-base 10000, this run has --rope-base 500" "$tmp/rope.log" && ! grep -q 'step *[0-9]*/8' "$tmp/rope.log"
+ok=$?
+check "the LLaMA checkpoint resumed with --rope-base 500 is refused naming both bases (rc $rc: $(grep -m1 'cannot resume' "$tmp/rope.log" | cut -c1-150))" $ok
 
 # MoE blocks in the LLaMA model: GELU experts after its RMSNorm
 "$build/gpt" "${gpt[@]}" "${llama[@]}" --moe-experts 4 --moe-every 2 --steps 3 >"$tmp/moe.log" 2>&1

@@ -13,6 +13,7 @@ check "the uninterrupted 20-step run ($(tail -1 "$tmp/full.log"))" $rc
 rc=$?
 check "a 20-step run stopped after step 10 ($(tail -1 "$tmp/a.log"))" $rc
 cp -r "$tmp/ck" "$tmp/ck2"
+cp -r "$tmp/ck" "$tmp/ck_heads"
 "$build/gpt" "${gpt[@]}" --steps 30 --resume --ckpt-dir "$tmp/ck" --metrics "$tmp/b.jsonl" >"$tmp/b.log" 2>&1
 rc=$?
 check "resumed with --steps 30 ($(tail -1 "$tmp/b.log"))" $rc
@@ -46,6 +47,24 @@ c = {r['step']: r for r in map(json.loads, open('$tmp/c.jsonl')) if 'loss' in r}
 f = {r['step']: r for r in map(json.loads, open('$tmp/full.jsonl')) if 'loss' in r}
 sys.exit(0 if c[15]['lr'] > f[15]['lr'] else 1)"
 check "--reschedule says it changes the schedule and stretches the cosine over 30 steps" $?
+
+# the heads do not show in the tensors' shapes: the flags kept beside the checkpoint refuse other heads, naming
+# the flag and both values, nothing trained or written; a checkpoint without them (an older gpt's) loads, said
+before=$(cd "$tmp/ck_heads" && find . -type f | sort | xargs md5sum)
+"$build/gpt" "${gpt[@]}" --heads 4 --steps 20 --resume --ckpt-dir "$tmp/ck_heads" >"$tmp/heads.log" 2>&1
+rc=$?
+after=$(cd "$tmp/ck_heads" && find . -type f | sort | xargs md5sum)
+[ $rc != 0 ] && grep -q "cannot resume: .*saved with --heads 2, this run has --heads 4: resume with the model flags that saved it" "$tmp/heads.log" &&
+    ! grep -q 'step *[0-9]*/20' "$tmp/heads.log" && [ "$before" = "$after" ]
+ok=$?
+check "resumed with --heads 4 from a --heads 2 checkpoint: refused naming both, nothing trained or written (rc $rc: $(grep -m1 'cannot resume' "$tmp/heads.log" | cut -c1-150))" $ok
+rm -f "$tmp/ck_heads/gpt-model-flags.txt"
+"$build/gpt" "${gpt[@]}" --steps 20 --resume --ckpt-dir "$tmp/ck_heads" >"$tmp/old.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "has no gpt-model-flags.txt (a checkpoint of an older gpt)" "$tmp/old.log" && grep -q "resumed from .* at step 10" "$tmp/old.log" &&
+    [ -f "$tmp/ck_heads/gpt-model-flags.txt" ]
+ok=$?
+check "a checkpoint without the model flags file loads, saying so, and the next save writes it (rc $rc: $(grep -m1 'has no' "$tmp/old.log" | cut -c1-120))" $ok
 
 # MoE with DeepSeek's balancing bias (an input gpt updates between steps, pdde_mark_state): the checkpoint keeps
 # it, so the resumed steps equal the uninterrupted run's (a bias restarted from zeros routes otherwise)
