@@ -573,7 +573,8 @@ static int world_too_large(pdde_context *ctx, const options *o) {
 enum { MODEL_FLAGS = 6 };
 static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], double value[MODEL_FLAGS]) {
     static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity"};
-    const double values[MODEL_FLAGS] = {(double)c->arch, c->heads, gpt_kv_heads(c), gpt_rope_base(c), gpt_moe_topk(c), c->moe_capacity};
+    int moe = c->moe_experts > 1; /* (without experts the MoE flags change nothing: 0) */
+    const double values[MODEL_FLAGS] = {(double)c->arch, c->heads, gpt_kv_heads(c), gpt_rope_base(c), moe ? gpt_moe_topk(c) : 0, moe ? c->moe_capacity : 0};
     for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k], value[k] = values[k];
 }
 
