@@ -55,7 +55,7 @@ typedef enum {
     PDDE_ERR_SHAPE = -101,      /* shapes that do not fit together */
     PDDE_ERR_DTYPE = -102,      /* a dtype the op does not take */
     PDDE_ERR_UNKNOWN_OP = -103, /* an op id pdde does not know */
-    PDDE_ERR_STATE = -104,      /* a call out of order (e.g. building after compile) */
+    PDDE_ERR_STATE = -104,      /* a call out of order (e.g. compiling a graph whose session lives, pdde_backward twice) */
     /* -2xx: resources */
     PDDE_ERR_OOM = -200,        /* host memory */
     PDDE_ERR_DEVICE_OOM = -201, /* a device's memory */
@@ -377,7 +377,8 @@ size_t pdde_tensor_nbytes(const pdde_tensor *t);
  * Graph building. All calls return NULL after an error; pdde_graph_status returns the first error and
  * pdde_last_error(ctx) its message (naming the op, the tensor and the shapes). */
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out);
-/* Free a graph's session before the graph. */
+/* Frees g. While a session of g lives, the graph (and its tensors, which the session's calls take) is
+ * kept until pdde_session_free frees it; do not build on g after this call. */
 void pdde_graph_free(pdde_graph *g);
 pdde_status pdde_graph_status(const pdde_graph *g);
 pdde_context *pdde_graph_context(const pdde_graph *g);
@@ -443,7 +444,9 @@ pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *
  * h*3D + [0, D), [D, 2D), [2D, 3D)), read in place -> [B, T, H*D] f32 (head h in columns h*D + [0, D)):
  * no slice or permute around it, and its backward writes the [B, T, H*3*D] gradient directly. */
 pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads);
-/* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). */
+/* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). A
+ * target >= V fails the run with PDDE_ERR_INVALID_ARG naming the op, the target and its position (on a
+ * device, found when the step checks its loss, which such a target makes NaN). */
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets);
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids);
 pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t *shape);
@@ -573,7 +576,8 @@ typedef enum {
 /* Compiles g (one live session per graph: free it before compiling g again): lowers it to this rank's
  * local program (the nodes the step needs, placed, with COPY nodes at device boundaries and, under
  * SPMD execution, local shapes and the communication; see pdde_lower_dump), plans memory and
- * allocates it. g itself is not changed: it can be compiled again, under another plan. */
+ * allocates it. g itself is not changed: it can be compiled again, under another plan. Tensors built on g
+ * afterwards are not part of this session (its calls refuse them); a later session of g has them. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
 /* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
@@ -1256,7 +1260,7 @@ pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, co
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
  * PDDE_ERR_INVALID_ARG on bad text, with out->why naming the key and what it expected ("plan text:
- * zero: want 0, 1, 2 or 3, got '5'"; the rest of *out zero). */
+ * zero: want 0, 1, 2 or 3, got '5'"; the rest of *out zero), also for NULL text. */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
 
 /* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g

@@ -67,7 +67,7 @@ __device__ __forceinline__ void ce_fused_body(const typename L::T *__restrict__ 
         float mb = block_max(m);
         s = block_sum(m == -INFINITY ? 0.0f : s * expf(m - mb));
         if (threadIdx.x == 0) {
-            part[r] = ok ? logf(s) + mb - L::get(lr, t) : 0.0f;
+            part[r] = ok ? logf(s) + mb - L::get(lr, t) : CE_IGNORED_LOSS(t);
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
@@ -130,7 +130,7 @@ __device__ __forceinline__ void ce_staged_body(const typename L::T *__restrict__
                 for (long long q = threadIdx.x; q < nq; q += nb) store_vec<16 / sizeof(typename L::T)>(dx, r * V + q * W, z, ydt);
             else
                 for (long long j = threadIdx.x; j < V; j += nb) store_out(dx, r * V + j, 0.0f, ydt);
-            if (threadIdx.x == 0) part[r] = 0.0f, part[rows + r] = 0.0f;
+            if (threadIdx.x == 0) part[r] = CE_IGNORED_LOSS(t), part[rows + r] = 0.0f;
             continue;
         }
         float m = -INFINITY;
