@@ -583,8 +583,9 @@ void pdde_session_free(pdde_session *s);
 /* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
  * "Non-finite guard"); the update changed nothing and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
-/* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
- * nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
+/* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients; a read of another
+ * intermediate is PDDE_ERR_STATE: the step reuses its memory, unless no_memory_reuse). NULL t, src or dst:
+ * PDDE_ERR_INVALID_ARG. nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
  * (t's own size without SPMD execution). */
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes);

@@ -473,7 +473,7 @@ extern "C" __global__ void k_softmax_back(const float *__restrict__ y, const flo
 
 /* A row's loss without a class: 0 for a negative target (ignored), NaN for one >= V, which makes the loss NaN
  * so that the session's check of the loss finds the target and names it (as gpu_kernels.cl's). */
-#define CE_IGNORED_LOSS(t) ((t) < 0 ? 0.0f : __int_as_float(0x7fc00000))
+#define CE_IGNORED_LOSS(t) ((t) < 0 ? 0.0f : nanf(""))
 
 /* Cross-entropy, pass 1: loss of each row (CE_IGNORED_LOSS for a row without a class) in part[r], 1/0 in part[rows + r]. */
 template <typename L>

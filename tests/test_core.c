@@ -5,6 +5,7 @@
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -462,6 +463,7 @@ static void test_api_misuse(void) {
 
     /* the graph freed before its session: the session keeps it until it is freed */
     classifier_feed(&a, class_targets);
+    mallopt(M_PERTURB, 0x5a); /* (freed memory is overwritten: a session reading a freed graph crashes) */
     pdde_graph_free(a.g);
     char path[300];
     snprintf(path, sizeof path, "%s/freed_graph.ckpt", tmpdir);
@@ -470,6 +472,7 @@ static void test_api_misuse(void) {
           "run, write, save and load after the graph is freed: %s", pdde_last_error(ctx));
     unlink(path);
     pdde_session_free(a.s); /* (frees the graph: ASan sees a leak or a use after free) */
+    mallopt(M_PERTURB, 0);
     pdde_context_free(ctx);
 }
 
