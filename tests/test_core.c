@@ -435,6 +435,12 @@ static void test_api_misuse(void) {
     pdde_session_free(kept.s), pdde_graph_free(kept.g);
     pdde_session_free(whole.s), pdde_graph_free(whole.g);
 
+    /* a tensor built after compiling is the next session's, not this one's */
+    pdde_tensor *late = pdde_relu(a.g, a.logits);
+    float late_v[16 * 4];
+    CHECK(late && pdde_session_read(a.s, late, late_v, sizeof late_v) == PDDE_ERR_INVALID_ARG &&
+          strstr(pdde_last_error(ctx), "is not part of this session's schedule"), "a tensor built after compile: %s", pdde_last_error(ctx));
+
     /* NULL where a pointer is required */
     CHECK(pdde_session_write(a.s, a.x, NULL, 16 * 8 * sizeof(float)) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "session_write: x: src is NULL"),
           "write from NULL: %s", pdde_last_error(ctx));
