@@ -129,9 +129,11 @@ static pdde_tensor *new_leaf(pdde_graph *g, const char *name, pdde_dtype dt, int
     if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", name ? name : "leaf");
     /* checkpoints, snapshots and pdde_graph_find know a parameter or state by its name: one tensor a name */
     char stored[sizeof ((pdde_tensor *)0)->name];
-    if (name && (snprintf(stored, sizeof stored, "%s", name), pdde_graph_find(g, stored)))
-        return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: the name %s is already used in this graph (by tensor %d)%s", flags & PDDE_TENSOR_PARAM ? "param" : flags & PDDE_TENSOR_INPUT ? "input" : "state", stored,
-                          pdde_graph_find(g, stored)->id, strlen(name) >= sizeof stored ? " (names are cut to 63 characters)" : "");
+    const pdde_tensor *holder = name ? (snprintf(stored, sizeof stored, "%s", name), pdde_graph_find(g, stored)) : NULL;
+    if (holder)
+        return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: the name %s is already used in this graph (by tensor %d)%s",
+                          flags & PDDE_TENSOR_PARAM ? "param" : flags & PDDE_TENSOR_INPUT ? "input" : "state", stored, holder->id,
+                          strlen(name) >= sizeof stored ? " (names are cut to 63 characters)" : "");
     pdde_tensor *t = new_node(g, PDDE_OP_NONE, dt, ndim, shape, 0, NULL);
     if (!t) return NULL;
     t->flags = flags;
