@@ -63,7 +63,7 @@ typedef enum {
     PDDE_ERR_IO = -300,
     PDDE_ERR_CORRUPT = -301,  /* bad magic, truncated, checksum mismatch */
     PDDE_ERR_VERSION = -302,  /* a format version this build cannot read */
-    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model */
+    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model; ranks of a session that run different graphs or plans */
     PDDE_ERR_NOT_FOUND = -304,
     /* -4xx: devices and backends */
     PDDE_ERR_UNAVAILABLE = -400, /* no driver / no device of that family */
