@@ -519,7 +519,8 @@ typedef struct {
     int n_layer_devices;
     /* SPMD execution of a graph completed by pdde_complete_dist_attrs: each rank runs its partition
      * (local shapes) with reshard collectives where an op needs another layout of an input. Every rank
-     * builds the same graph and passes the same params; world's ranks are the graph mesh's. */
+     * builds the same graph and passes the same params; world's ranks are the graph mesh's. Ranks whose
+     * graphs, meshes or applied plans differ fail here, on every rank, with PDDE_ERR_MISMATCH. */
     pdde_comm *world;
     pdde_pipeline_schedule pipeline_schedule; /* pipeline stages: the order of a step's micro-batches */
     /* What reshard collectives of f32 tensors carry: PDDE_F32 (exact), PDDE_BF16 or PDDE_F16 (half the
