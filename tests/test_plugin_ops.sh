@@ -77,7 +77,8 @@ rc=$?
 check "gpt --blocks-on toy trains, its updates on the CPU, with the CPU's losses (exit $code; toy '$toy_losses', cpu '$cpu_losses'; $(grep -m1 'cannot\|error' "$tmp/gpt_toy.log"))" $rc
 
 # README section 10's "train with it": LLaMA-style blocks on the toy run its ops (the linear layers' matmuls, SwiGLU's
-# mul and their gradients), it says how many, and a toy with a wrong mul gives other losses than the good toy's
+# mul and their gradients: 32 of the step's 124 nodes at this size; 20 with 2-D matmuls only, the weight gradients'),
+# it says how many, and a toy with a wrong mul gives other losses than the good toy's
 gpt_args+=(--arch llama --steps 4)
 PDDE_BACKEND_PLUGINS="$build/libpdde_toy.so" "$build/gpt" "${gpt_args[@]}" --blocks-on toy >"$tmp/llama_toy.log" 2>&1
 code=$?
@@ -85,7 +86,7 @@ PDDE_BACKEND_PLUGINS="$build/libpdde_toy_wrongmul.so" "$build/gpt" "${gpt_args[@
 toy_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/llama_toy.log" | tr '\n' ' ')
 bad_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/llama_bad.log" | tr '\n' ' ')
 on_toy=$(sed -n 's/^gpt: \([0-9]*\) of the step.s \([0-9]*\) nodes run on toy.*/\1 of \2/p' "$tmp/llama_toy.log")
-[ $code -eq 0 ] && [ "${on_toy%% *}" -ge 20 ] 2>/dev/null
+[ $code -eq 0 ] && [ "${on_toy%% *}" -ge 30 ] 2>/dev/null
 check "gpt --arch llama --blocks-on toy runs a share of the step on the toy and says so (exit $code; '$on_toy')" $?
 [ -n "$toy_losses" ] && [ -n "$bad_losses" ] && [ "$toy_losses" != "$bad_losses" ]
 check "a toy with a wrong mul trains to other losses through that step (good '$toy_losses', wrong mul '$bad_losses')" $?
