@@ -1919,7 +1919,8 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
  * that pays); else every rank on the CPU and the first accelerator a placement target they share.
  * A device's speed, memory bandwidth and memory are divided among the ranks on it (a CPU's figures
  * are all its threads', as pdde-bench measures them; pdde-run gives each rank a share of the cores).
- * Free with pdde_plan_devices_free. */
+ * A device no rank takes that the cost model cannot time (a failed calibration) fails the call with
+ * PDDE_ERR_NO_PLAN and the reason. Free with pdde_plan_devices_free. */
 pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                            pdde_plan_devices *out);
 
