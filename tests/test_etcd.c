@@ -226,6 +226,7 @@ static void test_notices(pdde_context *ctx) {
 /* ---- an elastic job with its membership in etcd ---- */
 
 static job job_start_env(const char *rdzv, const char *metrics, int steps, const char *const *env);
+static void compare_losses(const char *what, const char *got_path, const char *want_path, int to, double tol);
 static job job_start(const char *rdzv, const char *metrics, int steps) {
     const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=10", NULL};
     return job_start_env(rdzv, metrics, steps, env);
@@ -264,6 +265,15 @@ static void test_job(void) {
     int rc = job_end(&j, 50);
     CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "re-plan 4 -> 3 ranks") &&
           strstr(job_text(&j), "3 ranks finished, 1 lost"), "--rdzv etcd: a rank killed, the job finishes on 3: rc %d\n%s", rc, job_text(&j));
+    /* the launcher's exit note tells the others at once; etcd's death notice would wait for the lease to
+     * end and the agreement for its deadline (2 peer timeouts and 2 s: 4.7-5.3 s measured so) */
+    const char *resumed = strstr(job_text(&j), "resumed at step ");
+    double took = -1;
+    int at = -1;
+    if (resumed && sscanf(resumed, "resumed at step %d in %lf s", &at, &took) != 2) took = -1;
+    CHECK(took >= 0 && took < 2, "--rdzv etcd: a rank killed: the others re-form within 2 s (a lease's end and the agreement's deadline "
+          "take 5 s): %.2f s", took);
+    printf("--rdzv etcd, a rank killed: resumed at step %d in %.2f s\n", at, took);
     free(j.out);
 
     /* etcd killed and restarted while the job trains: it carries on */
@@ -297,6 +307,49 @@ static void test_job(void) {
     if (why) printf("etcd down, a rank lost: stopped after %.1f s: ...%.*s\n", dt, (int)strcspn(why, "\n"), why);
     free(j.out);
     etcd_start(); /* (for a clean stop) */
+}
+
+/* etcd frozen (SIGSTOP: no reply, no error) past the members' leases while a job trains, then resumed
+ * (SIGCONT): etcd then ends the leases overdue, as if the members had died. They ran all along (their
+ * renewals were sent and went unanswered), so the store was at fault, as when it restarts: each registers
+ * again and the job goes on, finishing on all its ranks with the losses of a run without the freeze
+ * (1e-6). A run of the same job without the freeze first (the reference, and the time it takes). */
+static void test_frozen(void) {
+    char rdzv[160], ref_rdzv[160], m[300], m_ref[300];
+    snprintf(m, sizeof m, "%s/frozen.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/frozen_ref.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/frozen", g_client_port);
+    snprintf(ref_rdzv, sizeof ref_rdzv, "tcp://127.0.0.1:%d/frozen-ref", job_free_port());
+    /* (enough steps to train on for a while after etcd resumes: 700 steps/s unloaded) */
+    const int steps = 6000;
+    double limit = 60 * test_load_factor();
+    job j = job_start(rdzv, m, steps);
+    int ok = !job_wait_step(&j, m, 30, limit), ws = 0;
+    if (ok) kill(-g_etcd, SIGSTOP), kill(g_etcd, SIGSTOP), waitpid(g_etcd, &ws, WUNTRACED);
+    int during = metrics_last_step(m);
+    /* 4 s: over 3 leases of 1.25 s and twice etcd's TTL of 2 s (its least) */
+    for (double t_stop = test_now(); test_now() - t_stop < 4.0;) job_poll(&j, 20);
+    kill(-g_etcd, SIGCONT), kill(g_etcd, SIGCONT);
+    int resumed = metrics_last_step(m);
+    double t0 = test_now();
+    int rc = job_end(&j, limit);
+    const char *t = job_text(&j);
+    CHECK(ok && rc == 0 && resumed < steps - 1000 && !strstr(t, "lost") && !strstr(t, "fenced") && !strstr(t, "re-plan") &&
+              strstr(t, "registers again"), "etcd frozen 4 s mid-job (steps %d -> %d of %d: 1000 left at least), then resumed: every "
+          "rank registers again and the job finishes on all 4 in %.1f s: rc %d\n%s", during, resumed, steps, test_now() - t0, rc, t);
+    printf("etcd frozen 4 s at step %d: trained to step %d meanwhile, finished %.1f s after etcd resumed\n", during, resumed,
+           test_now() - t0);
+    free(j.out);
+    CHECK(!etcd_answers(), "etcd answers again after SIGCONT");
+    /* the losses: those of the same job without the freeze (the built-in store), up to 1000 steps past
+     * etcd's resume (that run is stopped there) */
+    int to = resumed + 1000 < steps ? resumed + 1000 : steps;
+    job ref = job_start(ref_rdzv, m_ref, steps);
+    int ok_ref = !job_wait_step(&ref, m_ref, to, limit);
+    job_kill(&ref);
+    CHECK(ok_ref, "etcd frozen: the run without the freeze reaches step %d:\n%s", to, job_text(&ref));
+    free(ref.out);
+    if (rc == 0 && ok_ref) compare_losses("etcd frozen", m, m_ref, to, 1e-6);
 }
 
 /* A rank killed before it registers with the store (it holds there, PDDE_TEST_ELASTIC_HOLD, until the
@@ -625,7 +678,10 @@ int main(int argc, char **argv) {
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
-        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(), test_joiner_cut_off(ctx);
+        else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
+        else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen();
+        else test_job(), test_frozen(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(),
+             test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);
