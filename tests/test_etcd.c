@@ -5,7 +5,10 @@
  *  - death notices from leases: a process killed (SIGKILL) or frozen (SIGSTOP) with a notice
  *    registered: the notice appears within its lease (2 s) + 2 s; one that closes cleanly leaves none;
  *  - nothing listening: a clear error within the timeout;
- *  - an elastic job with --rdzv etcd://: a rank killed, the others finish on 3 ranks; etcd killed and
+ *  - an elastic job with --rdzv etcd://: a rank killed, the others finish on 3 ranks, re-formed within 2 s
+ *    (the launcher's exit note, not the lease's end); etcd frozen past the leases and resumed: the ranks
+ *    register again and finish with the losses of a run without the freeze; a member stalled past its
+ *    lease is fenced, not registered again; etcd killed and
  *    restarted mid-job: the job carries on; etcd killed and a rank lost while it is down: the job stops
  *    with a message saying the store cannot be reached, within a bound (never a hang);
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
@@ -352,6 +355,30 @@ static void test_frozen(void) {
     if (rc == 0 && ok_ref) compare_losses("etcd frozen", m, m_ref, to, 1e-6);
 }
 
+/* A member stalled past its lease (PDDE_TEST_ELASTIC_STALL: its heartbeat and the member pause, as in a
+ * process starved of the CPU) with its membership in etcd: etcd ends its lease, and when it runs again
+ * its renewal is refused after a gap of its own, not a silent store: it stops, fenced, and does not
+ * register again; the others finish on 2 ranks. (A lease of 2.25 s, 3 s in etcd: the stall of 5 s
+ * outlasts it well on a loaded machine.) */
+static void test_stalled(void) {
+    char rdzv[160], m[300], run[600], gpt[600];
+    snprintf(m, sizeof m, "%s/stalled.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/stalled", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    char *argv[] = {run, "-n", "3", "--elastic", "--min", "2", "--peer-timeout", "2.5", "--grace", "1", "--rdzv", rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "300", "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=30", "PDDE_TEST_ELASTIC_STALL=2@40", NULL};
+    job j = job_spawn(argv, env);
+    int rc = job_end(&j, 60 * test_load_factor());
+    const char *t = job_text(&j);
+    CHECK(rc == 0 && strstr(t, "rank 2 lost") && strstr(t, "dropped by the store") && strstr(t, "fenced") &&
+              !strstr(t, "registers again") && strstr(t, "2 ranks finished, 1 lost"),
+          "--rdzv etcd: a member stalled past its lease is fenced (no registering again) and the others finish on 2: rc %d\n%s", rc, t);
+    free(j.out);
+}
+
 /* A rank killed before it registers with the store (it holds there, PDDE_TEST_ELASTIC_HOLD, until the
  * SIGKILL): no lease of its ever ends, but pdde-run notes how it ended, and the others, forming the
  * world, report it within seconds, not at the rendezvous timeout (60 s here), naming the rank. With
@@ -679,8 +706,8 @@ int main(int argc, char **argv) {
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
         else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
-        else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen();
-        else test_job(), test_frozen(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(),
+        else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen(), test_stalled();
+        else test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(),
              test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
