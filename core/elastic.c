@@ -1018,7 +1018,8 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
     snprintf(val, sizeof val, "%lld %lld %lld", (long long)elastic_complete_step(&e->snap[0]),
              (long long)elastic_complete_step(&e->snap[1]), (long long)elastic_complete_step(&e->snap[2]));
     pdde_status st = el_set(e, key, val);
-    if (st == PDDE_ERR_PEER_LOST || (st == PDDE_ERR_TIMEOUT && elastic_stalled(e)))
+    /* (a silent etcd, this member having run all along, is etcd down or frozen, as a refused connection is) */
+    if (st == PDDE_ERR_PEER_LOST || (st == PDDE_ERR_TIMEOUT && (!e->etcd || elastic_stalled(e))))
         return pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d lost its connection to the store (%s): its lease ran out while it "
                           "was frozen or cut off, and the others went on without it: fenced, it stops", e->id, pdde_last_error(ctx));
     if (st) return pdde_error(ctx, st, "elastic: cannot reach the store to re-form the world (%s): the job stops", pdde_last_error(ctx));
