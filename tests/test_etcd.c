@@ -312,42 +312,58 @@ static void test_job(void) {
     etcd_start(); /* (for a clean stop) */
 }
 
-/* etcd frozen (SIGSTOP: no reply, no error) past the members' leases while a job trains, then resumed
+/* etcd frozen (SIGSTOP: no reply, no error) past the members' leases while a job of 4 ranks trains, then resumed
  * (SIGCONT): etcd then ends the leases overdue, as if the members had died. They ran all along (their
  * renewals were sent and went unanswered), so the store was at fault, as when it restarts: each registers
  * again and the job goes on, finishing on all its ranks with the losses of a run without the freeze
  * (1e-6). A run of the same job without the freeze first (the reference, and the time it takes). */
+static job job_start_frozen(const char *rdzv, const char *metrics, int steps, double peer_timeout) {
+    char run[600], gpt[600], st[16], peer[16];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(st, sizeof st, "%d", steps);
+    snprintf(peer, sizeof peer, "%.2f", peer_timeout);
+    char *argv[] = {run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", peer, "--grace", "1", "--rdzv", (char *)rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", st, "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", (char *)metrics, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=30", NULL};
+    return job_spawn(argv, env);
+}
+
 static void test_frozen(void) {
     char rdzv[160], ref_rdzv[160], m[300], m_ref[300];
     snprintf(m, sizeof m, "%s/frozen.jsonl", g_tmp);
     snprintf(m_ref, sizeof m_ref, "%s/frozen_ref.jsonl", g_tmp);
     snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/frozen", g_client_port);
     snprintf(ref_rdzv, sizeof ref_rdzv, "tcp://127.0.0.1:%d/frozen-ref", job_free_port());
-    /* (enough steps to train on for a while after etcd resumes: 700 steps/s unloaded) */
+    /* (a peer timeout the load keeps: a rank starved past its lease is rightly fenced; the freeze outlasts
+     * etcd's TTL, the lease rounded up to whole seconds and 2 at least, by 2 s; enough steps to train on
+     * for a while after etcd resumes: 700 steps/s unloaded, the load slowing both) */
     const int steps = 6000;
+    double peer = job_peer_timeout(1.5), lease = peer - 0.25, ttl = ceil(lease > 2 ? lease : 2), freeze = ttl + 2;
     double limit = 60 * test_load_factor();
-    job j = job_start(rdzv, m, steps);
+    job j = job_start_frozen(rdzv, m, steps, peer);
     int ok = !job_wait_step(&j, m, 30, limit), ws = 0;
     if (ok) kill(-g_etcd, SIGSTOP), kill(g_etcd, SIGSTOP), waitpid(g_etcd, &ws, WUNTRACED);
     int during = metrics_last_step(m);
-    /* 4 s: over 3 leases of 1.25 s and twice etcd's TTL of 2 s (its least) */
-    for (double t_stop = test_now(); test_now() - t_stop < 4.0;) job_poll(&j, 20);
+    for (double t_stop = test_now(); test_now() - t_stop < freeze;) job_poll(&j, 20);
     kill(-g_etcd, SIGCONT), kill(g_etcd, SIGCONT);
     int resumed = metrics_last_step(m);
     double t0 = test_now();
     int rc = job_end(&j, limit);
     const char *t = job_text(&j);
     CHECK(ok && rc == 0 && resumed < steps - 1000 && !strstr(t, "lost") && !strstr(t, "fenced") && !strstr(t, "re-plan") &&
-              strstr(t, "registers again"), "etcd frozen 4 s mid-job (steps %d -> %d of %d: 1000 left at least), then resumed: every "
-          "rank registers again and the job finishes on all 4 in %.1f s: rc %d\n%s", during, resumed, steps, test_now() - t0, rc, t);
-    printf("etcd frozen 4 s at step %d: trained to step %d meanwhile, finished %.1f s after etcd resumed\n", during, resumed,
-           test_now() - t0);
+              strstr(t, "registers again"), "etcd frozen %.0f s mid-job (steps %d -> %d of %d: 1000 left at least; peer timeout %.2f s), "
+          "then resumed: every rank registers again and the job finishes on all 4 in %.1f s: rc %d\n%s", freeze, during, resumed, steps,
+          peer, test_now() - t0, rc, t);
+    printf("etcd frozen %.0f s at step %d (peer timeout %.2f s): trained to step %d meanwhile, finished %.1f s after etcd resumed\n",
+           freeze, during, peer, resumed, test_now() - t0);
     free(j.out);
     CHECK(!etcd_answers(), "etcd answers again after SIGCONT");
     /* the losses: those of the same job without the freeze (the built-in store), up to 1000 steps past
      * etcd's resume (that run is stopped there) */
     int to = resumed + 1000 < steps ? resumed + 1000 : steps;
-    job ref = job_start(ref_rdzv, m_ref, steps);
+    job ref = job_start_frozen(ref_rdzv, m_ref, steps, peer);
     int ok_ref = !job_wait_step(&ref, m_ref, to, limit);
     job_kill(&ref);
     CHECK(ok_ref, "etcd frozen: the run without the freeze reaches step %d:\n%s", to, job_text(&ref));
