@@ -70,7 +70,6 @@ struct pdde_elastic {
     _Atomic int store_lost;       /* a renewal was refused after a stall: the store dropped this member (elastic_renew) */
     /* (elastic_renew) A renewal refused tells apart "this process was stalled" (fenced) from "the store did
      * not answer while this process ran" (down, frozen, cut off: it registers again and goes on) */
-    _Atomic double renew_end_at;  /* when the last renewal attempt ended (or the heartbeat started) */
     _Atomic double renewed_ok_at; /* when the last renewal the store accepted was sent */
     _Atomic double stalled_at;    /* when a stall of this process was last seen (0: never) */
     _Atomic int reregister;       /* its lease ended while it ran and registering again has not worked yet */
@@ -175,7 +174,8 @@ static int el_exists(pdde_elastic *e, const char *key) {
 }
 
 /* A stall of this process seen from the heartbeat: a gap in it longer than it can take while the process
- * runs (sleeping, waiting for the caller's store call, or for its own renewal's reply, each bounded). */
+ * runs (a tick of its sleep, waiting for the caller's store call, or for its own renewal's reply, each
+ * bounded; a loaded machine delays a tick by milliseconds, a stopped or starved process by seconds). */
 static void elastic_note_gap(pdde_elastic *e, double from, double to, double bound) {
     if (to - from > bound) atomic_store(&e->stalled_at, to);
 }
@@ -204,7 +204,6 @@ static pdde_status elastic_register_again(pdde_elastic *e) {
  * (a new lease, the same member), withdraws its death notice and goes on. */
 static void elastic_renew(pdde_elastic *e) {
     double asked = elastic_now();
-    elastic_note_gap(e, atomic_load(&e->renew_end_at), asked, e->lease_s / 4 + e->lease_s / 2);
     pthread_mutex_lock(&e->store_lock);
     double sent = elastic_now();
     elastic_note_gap(e, asked, sent, 4 * e->lease_s + 1);
@@ -229,7 +228,6 @@ static void elastic_renew(pdde_elastic *e) {
     } else if (st == PDDE_ERR_PEER_LOST) {
         atomic_store(&e->store_lost, 1);
     }
-    atomic_store(&e->renew_end_at, elastic_now());
     pthread_mutex_unlock(&e->store_lock);
 }
 
@@ -238,7 +236,12 @@ static void *elastic_heartbeat(void *arg) {
     pdde_elastic *e = arg;
     double period = e->lease_s / 4;
     while (!atomic_load(&e->stop)) {
-        for (double slept = 0; slept < period && !atomic_load(&e->stop); slept += 0.01) elastic_sleep(0.01);
+        for (double tick = elastic_now(), until = tick + period; tick < until && !atomic_load(&e->stop);) {
+            elastic_sleep(0.01);
+            double now = elastic_now();
+            elastic_note_gap(e, tick, now, e->lease_s / 2);
+            tick = now;
+        }
         if (atomic_load(&e->stop)) break;
         if (!atomic_load(&e->mute)) elastic_renew(e);
     }
@@ -456,7 +459,6 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     if (st && joiner && (st == PDDE_ERR_TIMEOUT || elastic_joiner_cut_off(e, &silent_s)))
         st = elastic_joiner_cut_off_error(e, elastic_now() - atomic_load(&e->heard_at));
     if (st) goto fail;
-    atomic_store(&e->renew_end_at, elastic_now());
     if (pthread_create(&e->heartbeat, NULL, elastic_heartbeat, e)) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: no heartbeat thread"); goto fail; }
     e->heartbeat_started = 1;
     char maxv[32];
@@ -860,6 +862,7 @@ static void elastic_test_stall(pdde_elastic *e, int64_t step) {
             (long long)step);
     atomic_store(&e->mute, 1);
     elastic_sleep(2 * e->lease_s + 0.5);
+    atomic_store(&e->stalled_at, elastic_now()); /* (its heartbeat ticked meanwhile: the stall is said here) */
     atomic_store(&e->mute, 0);
     elastic_renew(e);
 }

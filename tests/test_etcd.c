@@ -395,6 +395,23 @@ static void test_stalled(void) {
               !strstr(t, "registers again") && strstr(t, "2 ranks finished, 1 lost"),
           "--rdzv etcd: a member stalled past its lease is fenced (no registering again) and the others finish on 2: rc %d\n%s", rc, t);
     free(j.out);
+    /* a rank stopped (SIGSTOP) 4 s, past its lease and etcd's TTL of 2 s, then continued: its heartbeat
+     * sees the gap in itself, so it does not register again: fenced */
+    snprintf(m, sizeof m, "%s/stopped.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/stopped", g_client_port);
+    j = job_start_peer(rdzv, m, 3000, 1.5);
+    pid_t pids[8];
+    int ok = !job_wait_step(&j, m, 40, 60 * test_load_factor()) && job_ranks(j.pid, pids, 8) && pids[2] > 0;
+    if (ok) job_signal_rank(pids[2], SIGSTOP);
+    for (double t0 = test_now(); ok && test_now() - t0 < 4;) job_poll(&j, 20);
+    if (ok) job_signal_rank(pids[2], SIGCONT);
+    rc = job_end(&j, 60 * test_load_factor());
+    t = job_text(&j);
+    const char *said = strstr(t, "[2] gpt: elastic: member 2");
+    CHECK(ok && rc == 0 && strstr(t, "rank 2 lost") && said && strstr(said, "fenced") && !strstr(t, "registers again") &&
+              strstr(t, "3 ranks finished, 1 lost"),
+          "--rdzv etcd: a rank stopped 4 s and continued is fenced (no registering again), the others finish on 3: rc %d\n%s", rc, t);
+    free(j.out);
 }
 
 /* A rank killed before it registers with the store (it holds there, PDDE_TEST_ELASTIC_HOLD, until the
