@@ -14,8 +14,9 @@
  *                        members: "<resume step> <n> <id0> .. <id n-1>", written once (compare-and-set)
  *                        by the lowest surviving member; rank r of generation G is member id r.
  * A member that finds itself outside the members of the generation it tries to join (it was frozen or
- * cut off while the others re-formed), or its own death or exit note as it forms, is fenced: recover fails with PDDE_ERR_STATE and it stops; its
- * old world's peers are gone and its store connection was dropped when its lease ran out. */
+ * cut off while the others re-formed), or finds its own death or exit note as it forms, is fenced:
+ * recover fails with PDDE_ERR_STATE and it stops; its old world's peers are gone and its store
+ * connection was dropped when its lease ran out. */
 
 #ifdef PDDE_HAVE_COMM
 #include <signal.h>
