@@ -8,7 +8,7 @@
  *  - an elastic job with --rdzv etcd://: a rank killed, the others finish on 3 ranks, re-formed within 2 s
  *    (the launcher's exit note, not the lease's end); etcd frozen past the leases and resumed: the ranks
  *    register again and finish with the losses of a run without the freeze; a member stalled past its
- *    lease is fenced, not registered again; etcd killed and
+ *    lease, and a rank stopped (SIGSTOP) past it, are fenced, not registered again; etcd killed and
  *    restarted mid-job: the job carries on; etcd killed and a rank lost while it is down: the job stops
  *    with a message saying the store cannot be reached, within a bound (never a hang);
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
