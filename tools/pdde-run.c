@@ -42,6 +42,7 @@ int main(void) {
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -382,6 +383,21 @@ static int check_job_store(pdde_context *ctx, const char *addr, const char *job,
     return 0;
 }
 
+/* Connects to the etcd at url ("etcd://HOST:PORT"), waiting up to wait_s for it to answer: etcd may be
+ * starting. An endpoint that can never work fails at once (comm/etcd.c: PDDE_ERR_INVALID_ARG). When the
+ * first short try finds no etcd, it says so right away, once, and how long it waits; else the silence
+ * would last the whole wait. (The store's timeout per request is the connect's, hence a second connect.) */
+static pdde_status connect_etcd(pdde_context *ctx, const char *url, double wait_s, pdde_store **out) {
+    double t0 = now_s();
+    pdde_status st = pdde_store_etcd_connect(ctx, url, 0.5, out);
+    if (st == PDDE_OK) pdde_store_close(*out), *out = NULL;
+    else if (st == PDDE_ERR_INVALID_ARG) return st;
+    else
+        fprintf(stderr, "pdde-run: --rdzv etcd: waiting up to %.0f s for etcd at %s (%s)\n", wait_s, url + 7, pdde_last_error(ctx));
+    double left = wait_s - (now_s() - t0);
+    return pdde_store_etcd_connect(ctx, url, st == PDDE_OK ? wait_s : left > 1 ? left : 1, out);
+}
+
 /* pdde-run --join with etcd (etcd_url "etcd://HOST:PORT"): the address of the store where the job's worlds
  * meet, as the job's pdde-run published it (publish_world_store), into addr; 2 (after saying why) when
  * etcd has no such job. It looks once: a job that runs has published it before its ranks started. */
@@ -393,7 +409,7 @@ static int find_world_store(const char *etcd_url, const char *job, char *addr, s
     snprintf(key, sizeof key, "elastic/%s/store", job);
     void *v = NULL;
     size_t n = 0;
-    pdde_status st = pdde_store_etcd_connect(ctx, etcd_url, 30, &s);
+    pdde_status st = connect_etcd(ctx, etcd_url, 30, &s);
     if (!st) st = pdde_store_get(s, key, &v, &n);
     int rc = 0;
     if (st == PDDE_ERR_NOT_FOUND)
@@ -409,6 +425,50 @@ static int find_world_store(const char *etcd_url, const char *job, char *addr, s
     pdde_store_close(s);
     pdde_context_free(ctx);
     return rc;
+}
+
+/* pdde-run --join: a job with as many members as its --max takes joiners in only once a member leaves,
+ * and its ranks wait for that silently: said once, before they start, with how long they wait. The
+ * members are those of the newest generation (members/g<k>/members: "<step> <n> <ids>..."), or, before
+ * the first change, the ranks the job's node 0 started (members/started, its pdde-run's); the --max is
+ * its rank 0's (members/max). Nothing is said when the store does not tell (the job is starting). */
+static void say_if_full(pdde_store *s, const char *members, const char *job, int n) {
+    char key[300];
+    int have = -1, max = 0;
+    void *v = NULL;
+    size_t len = 0;
+    for (int g = 1;; g++) { /* (generations are numbered 1, 2, ... with no gap) */
+        snprintf(key, sizeof key, "%s/g%d/members", members, g);
+        if (pdde_store_get(s, key, &v, &len)) break;
+        long long step;
+        char text[64];
+        snprintf(text, sizeof text, "%.*s", (int)(len < 63 ? len : 63), (const char *)v);
+        if (sscanf(text, "%lld %d", &step, &have) != 2) have = -1;
+        free(v), v = NULL;
+    }
+    const char *names[2] = {"started", "max"};
+    int *vals[2] = {&have, &max};
+    for (int k = have < 0 ? 0 : 1; k < 2; k++) {
+        snprintf(key, sizeof key, "%s/%s", members, names[k]);
+        if (pdde_store_get(s, key, &v, &len)) return;
+        char text[32];
+        snprintf(text, sizeof text, "%.*s", (int)(len < 31 ? len : 31), (const char *)v);
+        free(v), v = NULL;
+        *vals[k] = atoi(text);
+    }
+    if (have < 0 || max < 1 || have + n <= max) return;
+    const char *t = getenv("PDDE_ELASTIC_TIMEOUT"); /* (the ranks' wait to be taken in: core/elastic.c) */
+    double wait_s = t && strtod(t, NULL) > 0 ? strtod(t, NULL) : 300;
+    char bound[200];
+    if (isinf(wait_s)) snprintf(bound, sizeof bound, "with no time limit (PDDE_ELASTIC_TIMEOUT=%s): Ctrl-C or SIGTERM to pdde-run stops them", t);
+    else snprintf(bound, sizeof bound, "for up to %.0f s (PDDE_ELASTIC_TIMEOUT), then fail%s", wait_s, n > 1 ? "" : "s");
+    int room = have < max ? max - have : 0;
+    if (room == 0)
+        fprintf(stderr, "pdde-run: --join: job '%s' is full (%d of --max %d members): %s rank%s wait%s for a free slot (a member "
+                "leaving) %s\n", job, have, max, n > 1 ? "these" : "this", n > 1 ? "s" : "", n > 1 ? "" : "s", bound);
+    else
+        fprintf(stderr, "pdde-run: --join: job '%s' has room for %d more (%d of --max %d members): of these %d ranks, %d wait%s for a "
+                "free slot (a member leaving) %s\n", job, room, have, max, n, n - room, n - room > 1 ? "" : "s", bound);
 }
 
 /* The rest of a dead rank's output (its group is killed first, so nothing holds the pipes for long). */
@@ -595,6 +655,11 @@ int main(int argc, char **argv) {
     char members[160]; /* the prefix of the members' keys, as theirs (core/elastic.c: the job's name cut at 100 bytes) */
     snprintf(members, sizeof members, "elastic/%.100s%s%.40s", job, run_id[0] ? "/" : "", run_id);
     if (run_id[0]) setenv("PDDE_ELASTIC_RUN", run_id, 1);
+    if (join) { /* (the membership: in etcd, or in the job's store) */
+        pdde_store *m = NULL;
+        if (!(etcd ? connect_etcd(ctx, rdzv_store, 10, &m) : pdde_store_connect(ctx, addr, 5, &m))) say_if_full(m, members, job, n);
+        pdde_store_close(m);
+    }
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -604,7 +669,7 @@ int main(int argc, char **argv) {
 
     child *ch = calloc((size_t)n, sizeof *ch);
     pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
-    if (elastic && !join && (etcd ? pdde_store_etcd_connect(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
+    if (elastic && !join && (etcd ? connect_etcd(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
         return 1;
     }
@@ -620,6 +685,12 @@ int main(int argc, char **argv) {
         char key[300];
         snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
         if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
+        if (node_rank == 0) { /* (the members before the first change, for a joiner's pdde-run: say_if_full) */
+            snprintf(key, sizeof key, "%s/started", members);
+            char count[16];
+            snprintf(count, sizeof count, "%d", n * nnodes);
+            pdde_store_set(notes, key, count, strlen(count));
+        }
     }
     if (run_id[0] && node_rank == 0) { /* (for the other nodes and joiners: check_job_store) */
         pdde_store *own = NULL;
@@ -697,7 +768,7 @@ int main(int argc, char **argv) {
                     snprintf(key, sizeof key, "%s/exit/%d", members, ch[r].rank);
                     if (notes) pdde_store_set(notes, key, how, strlen(how));
                     if (!bad) finished_ok++;
-                    else {
+                    else if (!forwarded) { /* (once pdde-run forwarded a stop: that stop, no loss, no one goes on) */
                         lost++;
                         if (failed < 0) failed = r;
                         describe(&ch[r], how, sizeof how);
@@ -790,6 +861,8 @@ int main(int argc, char **argv) {
     }
     for (int r = 0; r < n; r++) kill(-ch[r].pid, SIGKILL); /* what the ranks left in their groups goes too */
     int rc = 0;
+    /* An elastic job stopped by a signal to pdde-run: the stop ended it, not a loss it had gone on after */
+    if (elastic && got_signal) failed = -1;
     if (elastic && !got_signal) {
         if (finished_ok >= min_ranks) {
             if (lost) fprintf(stderr, "pdde-run: --elastic: %d rank%s finished, %d lost on the way\n", finished_ok, finished_ok > 1 ? "s" : "", lost);
@@ -821,7 +894,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "pdde-run: job failed: rank %d %s\n", ch[failed].rank, how);
         rc = WIFEXITED(ch[failed].status) ? WEXITSTATUS(ch[failed].status) : 128 + WTERMSIG(ch[failed].status);
     } else if (got_signal) {
-        fprintf(stderr, "pdde-run: stopped by signal %d\n", (int)got_signal);
+        const char *name = sigabbrev_np(got_signal);
+        fprintf(stderr, "pdde-run: stopped by SIG%s (signal %d)", name ? name : "?", (int)got_signal);
+        if (elastic && lost) fprintf(stderr, "; before it, %d rank%s lost, which the job went on without", lost, lost > 1 ? "s" : "");
+        fprintf(stderr, "\n");
         rc = 128 + got_signal;
     }
     if (trace) {
