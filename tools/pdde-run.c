@@ -26,7 +26,9 @@
  *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
  *       store how each rank ended (SIGKILL; stopped, once the store wrote it off or it stayed stopped
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
- *       done, and succeeds when at least --min ranks finish cleanly. */
+ *       done, and succeeds when at least --min ranks finish cleanly. SIGINT/SIGTERM to pdde-run stop the
+ *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
+ *       the job went on from is no cause. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include <sched.h>
@@ -103,7 +105,8 @@ static void usage(FILE *f) {
             "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
             "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
             "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches; each run's\n"
-            "                 keys under a run id of its own, deleted when it ends: a JOB name can be used again)\n"
+            "                 keys under a run id of its own, deleted when it ends: a JOB name can be used again); an etcd\n"
+            "                 that refuses is waited for up to 30 s (said at once), a HOST that does not resolve is an error\n"
             "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5); a rank stopped\n"
             "                 for less (a debugger, SIGSTOP then SIGCONT) stays a member\n"
             "  --restart K    a rank killed by a signal is started again (K times at most in all), as a joiner: the\n"
@@ -111,8 +114,11 @@ static void usage(FILE *f) {
             "  --join         these ranks join a running elastic job (its --rdzv, tcp:// or etcd://, and the same\n"
             "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max).\n"
             "                 With etcd:// the job's store address is read from etcd, where the job's pdde-run keeps it\n"
-            "                 while it runs; a job not found there is an error at once\n"
+            "                 while it runs; a job not found there is an error at once. A job at its --max:\n"
+            "                 said at once; the ranks wait for a member to leave (PDDE_ELASTIC_TIMEOUT, default 300 s)\n"
             "  -h, --help     this text\n"
+            "SIGINT or SIGTERM to pdde-run goes to its ranks (SIGKILL after --grace S); pdde-run then says \"stopped by\n"
+            "SIGTERM\" and exits with 128 + the signal (130, 143), also after losses an --elastic job went on from\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
 }
