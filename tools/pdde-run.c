@@ -675,9 +675,10 @@ int main(int argc, char **argv) {
 
     child *ch = calloc((size_t)n, sizeof *ch);
     pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
-    if (elastic && !join && (etcd ? connect_etcd(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
+    pdde_status notes_st = elastic && !join ? (etcd ? connect_etcd(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes)) : PDDE_OK;
+    if (notes_st) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
-        return 1;
+        return notes_st == PDDE_ERR_INVALID_ARG ? 2 : 1; /* (2: the command line's URL, as other bad arguments) */
     }
     /* The notes connection holds a lease (renewed below), which bounds the wait for each reply (twice
      * the lease, not 30 s): on a host cut off from the store pdde-run must not wait that long for every
