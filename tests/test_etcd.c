@@ -25,7 +25,7 @@
  *    wait's length; a --join to a job at its --max says at once that it is full (N of --max M) and how long
  *    its ranks wait; SIGTERM to a joiner's pdde-run and to a job's after a loss it recovered from: "stopped
  *    by SIGTERM", exit 143 (as without --elastic), neither the old loss as the cause nor "the others go on"
- *    for the ranks it stopped. */
+ *    for the ranks it stopped. (`test_etcd messages` or `restart` runs that part alone.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -713,6 +713,7 @@ int main(int argc, char **argv) {
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
         else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages();
+        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart();
         else test_messages(), test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(),
                  test_joiner_cut_off(ctx);
     }
