@@ -25,7 +25,7 @@
  *    wait's length; a --join to a job at its --max says at once that it is full (N of --max M) and how long
  *    its ranks wait; SIGTERM to a joiner's pdde-run and to a job's after a loss it recovered from: "stopped
  *    by SIGTERM", exit 143 (as without --elastic), neither the old loss as the cause nor "the others go on"
- *    for the ranks it stopped. (`test_etcd messages` or `restart` runs that part alone.) */
+ *    for the ranks it stopped. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
