@@ -63,7 +63,7 @@ typedef enum {
     PDDE_ERR_IO = -300,
     PDDE_ERR_CORRUPT = -301,  /* bad magic, truncated, checksum mismatch */
     PDDE_ERR_VERSION = -302,  /* a format version this build cannot read */
-    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model */
+    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model; ranks of a session that run different graphs or plans */
     PDDE_ERR_NOT_FOUND = -304,
     /* -4xx: devices and backends */
     PDDE_ERR_UNAVAILABLE = -400, /* no driver / no device of that family */
@@ -519,7 +519,8 @@ typedef struct {
     int n_layer_devices;
     /* SPMD execution of a graph completed by pdde_complete_dist_attrs: each rank runs its partition
      * (local shapes) with reshard collectives where an op needs another layout of an input. Every rank
-     * builds the same graph and passes the same params; world's ranks are the graph mesh's. */
+     * builds the same graph and passes the same params; world's ranks are the graph mesh's. Ranks whose
+     * graphs, meshes or applied plans differ fail here, on every rank, with PDDE_ERR_MISMATCH. */
     pdde_comm *world;
     pdde_pipeline_schedule pipeline_schedule; /* pipeline stages: the order of a step's micro-batches */
     /* What reshard collectives of f32 tensors carry: PDDE_F32 (exact), PDDE_BF16 or PDDE_F16 (half the
@@ -1918,7 +1919,8 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
  * that pays); else every rank on the CPU and the first accelerator a placement target they share.
  * A device's speed, memory bandwidth and memory are divided among the ranks on it (a CPU's figures
  * are all its threads', as pdde-bench measures them; pdde-run gives each rank a share of the cores).
- * Free with pdde_plan_devices_free. */
+ * A device no rank takes that the cost model cannot time (a failed calibration) fails the call with
+ * PDDE_ERR_NO_PLAN and the reason. Free with pdde_plan_devices_free. */
 pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                            pdde_plan_devices *out);
 

@@ -1318,6 +1318,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     }
 #ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_agree_program(g, &p, s->world); /* (before any other collective) */
     if (st == PDDE_OK && s->world) st = session_split_world(s);
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);

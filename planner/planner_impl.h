@@ -58,6 +58,7 @@ struct pdde_graph {
     bool loss_scaling;         /* f16 matmuls: the session scales the loss dynamically */
     pdde_session *session;     /* the live session (one at a time: it reads the graph's optimizer state) */
     struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
+    char plan_text[256];       /* the plan pdde_plan_apply applied (pdde_plan_str), "": none; the ranks compare it */
 };
 
 static inline bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
