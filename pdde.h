@@ -2148,7 +2148,9 @@ typedef struct pdde_elastic pdde_elastic;
 /* etcd (v3.4 or later) as the store, through its v3 JSON gateway ("http://host:port"): put, range,
  * transactions (compare_set, add), watches (wait), leases as death notices (set_liveness: a lease of
  * lease_s, at least etcd's 2 s, kept alive by ping; once it ends, a get of the notice's key finds the
- * notice). Retries the first request for up to timeout_s. Unauthenticated: keep etcd on 127.0.0.1 or
+ * notice). Retries the first request for up to timeout_s (a refused connection: etcd may be starting);
+ * PDDE_ERR_INVALID_ARG at once for an endpoint that can never work (no HOST:PORT with a port 1..65535, a
+ * host that does not resolve). Unauthenticated: keep etcd on 127.0.0.1 or
  * a network only the job's hosts reach. PDDE_ERR_UNAVAILABLE when pdde was built without libcurl.
  * Elastic jobs use it for their membership with PDDE_RDZV=etcd://host:port (pdde-run --rdzv
  * etcd://host:port/JOB); their worlds still meet through the built-in store, whose address pdde-run

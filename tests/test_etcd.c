@@ -22,7 +22,13 @@
  *    etcd): each trains with the losses of a fresh name; a run's keys are gone from etcd after it ends
  *    cleanly, and a killed run's after the next run that starts once its lease has ended;
  *  - a joiner waiting to be taken in while etcd stops answering (SIGSTOP): it stops within a few of
- *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT). */
+ *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT);
+ *  - what pdde-run says: an etcd endpoint that can never work (a port past 65535, a host that does not
+ *    resolve) fails at once (exit 2); one that refuses (nothing there yet) is waited for, said within 3 s with the
+ *    wait's length; a --join to a job at its --max says at once that it is full (N of --max M) and how long
+ *    its ranks wait; SIGTERM to a joiner's pdde-run and to a job's after a loss it recovered from: "stopped
+ *    by SIGTERM", exit 143 (as without --elastic), neither the old loss as the cause nor "the others go on"
+ *    for the ranks it stopped. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -566,6 +572,87 @@ static void test_grow(void) {
     free(c.out);
 }
 
+/* Polls the job until its output has `text` or limit_s passed; 1 when it has. */
+static int job_says(job *j, const char *text, double limit_s) {
+    for (double t0 = test_now(); !strstr(job_text(j), text) && test_now() - t0 < limit_s;)
+        if (job_poll(j, 50)) break;
+    return strstr(job_text(j), text) != NULL;
+}
+
+static int count_of(const char *text, const char *what) {
+    int k = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) k++;
+    return k;
+}
+
+static void test_messages(void) {
+    char run[600], gpt[600], url[160];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=20", "PDDE_JOB_SECRET=test-etcd-msgs-secret-0123456789abcdef", NULL};
+
+    /* endpoints that can never work: at once */
+    const char *never[] = {"etcd://127.0.0.1:99999/j", "etcd://nosuchhost.invalid:2379/j"}, *why[] = {"port 1..65535", "resolve host"};
+    for (int k = 0; k < 2; k++) {
+        char *argv[] = {run, "-n", "2", "--elastic", "--rdzv", (char *)never[k], gpt, "--steps", "2", NULL};
+        job j = job_spawn(argv, env);
+        int rc = job_end(&j, 40);
+        double took = job_now() - j.t0;
+        CHECK(rc == 2 && took < 5 && strstr(job_text(&j), why[k]), "--rdzv %s: fails at once (%.2f s, exit 2), saying why: rc %d\n%s",
+              never[k], took, rc, job_text(&j));
+        free(j.out);
+    }
+    /* nothing listening (etcd may be starting): waited for, and said at once */
+    int port = job_free_port();
+    snprintf(url, sizeof url, "etcd://127.0.0.1:%d/j", port);
+    char want[160];
+    snprintf(want, sizeof want, "waiting up to 30 s for etcd at 127.0.0.1:%d (", port);
+    char *refused_argv[] = {run, "-n", "2", "--elastic", "--rdzv", url, gpt, "--steps", "2", NULL};
+    job r = job_spawn(refused_argv, env);
+    int said = job_says(&r, want, 3), exited = r.exited;
+    job_kill(&r);
+    CHECK(said && !exited, "--rdzv to an etcd that refuses: says it waits within 3 s (and waits):\n%s", job_text(&r));
+    free(r.out);
+
+    /* a job at its --max: a joiner is told it is full, and how long its ranks wait */
+    char m[300], m_join[300], rdzv[160];
+    snprintf(m, sizeof m, "%s/full.jsonl", g_tmp);
+    snprintf(m_join, sizeof m_join, "%s/full_joiner.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/full", g_client_port);
+    double limit = 60 * test_load_factor();
+#define MSG_GPT gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "100000", "--val-every", \
+                "0", "--sample-len", "0", "--threads", "1", "--metrics"
+    char *job_argv[] = {run, "-n", "2", "--elastic", "--min", "1", "--max", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv,
+                        MSG_GPT, m, NULL};
+    char *join_argv[] = {run, "-n", "1", "--elastic", "--join", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv, MSG_GPT, m_join, NULL};
+#undef MSG_GPT
+    job a = job_spawn(job_argv, env);
+    int ok = !job_wait_step(&a, m, 20, limit);
+    job b = job_spawn(join_argv, env);
+    said = job_says(&b, "job 'full' is full (2 of --max 2 members)", 10) && strstr(job_text(&b), "for up to 20 s");
+    const char *full = strstr(job_text(&b), "pdde-run: --join: job 'full' is full");
+    if (full) printf("--join to a full job: %.*s\n", (int)strcspn(full, "\n"), full);
+    CHECK(ok && said, "--join to a job at its --max: says it is full and how long it waits:\n%s\n--- job:\n%s", job_text(&b), job_text(&a));
+    /* SIGTERM to the joiner's pdde-run, once its rank runs (it handles signals by then): a stop, not a failure */
+    pid_t joiner[8] = {0};
+    for (double t0 = test_now(); !job_ranks(b.pid, joiner, 8) && test_now() - t0 < 10;) job_poll(&b, 50);
+    kill(b.pid, SIGTERM);
+    int rc_b = job_end(&b, 20);
+    CHECK(rc_b == 143 && strstr(job_text(&b), "stopped by SIGTERM") && !strstr(job_text(&b), "job failed") &&
+          !strstr(job_text(&b), "the others go on"), "SIGTERM to a joiner's pdde-run: stopped by SIGTERM, 143: rc %d\n%s", rc_b, job_text(&b));
+    /* a loss the job recovers from, then SIGTERM to its pdde-run: the stop is what ended it */
+    kill_rank(&a, 1);
+    ok = job_says(&a, "re-plan 2 -> 1 ranks", limit);
+    kill(a.pid, SIGTERM);
+    int rc_a = job_end(&a, limit);
+    const char *t = job_text(&a);
+    CHECK(ok && rc_a == 143 && strstr(t, "stopped by SIGTERM") && count_of(t, "the others go on") == 1 && !strstr(t, "root cause") &&
+          !strstr(t, "job failed"), "SIGTERM to an elastic job after a loss it went on from: stopped by SIGTERM, 143: rc %d\n%s", rc_a, t);
+    const char *line = strstr(t, "pdde-run: stopped by");
+    if (line) printf("SIGTERM after a recovered loss: rc %d: %.*s\n", rc_a, (int)strcspn(line, "\n"), line);
+    free(a.out), free(b.out);
+}
+
 /* etcd's value of key (malloc'ed, NUL-terminated) or NULL when it has none. */
 static char *etcd_value(const char *key) {
     pdde_context *ctx;
@@ -749,10 +836,12 @@ int main(int argc, char **argv) {
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
+        else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages();
+        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart();
         else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
         else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen(), test_stalled();
-        else test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(),
-             test_joiner_cut_off(ctx);
+        else test_messages(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(),
+                 test_same_name(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);
