@@ -83,7 +83,8 @@ EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/
 # The toy backend plugin (examples/toy_backend.c), and the same built with another vtable version,
 # which the loader must refuse (test_plugin).
 PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so $(BUILD)/libpdde_toy_misnamed.so $(BUILD)/libpdde_toy_badmul.so \
-             $(BUILD)/libpdde_toy2.so
+             $(BUILD)/libpdde_toy2.so $(BUILD)/libpdde_toy_wrongmul.so $(BUILD)/libpdde_toy_claims_gelu.so $(BUILD)/libpdde_toy_declines.so \
+             $(BUILD)/libpdde_toy_silent.so $(BUILD)/libpdde_toy_nosync.so $(BUILD)/libpdde_toy_mmfails.so
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
@@ -189,6 +190,23 @@ $(BUILD)/libpdde_toy_misnamed.so: examples/toy_backend.c pdde.h | $(BUILD)
 	sed 's/strcpy(out->backend, "toy")/strcpy(out->backend, "toyaccel")/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
 $(BUILD)/libpdde_toy_badmul.so: examples/toy_backend.c pdde.h | $(BUILD)
 	sed 's/y\[i\] = a\[i\] \* b\[i\];/y[i] = a[i] * b[i] * 1.0001f;/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+# the ways a bring-up breaks (test_plugin, test_plugin_ops, test_bench_plugin): a mul plainly wrong; gelu claimed by
+# supports_op but not in compute; an entry that declines with a reason, and one that gives none; the required
+# stream_sync left NULL; a matmul whose every launch fails
+$(BUILD)/libpdde_toy_wrongmul.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/y\[i\] = a\[i\] \* b\[i\];/y[i] = a[i] * b[i] + (i == 3 ? 0.5f : 0.0f);/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+$(BUILD)/libpdde_toy_claims_gelu.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/^    case PDDE_OP_RESHAPE:$$/    case PDDE_OP_GELU: case PDDE_OP_RESHAPE:/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+$(BUILD)/libpdde_toy_declines.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/^    toy_host = host;$$/    return host->error(NULL, PDDE_ERR_UNAVAILABLE, "toy: no toy card found (vendor code -3)"), NULL;/' $< | \
+	    $(CC) $(CFLAGS) -shared -x c - -o $@
+$(BUILD)/libpdde_toy_silent.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/^    toy_host = host;$$/    return NULL;/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+$(BUILD)/libpdde_toy_nosync.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/^    .stream_sync = toy_stream_sync,$$//' $< | $(CC) $(CFLAGS) -Wno-unused-function -shared -x c - -o $@
+$(BUILD)/libpdde_toy_mmfails.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/^    int64_t n = f->host->numel(t);$$/&\n    if (t->op == PDDE_OP_MATMUL) return f->host->error(f->ctx, PDDE_ERR_BACKEND, "toy: matmul launch failed: vendor code -9");/' $< | \
+	    $(CC) $(CFLAGS) -shared -x c - -o $@
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)

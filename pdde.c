@@ -148,6 +148,7 @@ const pdde_device_collectives_iface *pdde_nccl_collectives(void) { return &nccl_
 #include "core/graph.c"
 #include "core/autodiff.c"
 #include "core/optimizer.c"
+#include "core/rank_agreement.c"
 #include "core/session.c"
 #include "core/checkpoint.c"
 #include "core/snapshot.c"

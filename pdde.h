@@ -55,7 +55,7 @@ typedef enum {
     PDDE_ERR_SHAPE = -101,      /* shapes that do not fit together */
     PDDE_ERR_DTYPE = -102,      /* a dtype the op does not take */
     PDDE_ERR_UNKNOWN_OP = -103, /* an op id pdde does not know */
-    PDDE_ERR_STATE = -104,      /* a call out of order (e.g. building after compile) */
+    PDDE_ERR_STATE = -104,      /* a call out of order (e.g. compiling a graph whose session lives, pdde_backward twice) */
     /* -2xx: resources */
     PDDE_ERR_OOM = -200,        /* host memory */
     PDDE_ERR_DEVICE_OOM = -201, /* a device's memory */
@@ -63,7 +63,7 @@ typedef enum {
     PDDE_ERR_IO = -300,
     PDDE_ERR_CORRUPT = -301,  /* bad magic, truncated, checksum mismatch */
     PDDE_ERR_VERSION = -302,  /* a format version this build cannot read */
-    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model */
+    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model; ranks of a session that run different graphs or plans */
     PDDE_ERR_NOT_FOUND = -304,
     /* -4xx: devices and backends */
     PDDE_ERR_UNAVAILABLE = -400, /* no driver / no device of that family */
@@ -377,7 +377,8 @@ size_t pdde_tensor_nbytes(const pdde_tensor *t);
  * Graph building. All calls return NULL after an error; pdde_graph_status returns the first error and
  * pdde_last_error(ctx) its message (naming the op, the tensor and the shapes). */
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out);
-/* Free a graph's session before the graph. */
+/* Frees g. While a session of g lives, the graph (and its tensors, which the session's calls take) is
+ * kept until pdde_session_free frees it; do not build on g after this call. */
 void pdde_graph_free(pdde_graph *g);
 pdde_status pdde_graph_status(const pdde_graph *g);
 pdde_context *pdde_graph_context(const pdde_graph *g);
@@ -443,7 +444,9 @@ pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *
  * h*3D + [0, D), [D, 2D), [2D, 3D)), read in place -> [B, T, H*D] f32 (head h in columns h*D + [0, D)):
  * no slice or permute around it, and its backward writes the [B, T, H*3*D] gradient directly. */
 pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads);
-/* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). */
+/* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). A
+ * target >= V fails the run with PDDE_ERR_INVALID_ARG naming the op, the target and its position (on a
+ * device, found when the step checks its loss, which such a target makes NaN). */
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets);
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids);
 pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t *shape);
@@ -519,7 +522,8 @@ typedef struct {
     int n_layer_devices;
     /* SPMD execution of a graph completed by pdde_complete_dist_attrs: each rank runs its partition
      * (local shapes) with reshard collectives where an op needs another layout of an input. Every rank
-     * builds the same graph and passes the same params; world's ranks are the graph mesh's. */
+     * builds the same graph and passes the same params; world's ranks are the graph mesh's. Ranks whose
+     * graphs, meshes or applied plans differ fail here, on every rank, with PDDE_ERR_MISMATCH. */
     pdde_comm *world;
     pdde_pipeline_schedule pipeline_schedule; /* pipeline stages: the order of a step's micro-batches */
     /* What reshard collectives of f32 tensors carry: PDDE_F32 (exact), PDDE_BF16 or PDDE_F16 (half the
@@ -573,14 +577,16 @@ typedef enum {
 /* Compiles g (one live session per graph: free it before compiling g again): lowers it to this rank's
  * local program (the nodes the step needs, placed, with COPY nodes at device boundaries and, under
  * SPMD execution, local shapes and the communication; see pdde_lower_dump), plans memory and
- * allocates it. g itself is not changed: it can be compiled again, under another plan. */
+ * allocates it. g itself is not changed: it can be compiled again, under another plan. Tensors built on g
+ * afterwards are not part of this session (its calls refuse them); a later session of g has them. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
 /* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
  * "Non-finite guard"); the update changed nothing and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
-/* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
- * nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
+/* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients; a read of another
+ * intermediate is PDDE_ERR_STATE: the step reuses its memory, unless no_memory_reuse). NULL t, src or dst:
+ * PDDE_ERR_INVALID_ARG. nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
  * (t's own size without SPMD execution). */
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes);
@@ -1256,7 +1262,7 @@ pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, co
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
  * PDDE_ERR_INVALID_ARG on bad text, with out->why naming the key and what it expected ("plan text:
- * zero: want 0, 1, 2 or 3, got '5'"; the rest of *out zero). */
+ * zero: want 0, 1, 2 or 3, got '5'"; the rest of *out zero), also for NULL text. */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
 
 /* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
@@ -1918,7 +1924,8 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
  * that pays); else every rank on the CPU and the first accelerator a placement target they share.
  * A device's speed, memory bandwidth and memory are divided among the ranks on it (a CPU's figures
  * are all its threads', as pdde-bench measures them; pdde-run gives each rank a share of the cores).
- * Free with pdde_plan_devices_free. */
+ * A device no rank takes that the cost model cannot time (a failed calibration) fails the call with
+ * PDDE_ERR_NO_PLAN and the reason. Free with pdde_plan_devices_free. */
 pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                            pdde_plan_devices *out);
 
@@ -2141,7 +2148,9 @@ typedef struct pdde_elastic pdde_elastic;
 /* etcd (v3.4 or later) as the store, through its v3 JSON gateway ("http://host:port"): put, range,
  * transactions (compare_set, add), watches (wait), leases as death notices (set_liveness: a lease of
  * lease_s, at least etcd's 2 s, kept alive by ping; once it ends, a get of the notice's key finds the
- * notice). Retries the first request for up to timeout_s. Unauthenticated: keep etcd on 127.0.0.1 or
+ * notice). Retries the first request for up to timeout_s (a refused connection: etcd may be starting);
+ * PDDE_ERR_INVALID_ARG at once for an endpoint that can never work (no HOST:PORT with a port 1..65535, a
+ * host that does not resolve). Unauthenticated: keep etcd on 127.0.0.1 or
  * a network only the job's hosts reach. PDDE_ERR_UNAVAILABLE when pdde was built without libcurl.
  * Elastic jobs use it for their membership with PDDE_RDZV=etcd://host:port (pdde-run --rdzv
  * etcd://host:port/JOB); their worlds still meet through the built-in store, whose address pdde-run

@@ -87,7 +87,9 @@ pdde_status pdde_device_backend(pdde_context *ctx, int device, const pdde_backen
  *     const pdde_backend_iface *pdde_backend_plugin(const pdde_backend_host *host);
  * pdde calls it once per context with host->api_version = PDDE_BACKEND_API_VERSION and the library
  * functions a plugin may call (so a plugin links against nothing of pdde's, whether pdde is a static
- * or a shared library); it returns its vtable, or NULL (after host->error) when it cannot serve.
+ * or a shared library); it returns its vtable, or NULL when it cannot serve, after
+ * host->error(NULL, status, "why") (no context exists yet: with NULL the call records the reason the
+ * loader shows for this plugin). Later calls pass the context init got.
  * A plugin that does not load, lacks the symbol, returns NULL or a vtable of another api_version is
  * refused: its family is listed unavailable with the reason (pdde_backend_status) and one line goes
  * to stderr; the context still starts with the other backends. */
@@ -95,7 +97,7 @@ pdde_status pdde_device_backend(pdde_context *ctx, int device, const pdde_backen
 typedef struct {
     uint32_t api_version;   /* PDDE_BACKEND_API_VERSION of the loading library */
     uint32_t struct_size;
-    pdde_status (*error)(pdde_context *ctx, pdde_status status, const char *fmt, ...); /* = pdde_error */
+    pdde_status (*error)(pdde_context *ctx, pdde_status status, const char *fmt, ...); /* = pdde_error; ctx NULL: why the entry declines */
     const char *(*op_name)(pdde_op op);                                /* = pdde_op_name */
     int64_t (*numel)(const pdde_tensor *t);                            /* = pdde_tensor_numel */
     size_t (*dtype_size)(pdde_dtype t);                                /* = pdde_dtype_size */

@@ -25,7 +25,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_IO: return "i/o error";
     case PDDE_ERR_CORRUPT: return "corrupt file";
     case PDDE_ERR_VERSION: return "unsupported format version";
-    case PDDE_ERR_MISMATCH: return "does not match the model";
+    case PDDE_ERR_MISMATCH: return "does not match the model or the other ranks";
     case PDDE_ERR_NOT_FOUND: return "not found";
     case PDDE_ERR_UNAVAILABLE: return "backend unavailable";
     case PDDE_ERR_UNSUPPORTED: return "unsupported by the device";

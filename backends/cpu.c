@@ -1236,6 +1236,11 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         if (pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) /* its rows span ranks: the session runs it (run_cross_entropy_vocab) */
             return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "%s: logits split on the vocab over a mesh axis run in an SPMD session", t->name);
         int64_t R = logits->shape[0], V = logits->shape[1], count = count_valid_targets(t->src[1], V);
+        const int32_t *targets = I32(t->src[1]);
+        for (int64_t r = 0; t->op == PDDE_OP_CROSS_ENTROPY && r < R; r++)
+            if (targets[r] >= V) /* (a negative target is the ignored one) */
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: target %d at position %lld is outside the %lld classes of %s [0, %lld)",
+                                  t->name, targets[r], (long long)r, (long long)V, logits->name, (long long)V);
         job.a = count ? count : 1;
         float *row_loss = NULL;
         if (t->op == PDDE_OP_CROSS_ENTROPY) {

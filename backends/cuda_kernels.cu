@@ -471,7 +471,11 @@ extern "C" __global__ void k_softmax_back(const float *__restrict__ y, const flo
     }
 }
 
-/* Cross-entropy, pass 1: loss of each row (0 for an ignored row) in part[r], 1/0 in part[rows + r]. */
+/* A row's loss without a class: 0 for a negative target (ignored), NaN for one >= V, which makes the loss NaN
+ * so that the session's check of the loss finds the target and names it (as gpu_kernels.cl's). */
+#define CE_IGNORED_LOSS(t) ((t) < 0 ? 0.0f : nanf(""))
+
+/* Cross-entropy, pass 1: loss of each row (CE_IGNORED_LOSS for a row without a class) in part[r], 1/0 in part[rows + r]. */
 template <typename L>
 __device__ __forceinline__ void ce_rows_body(const typename L::T *__restrict__ logits, const int *__restrict__ tgt,
                                              float *__restrict__ part, long long rows, long long V) {
@@ -486,7 +490,7 @@ __device__ __forceinline__ void ce_rows_body(const typename L::T *__restrict__ l
         s = block_sum(s);
         if (threadIdx.x == 0) {
             int ok = t >= 0 && t < V;
-            part[r] = ok ? (logf(s) + m - L::get(lr, t)) : 0.0f;
+            part[r] = ok ? (logf(s) + m - L::get(lr, t)) : CE_IGNORED_LOSS(t);
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
     }

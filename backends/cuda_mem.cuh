@@ -33,11 +33,15 @@ __device__ __forceinline__ void store_vec(void *y, long long i, const float *v, 
     else *(uint2 *)((unsigned short *)y + i) = make_uint2(h[0], h[1 % (W / 2)]);
 }
 
+#ifndef CE_IGNORED_LOSS /* (cuda_kernels.cu's: the emulation includes this file alone) */
+#define CE_IGNORED_LOSS(t) ((t) < 0 ? 0.0f : nanf(""))
+#endif
+
 /* One block per row r: each thread keeps a running maximum and a sum of exponentials rescaled when the maximum
  * grows (the online softmax), so the row is read once for both; the block combines them (m, then s * e^(m_t -
- * m)); thread 0 writes the loss part[r] and 1/0 for a valid target in part[rows + r] (k_ce_final sums them);
- * then dlogits = (e^(x - m) / s - onehot) * dloss / count (zero on an ignored row), a second read of the row
- * (from L2). Rows of 16-byte multiples at 16-byte aligned starts move 16 bytes a load and store. */
+ * m)); thread 0 writes the loss part[r] (CE_IGNORED_LOSS without a class) and 1/0 for a valid target in
+ * part[rows + r] (k_ce_final sums them); then dlogits = (e^(x - m) / s - onehot) * dloss / count (zero on a row
+ * without a class), a second read of the row (from L2). Rows of 16-byte multiples at 16-byte aligned starts move 16 bytes a load and store. */
 template <typename L>
 __device__ __forceinline__ void ce_fused_body(const typename L::T *__restrict__ logits, const int *__restrict__ tgt,
                                               const float *__restrict__ dloss, const float *__restrict__ cnt, float *__restrict__ part,
@@ -67,7 +71,7 @@ __device__ __forceinline__ void ce_fused_body(const typename L::T *__restrict__ 
         float mb = block_max(m);
         s = block_sum(m == -INFINITY ? 0.0f : s * expf(m - mb));
         if (threadIdx.x == 0) {
-            part[r] = ok ? logf(s) + mb - L::get(lr, t) : 0.0f;
+            part[r] = ok ? logf(s) + mb - L::get(lr, t) : CE_IGNORED_LOSS(t);
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
@@ -130,7 +134,7 @@ __device__ __forceinline__ void ce_staged_body(const typename L::T *__restrict__
                 for (long long q = threadIdx.x; q < nq; q += nb) store_vec<16 / sizeof(typename L::T)>(dx, r * V + q * W, z, ydt);
             else
                 for (long long j = threadIdx.x; j < V; j += nb) store_out(dx, r * V + j, 0.0f, ydt);
-            if (threadIdx.x == 0) part[r] = 0.0f, part[rows + r] = 0.0f;
+            if (threadIdx.x == 0) part[r] = CE_IGNORED_LOSS(t), part[rows + r] = 0.0f;
             continue;
         }
         float m = -INFINITY;

@@ -640,6 +640,10 @@ __kernel void k_softmax_back(PTR(const float, y), PTR(const float, dy), PTR(floa
     }
 }
 
+/* A row's loss without a class: 0 for a negative target (ignored), NaN for one >= V, which makes the loss NaN
+ * so that the session's check of the loss finds the target and names it. */
+#define CE_IGNORED_LOSS(t) ((t) < 0 ? 0.0f : NAN)
+
 __kernel void k_ce_rows(PTR(const void, logits), PTR(const int, tgt), PTR(float, part), long rows, long V, int ldt) {
     BIND(const void, logits); BIND(const int, tgt); BIND(float, part);
     __local float sh[MAX_GROUP];
@@ -654,7 +658,7 @@ __kernel void k_ce_rows(PTR(const void, logits), PTR(const int, tgt), PTR(float,
         s = group_sum(s, sh);
         if (get_local_id(0) == 0) {
             int ok = t >= 0 && t < V;
-            part[r] = ok ? (log(s) + m - load_in(logits, lr + t, ldt)) : 0.0f;
+            part[r] = ok ? (log(s) + m - load_in(logits, lr + t, ldt)) : CE_IGNORED_LOSS(t);
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
     }
@@ -721,7 +725,7 @@ __kernel void k_ce_fused(PTR(const void, logits), PTR(const int, tgt), PTR(const
         float mb = group_max(m, sh);
         s = group_sum(m == -INFINITY ? 0.0f : s * exp(m - mb), sh);
         if (get_local_id(0) == 0) {
-            part[r] = ok ? log(s) + mb - load_in(logits, lr + t, ldt) : 0.0f;
+            part[r] = ok ? log(s) + mb - load_in(logits, lr + t, ldt) : CE_IGNORED_LOSS(t);
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
@@ -765,7 +769,7 @@ __kernel void k_ce_staged(PTR(const void, logits), PTR(const int, tgt), PTR(cons
         COLS_LOOP(j, V) s += exp(local_in(row, j, ldt) - m);
         s = group_sum(s, sh);
         if (get_local_id(0) == 0) {
-            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : 0.0f;
+            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : CE_IGNORED_LOSS(t);
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
         float inv = 1.0f / s;

@@ -650,6 +650,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    "/* A row's loss without a class: 0 for a negative target (ignored), NaN for one >= V, which makes the loss NaN\n"
+    " * so that the session's check of the loss finds the target and names it. */\n"
+    "#define CE_IGNORED_LOSS(t) ((t) < 0 ? 0.0f : NAN)\n"
+    "\n"
     "__kernel void k_ce_rows(PTR(const void, logits), PTR(const int, tgt), PTR(float, part), long rows, long V, int ldt) {\n"
     "    BIND(const void, logits); BIND(const int, tgt); BIND(float, part);\n"
     "    __local float sh[MAX_GROUP];\n"
@@ -664,7 +668,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        s = group_sum(s, sh);\n"
     "        if (get_local_id(0) == 0) {\n"
     "            int ok = t >= 0 && t < V;\n"
-    "            part[r] = ok ? (log(s) + m - load_in(logits, lr + t, ldt)) : 0.0f;\n"
+    "            part[r] = ok ? (log(s) + m - load_in(logits, lr + t, ldt)) : CE_IGNORED_LOSS(t);\n"
     "            part[rows + r] = ok ? 1.0f : 0.0f;\n"
     "        }\n"
     "    }\n"
@@ -676,6 +680,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float s = 0.0f, c = 0.0f;\n"
     "    COLS_LOOP(i, rows) { s += part[i]; c += part[rows + i]; }\n"
     "    s = group_sum(s, sh);\n"
+    ,
     "    c = group_sum(c, sh);\n"
     "    if (get_local_id(0) == 0) y[0] = c > 0.0f ? s / c : 0.0f;\n"
     "}\n"
@@ -683,7 +688,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)) {\n"
     "    BIND(const int, tgt); BIND(float, cnt);\n"
     "    __local float sh[MAX_GROUP];\n"
-    ,
     "    float c = 0.0f;\n"
     "    COLS_LOOP(i, rows) c += (tgt[i] >= 0 && tgt[i] < V) ? 1.0f : 0.0f;\n"
     "    c = group_sum(c, sh);\n"
@@ -732,7 +736,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        float mb = group_max(m, sh);\n"
     "        s = group_sum(m == -INFINITY ? 0.0f : s * exp(m - mb), sh);\n"
     "        if (get_local_id(0) == 0) {\n"
-    "            part[r] = ok ? log(s) + mb - load_in(logits, lr + t, ldt) : 0.0f;\n"
+    "            part[r] = ok ? log(s) + mb - load_in(logits, lr + t, ldt) : CE_IGNORED_LOSS(t);\n"
     "            part[rows + r] = ok ? 1.0f : 0.0f;\n"
     "        }\n"
     "        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;\n"
@@ -750,9 +754,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    if (xdt == 1) return f16_to_f32(((__local const ushort *)x)[i]);\n"
     "    return ((__local const float *)x)[i];\n"
     "}\n"
+    ,
     "__kernel void k_ce_staged(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),\n"
     "                          PTR(float, part), PTR(void, dx), long rows, long V, int ydt, int ldt, __local void *row) {\n"
-    ,
     "    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, part); BIND(void, dx);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    float c = cnt[0] > 0.0f ? cnt[0] : 1.0f, scale = dloss[0] / c;\n"
@@ -777,7 +781,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        COLS_LOOP(j, V) s += exp(local_in(row, j, ldt) - m);\n"
     "        s = group_sum(s, sh);\n"
     "        if (get_local_id(0) == 0) {\n"
-    "            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : 0.0f;\n"
+    "            part[r] = ok ? log(s) + m - load_in(logits, lr + t, ldt) : CE_IGNORED_LOSS(t);\n"
     "            part[rows + r] = ok ? 1.0f : 0.0f;\n"
     "        }\n"
     "        float inv = 1.0f / s;\n"
@@ -835,13 +839,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            for (long i = l; i < n_pow2 / 2; i += L) { /* pair i: a (bit j clear) and a + j */\n"
     "                long a = ((i & ~(j - 1)) << 1) | (i & (j - 1));\n"
     "                ulong x = keys[a], y = keys[a + j];\n"
+    ,
     "                if ((x > y) == ((a & k) == 0)) keys[a] = y, keys[a + j] = x;\n"
     "            }\n"
     "        }\n"
     "}\n"
     "\n"
     "/* The same keys by one item, a counting sort (a CPU device, where a group runs as a loop: its n_ids + V\n"
-    ,
     " * steps beat the network's n log^2 n); cnt: V + 1 counters, the last for the ids outside [0, V). */\n"
     "__kernel void k_embedding_count_sort(PTR(const int, ids), PTR(ulong, keys), PTR(int, cnt), long n_ids, long V) {\n"
     "    BIND(const int, ids); BIND(ulong, keys); BIND(int, cnt);\n"
@@ -914,10 +918,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "/* each item's keys, in order, to their slots: out[cnt[d * items + t]++] */\n"
     "__kernel void k_embedding_radix_scatter(PTR(const ulong, keys), PTR(ulong, out), PTR(const int, cnt), long n_ids, long chunk, long V,\n"
+    ,
     "                                        int shift) {\n"
     "    BIND(const ulong, keys); BIND(ulong, out); BIND(const int, cnt);\n"
     "    __local int c[RADIX_DIGITS * RADIX_GROUP];\n"
-    ,
     "    long l = get_local_id(0), L = get_local_size(0), t = get_global_id(0), T = get_global_size(0);\n"
     "    for (int d = 0; d < RADIX_DIGITS; d++) c[d * L + l] = cnt[d * T + t];\n"
     "    long end = (t + 1) * chunk < n_ids ? (t + 1) * chunk : n_ids;\n"
@@ -998,10 +1002,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "static void cast_one(__global const void *src, __global void *dst, long i, int sdt, int ddt) {\n"
+    ,
     "    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {\n"
     "        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];\n"
     "        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;\n"
-    ,
     "        else ((__global long *)dst)[i] = v;\n"
     "        return;\n"
     "    }\n"
@@ -1079,6 +1083,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                      float bc2, PTR(void, sh), int sdt) {\n"
     "    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);\n"
     "    if (update_skipped(gnorm_sq)) return;\n"
+    ,
     "    float f = gscale * clip_factor(gnorm_sq, clip);\n"
     "    GRID_STRIDE(i, n) {\n"
     "        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);\n"
@@ -1086,7 +1091,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */\n"
     "\n"
     "#define GT 64\n"
@@ -1162,11 +1166,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "static long att_lse(long r, long rows, long T, long D, long H) { return H ? rows * D + r : r * (D + 1) + D; }\n"
     "static long att_out(long r, int which, long rows, long T, long D, long H) {\n"
+    ,
     "    return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;\n"
     "}\n"
     "\n"
     "/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online\n"
-    ,
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
     "                          long D, float scale, long H) {\n"
@@ -1236,10 +1240,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);\n"
     "        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "        for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;\n"
+    ,
     "        for (long ri = r; ri < r - j + T; ri++) {\n"
     "            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
-    ,
     "            for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];\n"
     "            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);\n"
     "            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];\n"
@@ -1308,12 +1312,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                          long nb, int back, int ydt) {\n"
     "    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(void, y);\n"
     "    GRID_STRIDE(i, n) {\n"
+    ,
     "        float v = x[i] + bias[i % nb];\n"
     "        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);\n"
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */\n"
     "\n"
     "/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the\n"
@@ -1385,8 +1389,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- tiled causal attention (FlashAttention-2's schedule; backends/gpu_dispatch.h, pgd_attention_flash) --\n"
     " * A group of FR items takes FR query rows (forward, dq) or key rows (dk, dv) of one head, an item a row;\n"
     " * the other side's rows come through group memory FK at a time. q, k, v are bf16 (bf16 = 1) or f32,\n"
-    " * read as they are; everything else is f32. Group g takes head g / tiles and, from the last, tile\n"
     ,
+    " * read as they are; everything else is f32. Group g takes head g / tiles and, from the last, tile\n"
     " * tiles - 1 - g % tiles (the heavy causal tiles first). */\n"
     "#define FR 64 /* rows a group: pgd_ctx.flash_rows and flash_threads of the OpenCL backend */\n"
     "#define FK 16 /* rows a tile in group memory */\n"
@@ -1457,8 +1461,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                     __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                     float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
-    "    int l = get_local_id(0);\n"
     ,
+    "    int l = get_local_id(0);\n"
     "    long i = tile * FR + l, kend = min(T, tile * FR + FR), yo = att_y(base + i, T, D, H);\n"
     "    int live = i < T;\n"
     "    float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];\n"

@@ -29,11 +29,29 @@ static const pdde_backend_iface *const builtin_backends[] = {
 #endif
 };
 
-/* A backend's struct must be at least version 1's size; slots past its struct_size count as NULL. */
-static bool iface_valid(const pdde_backend_iface *b) {
-    return b && b->api_version >= 1 && b->struct_size >= offsetof(pdde_backend_iface, event_create) && b->name &&
-           b->init && b->device_props && b->device_open && b->supports_op && b->buffer_alloc && b->buffer_free &&
-           b->write && b->read && b->stream_create && b->stream_sync && b->compute;
+/* The first thing that makes a backend's vtable unusable, or NULL: a struct smaller than version 1's
+ * (slots past its struct_size count as NULL), an api_version under 1, or a required slot left NULL. */
+static const char *iface_problem(const pdde_backend_iface *b) {
+    if (!b) return "no vtable";
+    if (b->api_version < 1) return "api_version below 1";
+    if (b->struct_size < offsetof(pdde_backend_iface, event_create)) return "struct_size smaller than version 1's";
+    /* the required slots, in the vtable's order: the message names the first one missing */
+#define REQUIRE_SLOT(slot) \
+    if (!b->slot) return #slot
+    REQUIRE_SLOT(name);
+    REQUIRE_SLOT(init);
+    REQUIRE_SLOT(device_props);
+    REQUIRE_SLOT(device_open);
+    REQUIRE_SLOT(supports_op);
+    REQUIRE_SLOT(buffer_alloc);
+    REQUIRE_SLOT(buffer_free);
+    REQUIRE_SLOT(write);
+    REQUIRE_SLOT(read);
+    REQUIRE_SLOT(stream_create);
+    REQUIRE_SLOT(stream_sync);
+    REQUIRE_SLOT(compute);
+#undef REQUIRE_SLOT
+    return NULL;
 }
 
 /* Whether a comma-separated list (NULL or "" = every backend) names a backend. */
@@ -58,13 +76,32 @@ static int plugin_count(const char *list) {
 }
 
 #ifndef PDDE_NO_PLUGINS
+/* Why this thread's plugin entry point declined to load: its entry runs before there is a family or a
+ * context for it (its host->error(NULL, ...) lands here), and the context's last error is another
+ * component's. */
+static _Thread_local char plugin_decline_reason[512];
+
+/* The host table's error: pdde_error on a context; with none (the entry point declining), the reason. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static pdde_status plugin_host_error(pdde_context *ctx, pdde_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (ctx) error_vset(ctx, fmt, ap);
+    else vsnprintf(plugin_decline_reason, sizeof plugin_decline_reason, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
 /* Loads one plugin into f: its vtable, or (refused) a reason in f->why and a line on stderr. */
-static void plugin_load(pdde_context *ctx, registry_family *f, const char *path) {
+static void plugin_load(registry_family *f, const char *path) {
     const char *base = strrchr(path, '/');
     snprintf(f->label, sizeof f->label, "%.63s", base ? base + 1 : path);
     f->status = PDDE_ERR_UNAVAILABLE;
-    static const pdde_backend_host host = {PDDE_BACKEND_API_VERSION, sizeof(pdde_backend_host), pdde_error, pdde_op_name,
+    static const pdde_backend_host host = {PDDE_BACKEND_API_VERSION, sizeof(pdde_backend_host), plugin_host_error, pdde_op_name,
                                            pdde_tensor_numel, pdde_dtype_size};
+    const char *problem;
     pdde_backend_plugin_fn entry = NULL;
     const pdde_backend_iface *b = NULL;
     if (!(f->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
@@ -72,17 +109,17 @@ static void plugin_load(pdde_context *ctx, registry_family *f, const char *path)
                  strchr(path, '/') ? "" : " (a name without '/' is looked up on the library path: write ./NAME for a file here)");
     } else if (!(*(void **)&entry = dlsym(f->dl, PDDE_BACKEND_PLUGIN_ENTRY))) {
         snprintf(f->why, sizeof f->why, "plugin %.400s has no entry symbol %s (backends/README.md)", path, PDDE_BACKEND_PLUGIN_ENTRY);
-    } else if (!(b = entry(&host))) {
-        const char *why = pdde_last_error(ctx);
-        snprintf(f->why, sizeof f->why, "plugin %.400s declined to load: %.500s", path, why[0] ? why : "no reason given");
+    } else if ((plugin_decline_reason[0] = 0, !(b = entry(&host)))) {
+        if (plugin_decline_reason[0]) snprintf(f->why, sizeof f->why, "plugin %.400s declined to load: %.500s", path, plugin_decline_reason);
+        else snprintf(f->why, sizeof f->why, "plugin %.400s declined to load (gave no reason)", path);
     } else if (b->api_version != PDDE_BACKEND_API_VERSION) {
         f->status = PDDE_ERR_VERSION;
         snprintf(f->why, sizeof f->why, "plugin %.400s (%.64s) has backend api_version %u; this pdde takes %d", path, b->name ? b->name : "?",
                  b->api_version, PDDE_BACKEND_API_VERSION);
-    } else if (!iface_valid(b)) {
+    } else if ((problem = iface_problem(b))) {
         f->status = PDDE_ERR_INVALID_ARG;
-        snprintf(f->why, sizeof f->why, "plugin %.400s (%.64s): invalid vtable (struct_size %u, or a required slot is NULL)", path,
-                 b->name ? b->name : "?", b->struct_size);
+        snprintf(f->why, sizeof f->why, "plugin %.400s (%.64s): invalid vtable (struct_size %u): %s%s", path, b->name ? b->name : "?",
+                 b->struct_size, problem, strchr(problem, ' ') ? "" : " is NULL, a required slot (backends/README.md)");
     } else {
         f->iface = b;
         f->status = PDDE_OK;
@@ -113,7 +150,7 @@ PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_par
             snprintf(path, sizeof path, "%.*s", (int)len, next_plugin);
             next_plugin += len;
 #ifndef PDDE_NO_PLUGINS
-            plugin_load(ctx, f, path);
+            plugin_load(f, path);
 #else
             snprintf(f->label, sizeof f->label, "plugin");
             snprintf(f->why, sizeof f->why, "plugin %.400s: pdde was built with PDDE_NO_PLUGINS", path);
@@ -123,9 +160,10 @@ PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_par
         } else {
             f->iface = i < n_builtin ? builtin_backends[i] : p->extra_backends[i - n_builtin];
         }
-        if (!iface_valid(f->iface)) {
+        const char *problem = iface_problem(f->iface);
+        if (problem) {
             f->status = PDDE_ERR_INVALID_ARG;
-            snprintf(f->why, sizeof f->why, "backend %d: invalid interface (api_version, struct_size or a required slot)", i);
+            snprintf(f->why, sizeof f->why, "backend %d: invalid interface: %s%s", i, problem, strchr(problem, ' ') ? "" : " is NULL, a required slot");
             continue;
         }
         int same = 0; /* (the same plugin listed twice, or a second backend of a name already taken) */

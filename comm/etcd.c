@@ -40,6 +40,7 @@ typedef struct {
     char *buf;                /* the last reply */
     size_t len, cap;
     int stop_watch;           /* the watch callback saw an event */
+    CURLcode last_rc;         /* curl's outcome of the last request (the first request tells a URL that can never work) */
 } store_etcd;
 
 static size_t etcd_write(char *data, size_t size, size_t n, void *arg) {
@@ -118,7 +119,7 @@ static pdde_status etcd_post(store_etcd *t, pdde_context *ctx, const char *path,
     curl_easy_setopt(t->curl, CURLOPT_URL, url);
     curl_easy_setopt(t->curl, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(t->curl, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
-    CURLcode rc = curl_easy_perform(t->curl);
+    CURLcode rc = t->last_rc = curl_easy_perform(t->curl);
     long code = 0;
     curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &code);
     if (watch && (rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_WRITE_ERROR || rc == CURLE_OK)) return PDDE_OK;
@@ -445,6 +446,16 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
     if (!t || !(t->curl = curl_easy_init())) { free(t); return pdde_error(ctx, PDDE_ERR_OOM, "etcd: cannot start a curl handle"); }
     const char *hp = endpoint + 7;
     size_t hl = strcspn(hp, "/");
+    /* (a port curl would refuse: said here, as the URL that was given) */
+    const char *colon = NULL; /* (the last one: [::1]:2379) */
+    for (size_t k = 0; k < hl; k++)
+        if (hp[k] == ':') colon = hp + k;
+    char *port_end = NULL;
+    long port = colon ? strtol(colon + 1, &port_end, 10) : 0;
+    if (!colon || colon == hp || port_end != hp + hl || colon + 1 == port_end || port < 1 || port > 65535) {
+        curl_easy_cleanup(t->curl), free(t);
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "etcd: endpoint '%s': want HOST:PORT with a port 1..65535", endpoint);
+    }
     snprintf(t->endpoint, sizeof t->endpoint, "http://%.*s", (int)hl, hp);
     t->timeout_s = timeout_s > 0 ? (timeout_s < 10 ? timeout_s : 10) : 10;
     curl_easy_setopt(t->curl, CURLOPT_WRITEFUNCTION, etcd_write);
@@ -452,10 +463,19 @@ pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, dou
     curl_easy_setopt(t->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
     curl_easy_setopt(t->curl, CURLOPT_PROTOCOLS_STR, "http");
-    /* the first request retries until etcd answers or timeout_s passes (ranks may start first) */
+    /* the first request retries until etcd answers or timeout_s passes (ranks may start first, and a
+     * refused connection is an etcd still starting); a URL curl cannot use or a host that does not
+     * resolve never works: those fail at once */
     double deadline = comm_now() + (timeout_s > 0 ? timeout_s : 30);
     pdde_status st;
-    while ((st = etcd_post(t, ctx, "/v3/maintenance/status", "{}", t->timeout_s, 0)) && comm_now() < deadline) comm_sleep(0.05);
+    while ((st = etcd_post(t, ctx, "/v3/maintenance/status", "{}", t->timeout_s, 0)) && comm_now() < deadline) {
+        if (t->last_rc == CURLE_COULDNT_RESOLVE_HOST || t->last_rc == CURLE_URL_MALFORMAT || t->last_rc == CURLE_UNSUPPORTED_PROTOCOL) {
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "etcd %s: %s (a wrong host name or URL: not retried)", t->endpoint,
+                            curl_easy_strerror(t->last_rc));
+            break;
+        }
+        comm_sleep(0.05);
+    }
     if (!st) st = pdde_store_wrap(ctx, &store_etcd_iface, t, out);
     if (st) {
         curl_easy_cleanup(t->curl);

@@ -255,8 +255,11 @@ static void recompute_segment(pdde_graph *g, recompute_state *rc, int n_fwd) {
 }
 
 pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
-    if (!g || !loss) return PDDE_ERR_INVALID_ARG;
+    if (!g) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
+    if (!loss) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "backward: the loss is NULL");
+    if (loss->id < 0 || loss->id >= g->n || g->nodes[loss->id] != loss)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "backward: the loss %s belongs to another graph", loss->name);
     if (g->has_backward) return pdde_error(g->ctx, PDDE_ERR_STATE, "backward: the graph already has a backward pass");
     if (pdde_tensor_numel(loss) != 1)
         return pdde_error(g->ctx, PDDE_ERR_SHAPE, "backward: the loss %s must be a scalar", loss->name);

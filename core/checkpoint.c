@@ -105,7 +105,8 @@ static pdde_status create_regular(pdde_context *ctx, const char *path, const cha
 }
 
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra) {
-    if (!s || !path) return PDDE_ERR_INVALID_ARG;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!path) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint_save: path is NULL");
     if (ckpt_is_dir(path)) return ckpt_save_dir(s, path, extra);
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint: path too long");
@@ -210,7 +211,8 @@ static char *read_file(pdde_context *ctx, const char *path, const char *what, si
 }
 
 pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpoint_extra *extra) {
-    if (!s || !path) return PDDE_ERR_INVALID_ARG;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!path) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint_load: path is NULL");
     if (ckpt_is_dir(path)) return ckpt_load_dir(s, path, extra);
     size_t size = 0;
     pdde_status st;

@@ -41,7 +41,10 @@ static pdde_status load_tokens(pdde_context *ctx, const char *path, int32_t **to
 }
 
 pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end, pdde_data **out) {
-    if (!ctx || !path || !out || begin < 0 || end > 1 || begin >= end) return PDDE_ERR_INVALID_ARG;
+    if (!ctx) return PDDE_ERR_INVALID_ARG;
+    if (!path || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "data_open: %s is NULL", !path ? "path" : "out");
+    if (!(begin >= 0 && end <= 1 && begin < end))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "data_open: the part [%g, %g) is not a non-empty part of [0, 1]", begin, end);
     *out = NULL;
     int32_t *tokens = NULL;
     int64_t n = 0;

@@ -14,8 +14,9 @@
  *                        members: "<resume step> <n> <id0> .. <id n-1>", written once (compare-and-set)
  *                        by the lowest surviving member; rank r of generation G is member id r.
  * A member that finds itself outside the members of the generation it tries to join (it was frozen or
- * cut off while the others re-formed) is fenced: recover fails with PDDE_ERR_STATE and it stops; its
- * old world's peers are gone and its store connection was dropped when its lease ran out. */
+ * cut off while the others re-formed), or finds its own death or exit note as it forms, is fenced:
+ * recover fails with PDDE_ERR_STATE and it stops; its old world's peers are gone and its store
+ * connection was dropped when its lease ran out. */
 
 #ifdef PDDE_HAVE_COMM
 #include <signal.h>
@@ -67,7 +68,14 @@ struct pdde_elastic {
     pthread_t heartbeat;
     int heartbeat_started;
     _Atomic int stop;
-    _Atomic int store_lost;       /* a renewal was refused: the store dropped this member (elastic_renew) */
+    _Atomic int store_lost;       /* a renewal was refused after a stall: the store dropped this member (elastic_renew) */
+    /* (elastic_renew) A renewal refused tells apart "this process was stalled" (fenced) from "the store did
+     * not answer while this process ran" (down, frozen, cut off: it registers again and goes on) */
+    _Atomic double renewed_ok_at; /* when the last renewal the store accepted was sent */
+    _Atomic double stalled_at;    /* when a stall of this process was last seen (0: never) */
+    _Atomic int reregister;       /* its lease ended while it ran and registering again has not worked yet */
+    int etcd;                     /* the membership is in etcd (PDDE_RDZV=etcd://) */
+    int withdraw_again;           /* renewals left that withdraw its own death notice once more (a reader may set it late) */
     _Atomic int mute;             /* (tests: the heartbeat pauses, PDDE_TEST_ELASTIC_STALL) */
     double lease_s;
     _Atomic double heard_at;      /* when the store last answered a call on store (el_heard; read without store_lock,
@@ -166,16 +174,62 @@ static int el_exists(pdde_elastic *e, const char *key) {
     return st == PDDE_OK;
 }
 
-/* Renews the lease. A renewal refused (PDDE_ERR_PEER_LOST: the store dropped this member because its
- * lease ran out while the process was stalled or cut off, or its lease ended) means its death notice
- * is set: the others leave it out of the next world. It keeps no membership to come back to, so it
- * must stop at its next step boundary (pdde_elastic_step_begin) rather than train on until the next
- * change fences it, which may be a planned one that then fails for everyone. */
+/* A stall of this process seen from the heartbeat: a gap in it longer than it can take while the process
+ * runs (a tick of its sleep, waiting for the caller's store call, or for its own renewal's reply, each
+ * bounded; a loaded machine delays a tick by milliseconds, a stopped or starved process by seconds). */
+static void elastic_note_gap(pdde_elastic *e, double from, double to, double bound) {
+    if (to - from > bound) atomic_store(&e->stalled_at, to);
+}
+
+/* 1: this process was stalled since the store last accepted its renewal, or the store dropped it so. */
+static int elastic_stalled(pdde_elastic *e) {
+    return atomic_load(&e->store_lost) || atomic_load(&e->stalled_at) > atomic_load(&e->renewed_ok_at);
+}
+
+/* (store_lock held) A new lease for this member, the same id, and its death notice withdrawn. */
+static pdde_status elastic_register_again(pdde_elastic *e) {
+    char key[300], notice[32];
+    snprintf(key, sizeof key, "%s/dead/%d", e->job, e->id);
+    snprintf(notice, sizeof notice, "%d", (int)getpid());
+    pdde_status st = el_heard(e, pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s));
+    if (!st) st = el_heard(e, pdde_store_remove(e->store, key));
+    return st == PDDE_ERR_NOT_FOUND ? PDDE_OK : st;
+}
+
+/* Renews the lease. A renewal refused (PDDE_ERR_PEER_LOST: the store ended this member's lease) means its
+ * death notice is set. When this process was stalled past it (elastic_stalled), the others leave it out
+ * of the next world: it keeps no membership to come back to, so it stops at its next step boundary
+ * (pdde_elastic_step_begin) rather than train on until the next change fences it, which may be a planned
+ * one that then fails for everyone. When it ran all along and the store did not answer (etcd frozen:
+ * resumed, it ends the leases overdue), the store was at fault, as when it restarts: it registers again
+ * (a new lease, the same member), withdraws its death notice and goes on. */
 static void elastic_renew(pdde_elastic *e) {
+    double asked = elastic_now();
     pthread_mutex_lock(&e->store_lock);
-    pdde_status st = el_heard(e, pdde_store_ping(e->store));
+    double sent = elastic_now();
+    elastic_note_gap(e, asked, sent, 4 * e->lease_s + 1);
+    pdde_status st = atomic_load(&e->reregister) ? PDDE_ERR_PEER_LOST : el_heard(e, pdde_store_ping(e->store));
+    double done = elastic_now();
+    elastic_note_gap(e, sent, done, 2 * e->lease_s + e->lease_s / 2);
+    if (st == PDDE_OK) {
+        atomic_store(&e->renewed_ok_at, sent);
+        if (e->withdraw_again > 0) {
+            char key[300];
+            snprintf(key, sizeof key, "%s/dead/%d", e->job, e->id);
+            e->withdraw_again--;
+            el_heard(e, pdde_store_remove(e->store, key));
+        }
+    } else if (st == PDDE_ERR_PEER_LOST && e->etcd && !elastic_stalled(e)) {
+        if (!atomic_load(&e->reregister))
+            fprintf(stderr, "elastic: member %d: the store ended its lease of %.3g s while the process ran and the store did not "
+                    "answer (down, frozen or cut off): it registers again and goes on\n", e->id, e->lease_s);
+        st = elastic_register_again(e);
+        if (st == PDDE_OK) atomic_store(&e->renewed_ok_at, elastic_now()), e->withdraw_again = 4;
+        atomic_store(&e->reregister, st != PDDE_OK); /* (tried again at the next heartbeat) */
+    } else if (st == PDDE_ERR_PEER_LOST) {
+        atomic_store(&e->store_lost, 1);
+    }
     pthread_mutex_unlock(&e->store_lock);
-    if (st == PDDE_ERR_PEER_LOST) atomic_store(&e->store_lost, 1);
 }
 
 /* A member whose process is frozen stops renewing its lease, and the store then sets its death notice. */
@@ -183,7 +237,12 @@ static void *elastic_heartbeat(void *arg) {
     pdde_elastic *e = arg;
     double period = e->lease_s / 4;
     while (!atomic_load(&e->stop)) {
-        for (double slept = 0; slept < period && !atomic_load(&e->stop); slept += 0.01) elastic_sleep(0.01);
+        for (double tick = elastic_now(), until = tick + period; tick < until && !atomic_load(&e->stop);) {
+            elastic_sleep(0.01);
+            double now = elastic_now();
+            elastic_note_gap(e, tick, now, e->lease_s / 2);
+            tick = now;
+        }
         if (atomic_load(&e->stop)) break;
         if (!atomic_load(&e->mute)) elastic_renew(e);
     }
@@ -372,7 +431,8 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     for (int i = 0; i < env.world_size; i++) e->members[i] = i;
     /* the membership: etcd (PDDE_RDZV=etcd://host:port) or the built-in store */
     const char *rdzv = getenv("PDDE_RDZV");
-    if (rdzv && !strncmp(rdzv, "etcd://", 7)) st = pdde_store_etcd_connect(ctx, rdzv, e->timeout_s, &e->store);
+    e->etcd = rdzv && !strncmp(rdzv, "etcd://", 7);
+    if (e->etcd) st = pdde_store_etcd_connect(ctx, rdzv, e->timeout_s, &e->store);
     else st = pdde_store_connect(ctx, env.store_addr, e->timeout_s, &e->store);
     if (st) goto fail;
     int joiner = pdde_env_bool("PDDE_ELASTIC_JOIN", 0) == 1;
@@ -803,6 +863,7 @@ static void elastic_test_stall(pdde_elastic *e, int64_t step) {
             (long long)step);
     atomic_store(&e->mute, 1);
     elastic_sleep(2 * e->lease_s + 0.5);
+    atomic_store(&e->stalled_at, elastic_now()); /* (its heartbeat ticked meanwhile: the stall is said here) */
     atomic_store(&e->mute, 0);
     elastic_renew(e);
 }
@@ -961,7 +1022,8 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
     snprintf(val, sizeof val, "%lld %lld %lld", (long long)elastic_complete_step(&e->snap[0]),
              (long long)elastic_complete_step(&e->snap[1]), (long long)elastic_complete_step(&e->snap[2]));
     pdde_status st = el_set(e, key, val);
-    if (st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT)
+    /* (a silent etcd, this member having run all along, is etcd down or frozen, as a refused connection is) */
+    if (st == PDDE_ERR_PEER_LOST || (st == PDDE_ERR_TIMEOUT && (!e->etcd || elastic_stalled(e))))
         return pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d lost its connection to the store (%s): its lease ran out while it "
                           "was frozen or cut off, and the others went on without it: fenced, it stops", e->id, pdde_last_error(ctx));
     if (st) return pdde_error(ctx, st, "elastic: cannot reach the store to re-form the world (%s): the job stops", pdde_last_error(ctx));
@@ -980,15 +1042,18 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
             if (bad) st = pdde_error(ctx, PDDE_ERR_CORRUPT, "elastic: generation %d's member list is malformed", next);
             goto done;
         }
-        int pending = 0, lead = -1;
+        int pending = 0, lead = -1, me_exited = 0;
         for (int r = 0; r < n_old; r++) {
             int id = e->members[r];
-            if (!here[r] || !gone[r]) {
-                snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
-                gone[r] = el_exists(e, key);
-                snprintf(key, sizeof key, "%s/left/%d", e->job, id);
-                gone[r] |= el_exists(e, key);
-            }
+            /* gone: its death notice, its leaving, or its end as the launcher saw it (at once, where etcd's
+             * notice waits for the lease to end); read again each time: a member whose lease the store
+             * ended while it ran (etcd frozen) registers again and withdraws its notice */
+            snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
+            gone[r] = el_exists(e, key);
+            snprintf(key, sizeof key, "%s/left/%d", e->job, id);
+            if (!gone[r]) gone[r] = el_exists(e, key);
+            snprintf(key, sizeof key, "%s/exit/%d", e->job, id);
+            if (!gone[r] && el_exists(e, key)) gone[r] = 1, me_exited = id == e->id;
             if (!here[r]) {
                 snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, id);
                 if (el_get(e, key, &v) == PDDE_OK) {
@@ -1001,6 +1066,23 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
             }
             if (here[r] && !gone[r] && lead < 0) lead = r;
             pending += !here[r] && !gone[r];
+        }
+        /* its own death notice: the others leave it out. Stalled past its lease (or written off by its
+         * launcher), it is fenced at once; else the store ended its lease while it ran, and its
+         * heartbeat registers it again, withdrawing the notice, within a few renewals: it waits that long */
+        int me_gone = e->rank >= 0 && e->rank < n_old && gone[e->rank];
+        if (me_gone && (me_exited || elastic_stalled(e) || elastic_now() > deadline)) {
+            st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d finds its own %s in the store while generation %d forms: its "
+                            "lease ran out while the process was stalled or cut off, so the others leave it out: fenced, it stops",
+                            e->id, me_exited ? "exit note (its launcher wrote it off)" : "death notice", next);
+            goto done;
+        }
+        /* every old member dead or gone: no leader can exist; the notices of members that ran on are
+         * withdrawn within a few renewals, so past the deadline none will */
+        if (lead < 0 && !pending && elastic_now() > deadline) {
+            st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: generation %d cannot form: the store holds every member of generation %d "
+                            "dead or gone: the job stops", next, e->generation);
+            goto done;
         }
         double now = elastic_now();
         if (lead >= 0 && e->members[lead] == e->id && (!pending || now > deadline)) {

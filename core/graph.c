@@ -74,8 +74,12 @@ static int shape_numel(int ndim, const int64_t *shape, int64_t *numel) {
 static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim, const int64_t *shape, int nsrc,
                              pdde_tensor *const *src) {
     if (!g || g->status != PDDE_OK) return NULL;
-    for (int i = 0; i < nsrc; i++)
+    for (int i = 0; i < nsrc; i++) {
         if (!src[i]) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: input %d is NULL", pdde_op_name(op), i);
+        /* a tensor of another graph would be read through ids that mean other nodes here */
+        if (src[i]->id < 0 || src[i]->id >= g->n || g->nodes[src[i]->id] != src[i])
+            return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: input %d (%s) belongs to another graph", pdde_op_name(op), i, src[i]->name);
+    }
     if (ndim < 0 || ndim > PDDE_MAX_DIMS)
         return graph_fail(g, PDDE_ERR_SHAPE, "%s: %d dims (at most %d)", pdde_op_name(op), ndim, PDDE_MAX_DIMS);
     if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", pdde_op_name(op));
@@ -123,6 +127,13 @@ static pdde_tensor *new_leaf(pdde_graph *g, const char *name, pdde_dtype dt, int
     if (!g || g->status != PDDE_OK) return NULL;
     if ((unsigned)dt >= PDDE_DTYPE_COUNT) return graph_fail(g, PDDE_ERR_DTYPE, "%s: unknown dtype %d", name ? name : "leaf", dt);
     if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", name ? name : "leaf");
+    /* checkpoints, snapshots and pdde_graph_find know a parameter or state by its name: one tensor a name */
+    char stored[sizeof ((pdde_tensor *)0)->name];
+    const pdde_tensor *holder = name ? (snprintf(stored, sizeof stored, "%s", name), pdde_graph_find(g, stored)) : NULL;
+    if (holder)
+        return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: the name %s is already used in this graph (by tensor %d)%s",
+                          flags & PDDE_TENSOR_PARAM ? "param" : flags & PDDE_TENSOR_INPUT ? "input" : "state", stored, holder->id,
+                          strlen(name) >= sizeof stored ? " (names are cut to 63 characters)" : "");
     pdde_tensor *t = new_node(g, PDDE_OP_NONE, dt, ndim, shape, 0, NULL);
     if (!t) return NULL;
     t->flags = flags;

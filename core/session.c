@@ -35,6 +35,7 @@ struct pdde_session {
     session_device *devs;
     int n_devs;
     int *slot;                  /* per program node id: index into devs */
+    uint8_t *overwritten;       /* per program node id: its memory is reused within the step (not readable after) */
     pdde_tensor **order;        /* the program's run order */
     int n_order;
     void **staging;             /* per program node id of a COPY node between two devices: host bounce buffer */
@@ -915,6 +916,10 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
     const float *logits = (const float *)((const char *)lt->data + lt->offset);
     const int32_t *tg = (const int32_t *)((const char *)t->src[1]->data + t->src[1]->offset);
     pdde_comm *c = s->axis_comm[node_info(s, t)->vocab_axis];
+    for (int64_t r = 0; t->op == PDDE_OP_CROSS_ENTROPY && r < N; r++) /* (every rank of the axis holds these targets) */
+        if (tg[r] >= vocab)
+            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: target %d at position %lld is outside the %lld classes of %s [0, %lld)",
+                              t->name, tg[r], (long long)r, (long long)vocab, lt->name, (long long)vocab);
     float *mx = calloc((size_t)(3 * N + 1), sizeof *mx), *sum = mx + N, *target = sum + N; /* sum, target: one allreduce */
     if (!mx) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
     for (int64_t r = 0; r < N; r++) {
@@ -996,6 +1001,8 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
         if (is_persistent(t) && (t->flags & PDDE_TENSOR_INPUT)) s->input_base[t->id] = t->offset;
     }
     s->mem = m.stats;
+    free(s->overwritten);
+    s->overwritten = m.overwritten, m.overwritten = NULL;
     s->mem.allocated_bytes = s->mem.persistent_allocated_bytes = s->mem.transfer_bytes = 0; /* counted as allocated */
     program_memory_free(&m);
     return PDDE_OK;
@@ -1318,6 +1325,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     }
 #ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_agree_program(g, &p, s->world); /* (before any other collective) */
     if (st == PDDE_OK && s->world) st = session_split_world(s);
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
@@ -1369,7 +1377,8 @@ void pdde_session_free(pdde_session *s) {
     if (s->profile) print_profile(s);
     if (s->devprof) profile_print(s), profile_free(s);
     trace_close(s); /* (before the program: events name its nodes) */
-    if (s->g->session == s) s->g->session = NULL;
+    pdde_graph *g = s->g;
+    if (g->session == s) g->session = NULL;
     free(s->zeros);
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
@@ -1435,9 +1444,10 @@ void pdde_session_free(pdde_session *s) {
     free(s->update_group);
     free(s->direct_x), free(s->direct_offset);
     free(s->requests), free(s->bucket_done);
-    free(s->slot);
+    free(s->slot), free(s->overwritten);
     program_free(s->prog);
     free(s);
+    if (g->free_pending && !g->session) pdde_graph_free(g); /* (its pdde_graph_free waited for this) */
 }
 
 /* A COPY node moves its input between devices: device -> host directly, anything else through the
@@ -1535,7 +1545,30 @@ static pdde_status nonfinite_error(pdde_session *s, const char *what, const pdde
                       t->name, v, first, first[0] ? "" : " (PDDE_CHECK_NONFINITE=1 names the first node that made it)");
 }
 
+/* A cross-entropy target >= V, which a device's kernel turns into a NaN loss (the CPU's refuses it when it
+ * runs): the error naming the op, the target and its position; else PDDE_OK. Reads the targets of micro. */
+static pdde_status cross_entropy_target_error(pdde_session *s, int micro) {
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i], *tg = t->op == PDDE_OP_CROSS_ENTROPY ? t->src[1] : NULL;
+        if (!tg || !is_persistent(tg) || pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) continue; /* (the vocab-parallel one checks its own) */
+        int64_t n = pdde_tensor_numel(tg), V = t->src[0]->shape[t->src[0]->ndim - 1];
+        int32_t *ids = malloc(pdde_tensor_nbytes(tg) + 1);
+        if (!ids) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        if (s->bind) bind_micro(s, tg, micro);
+        pdde_status st = read_local(s, tg, ids, pdde_tensor_nbytes(tg));
+        for (int64_t r = 0; r < n && !st; r++)
+            if (ids[r] >= V)
+                st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: target %d at position %lld is outside the %lld classes of %s [0, %lld)",
+                                t->name, ids[r], (long long)r, (long long)V, t->src[0]->name, (long long)V);
+        free(ids);
+        if (st) return st;
+    }
+    return PDDE_OK;
+}
+
 static pdde_status check_loss(pdde_session *s, float loss, int micro) {
+    pdde_status st = isfinite(loss) ? PDDE_OK : cross_entropy_target_error(s, micro);
+    if (st) return st;
     /* (under loss scaling a training pass with an overflow is skipped at the update instead) */
     if (isfinite(loss) || (s->loss_scaling && s->scaling_pass)) return PDDE_OK;
     return nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
@@ -2060,7 +2093,8 @@ const pdde_tensor *pdde_session_node(const pdde_session *s, int i) { return s &&
 /* Checks that user tensor t is in this rank's step and, unless nbytes is SIZE_MAX, that its block
  * holds nbytes; *local gets the block. */
 static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes, const char *what, pdde_tensor **local) {
-    if (!s || !t) return PDDE_ERR_INVALID_ARG;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!t) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: the tensor is NULL", what);
     pdde_tensor *lt = local_of(s, t);
     if (!lt) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: %s is not part of this session's schedule", what, t->name);
     if (nbytes != SIZE_MAX && nbytes != pdde_tensor_nbytes(lt))
@@ -2116,13 +2150,20 @@ static pdde_status write_first(pdde_session *s, pdde_tensor *t, size_t whole, co
 }
 
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    if (s && !src) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write: %s: src is NULL", t ? t->name : "(NULL tensor)");
     return write_first(s, t, nbytes, src, nbytes, "session_write");
 }
 
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes) {
     pdde_tensor *lt = NULL;
+    if (s && !dst) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_read: %s: dst is NULL", t ? t->name : "(NULL tensor)");
     pdde_status st = check_io(s, t, nbytes, "session_read", &lt);
-    return st ? st : read_local(s, lt, dst, nbytes);
+    if (st) return st;
+    /* the executor gave its memory to later tensors of the step: what is there now is theirs */
+    if (s->overwritten && s->overwritten[lt->id])
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "session_read: %s is an intermediate whose memory the step reuses; "
+                          "pdde_mark_output it before pdde_session_init to read it after a run", t->name);
+    return read_local(s, lt, dst, nbytes);
 }
 
 /* Writes the whole (global) user tensor t, from src, into its block lt where that points now: under
@@ -2165,7 +2206,8 @@ static bool held_elsewhere(const pdde_session *s, const pdde_tensor *t) {
 }
 
 pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
-    if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!t || !src) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write_global: %s is NULL", !t ? "the tensor" : "src");
     if (held_elsewhere(s, t)) return PDDE_OK;
     pdde_tensor *lt = NULL;
     pdde_status st = check_io(s, t, SIZE_MAX, "session_write_global", &lt);
@@ -2174,7 +2216,8 @@ pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const voi
 }
 
 pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro, const void *src, size_t nbytes) {
-    if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!t || !src) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write_micro: %s is NULL", !t ? "the tensor" : "src");
     if (held_elsewhere(s, t)) return PDDE_OK;
     pdde_tensor *lt = NULL;
     pdde_status st = check_io(s, t, SIZE_MAX, "session_write_micro", &lt);

@@ -571,7 +571,8 @@ int pdde_snapshot_rank(const pdde_snapshot *sn) { return sn ? sn->meta.rank : 0;
 int pdde_snapshot_world_size(const pdde_snapshot *sn) { return sn ? sn->meta.world : 0; }
 
 pdde_status pdde_snapshot_from_data(pdde_context *ctx, const void *data, size_t nbytes, pdde_snapshot **out) {
-    if (!ctx || !data || !out) return PDDE_ERR_INVALID_ARG;
+    if (!ctx) return PDDE_ERR_INVALID_ARG;
+    if (!data || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "snapshot_from_data: %s is NULL", !data ? "data" : "out");
     *out = NULL;
     snap_set set = {.ctx = ctx};
     snprintf(set.what, sizeof set.what, "snapshot");
@@ -1343,7 +1344,8 @@ static pdde_checkpoint_writer *writer_new(pdde_context *ctx, const pdde_snapshot
 }
 
 pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir) {
-    if (!sn || !dir || !*dir) return PDDE_ERR_INVALID_ARG;
+    if (!sn) return PDDE_ERR_INVALID_ARG;
+    if (!dir || !*dir) return pdde_error(sn->ctx, PDDE_ERR_INVALID_ARG, "snapshot_save: the directory is %s", dir ? "empty" : "NULL");
     pdde_checkpoint_writer *w = writer_new(sn->ctx, sn, world, dir);
     if (!w) return pdde_error(sn->ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
     pdde_status st = save_begin(w);
@@ -1367,7 +1369,9 @@ pdde_status pdde_checkpoint_writer_start_snapshot(const pdde_snapshot *sn, pdde_
 }
 
 pdde_status pdde_checkpoint_writer_start(pdde_session *s, const char *dir, const pdde_checkpoint_extra *extra, pdde_checkpoint_writer **out) {
-    if (!s || !dir || !*dir || !out) return PDDE_ERR_INVALID_ARG;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!dir || !*dir || !out)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint_writer_start: %s", !out ? "out is NULL" : dir ? "the directory is empty" : "the directory is NULL");
     *out = NULL;
     pdde_snapshot *sn = NULL;
     pdde_status st = pdde_snapshot_take(s, NULL, extra, &sn);
@@ -1571,7 +1575,8 @@ pdde_status pdde_checkpoint_convert(pdde_context *ctx, const char *from, const c
 }
 
 pdde_status pdde_checkpoint_verify(pdde_context *ctx, const char *path) {
-    if (!ctx || !path) return PDDE_ERR_INVALID_ARG;
+    if (!ctx) return PDDE_ERR_INVALID_ARG;
+    if (!path) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "checkpoint_verify: path is NULL");
     snap_set s;
     pdde_snapshot *sn = NULL;
     pdde_status st = set_open(ctx, path, &s, &sn); /* the manifest's CRC and its blocks' cover, or the file's CRC */
@@ -1626,7 +1631,8 @@ pdde_status pdde_checkpoint_verify(pdde_context *ctx, const char *path) {
 }
 
 pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out) {
-    if (!ctx || !path || !out) return PDDE_ERR_INVALID_ARG;
+    if (!ctx) return PDDE_ERR_INVALID_ARG;
+    if (!path || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "checkpoint_print: %s is NULL", !path ? "path" : "out");
     snap_set s;
     pdde_snapshot *sn = NULL;
     pdde_status st = set_open(ctx, path, &s, &sn);

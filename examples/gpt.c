@@ -823,6 +823,7 @@ elastic_rebuild:
     printf("gpt: rank %d: device %d, %s:%d (%s): %s\n", rank, dc.device, dc.backend, dc.index, dc.name, dc.why);
     int L = o.model.layers + 2, *layer_dev = malloc((size_t)L * sizeof *layer_dev);
     const char *where = dc.backend;
+    int placed_device = -1; /* the device --blocks-on (or a plan's place=) puts layers on */
     const pdde_plan *placed = o.plan && o.parsed_plan.place[0] ? &o.parsed_plan : NULL; /* --plan ...,place=B: the plan's layers */
     for (int l = 0; l < L; l++) layer_dev[l] = -1; /* the rank's device */
     if (o.blocks_on || placed) {
@@ -839,6 +840,7 @@ elastic_rebuild:
             else if (o.blocks_on) layer_dev[l] = 0; /* the embedding and the head on the CPU */
         sp.layer_devices = layer_dev, sp.n_layer_devices = L;
         where = backend;
+        placed_device = pc.device;
     } else if (o.tp > 1 && dc.device != 0) {
         /* the vocab-parallel embedding and head (the vocab split over tp) run in their CPU form */
         layer_dev[0] = layer_dev[L - 1] = 0;
@@ -848,6 +850,15 @@ elastic_rebuild:
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
     pdde_cluster_free(measured), sp.cluster = NULL;
+    if (placed_device >= 0 && rank == 0) { /* what the placed device itself runs (a device that runs little leaves it to the CPU) */
+        int on = 0, all = 0;
+        for (int i = 0; i < pdde_session_node_count(s); i++) {
+            const pdde_tensor *t = pdde_session_node(s, i);
+            if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_COPY) continue;
+            all++, on += t->device == placed_device;
+        }
+        printf("gpt: %d of the step's %d nodes run on %s (device %d)\n", on, all, where, placed_device);
+    }
     int restored = 0; /* the state came from a snapshot or a checkpoint */
     if (el && pdde_elastic_generation(el) > 0) {
         uint64_t pos = 0;

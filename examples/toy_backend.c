@@ -3,7 +3,7 @@
  * it follows).
  *
  * Its "device" is host memory and runs a handful of ops (add, sub, mul of equal shapes, scale, relu
- * and its backward, 2-D f32 matmul, and the two every backend needs: reshape and the gradient
+ * and its backward, f32 matmul of a 2-D right side, and the two every backend needs: reshape and the gradient
  * accumulation); every other op falls back to the CPU with copies around it.
  *
  *   cc -std=c11 -O2 -fPIC -shared -I. examples/toy_backend.c -o libpdde_toy.so   (make builds it)
@@ -58,7 +58,8 @@ static int same_shape(const pdde_tensor *a, const pdde_tensor *b) {
     return 1;
 }
 
-/* What this device runs: f32 only, no broadcasting, 2-D matmuls. Everything else goes to the CPU. */
+/* What this device runs: f32 only, no broadcasting, matmuls of a 2-D right side. Everything else goes
+ * to the CPU. */
 static int toy_supports_op(void *dev, const pdde_tensor *t) {
     (void)dev;
     if (t->dtype != PDDE_F32) return 0;
@@ -76,8 +77,9 @@ static int toy_supports_op(void *dev, const pdde_tensor *t) {
         return 1;
     case PDDE_OP_GRAD_ACCUM: /* (3 sources: a fused form that computes its contribution; not this device's) */
         return t->nsrc == 2 && same_shape(t->src[0], t->src[1]);
-    case PDDE_OP_MATMUL: /* (3 sources: with a fused bias; not this device's) */
-        return t->nsrc == 2 && t->src[0]->ndim == 2 && t->src[1]->ndim == 2;
+    case PDDE_OP_MATMUL: /* 2-D, or a model's linear layer: [..., M, K] x [K, N], its rows one [prod, K] matrix
+                          * (3 sources: with a fused bias; a batched or transposed left side: not this device's) */
+        return t->nsrc == 2 && t->src[1]->ndim == 2 && (t->src[0]->ndim == 2 || !pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A));
     default:
         return 0;
     }
@@ -129,9 +131,9 @@ static pdde_status toy_compute(void *dev, void *stream, pdde_tensor *t) {
     case PDDE_OP_RELU_BACK: for (int64_t i = 0; i < n; i++) y[i] = a[i] > 0 ? b[i] : 0.0f; break; /* src: x, dy */
     case PDDE_OP_RESHAPE: if (y != a) memmove(y, a, (size_t)n * sizeof *y); break;
     case PDDE_OP_GRAD_ACCUM: for (int64_t i = 0; i < n; i++) y[i] += b[i]; break; /* y is src0's memory */
-    case PDDE_OP_MATMUL: { /* [M,K] x [K,N], either operand stored transposed */
+    case PDDE_OP_MATMUL: { /* [M,K] x [K,N] (M all of a's rows), either operand stored transposed */
         int ta = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A), tb = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_B);
-        int64_t M = t->shape[0], N = t->shape[1], K = t->src[0]->shape[ta ? 0 : 1];
+        int64_t N = t->shape[t->ndim - 1], M = N ? n / N : 0, K = t->src[0]->shape[ta ? 0 : t->src[0]->ndim - 1];
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
                 double acc = 0;
@@ -182,7 +184,10 @@ static pdde_status toy_init(pdde_context *ctx, void **family, int *n_devices) {
 /* The entry point pdde looks up (PDDE_BACKEND_PLUGIN_ENTRY). */
 const pdde_backend_iface *pdde_backend_plugin(const pdde_backend_host *host);
 const pdde_backend_iface *pdde_backend_plugin(const pdde_backend_host *host) {
-    if (!host || host->struct_size < sizeof(pdde_backend_host)) return NULL; /* an older pdde than this plugin knows */
+    if (!host) return NULL;
+    /* declining: the reason goes to host->error with no context (there is none yet); pdde-info shows it */
+    if (host->struct_size < sizeof(pdde_backend_host))
+        return host->error(NULL, PDDE_ERR_VERSION, "toy: this pdde's host table is older than the toy's (struct_size %u)", host->struct_size), NULL;
     toy_host = host;
     return &toy_iface;
 }

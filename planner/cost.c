@@ -375,6 +375,25 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
         dev[r] = !own ? (cpu >= 0 ? cpu : 0) : r < n_acc ? acc[r] : cpu >= 0 ? cpu : acc[r % n_acc];
         on[dev[r]]++;
     }
+    /* a device of the machine that no rank runs on (a placement target, or one left aside) and that the cost
+     * model cannot time, its calibration having failed (no GEMM figure: pdde-bench's GEMM runs all failed): it is
+     * not planned on, and the plan is refused with the cost model's reason rather than made around it silently
+     * (a rank's own such device is refused by the search, naming the rank) */
+    for (int i = 0; i < nd; i++) {
+        if (on[i] || (all.flops[i] > 0 && all.mem_bw[i] > 0)) continue;
+        pdde_cost_op gemm = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 64, .n = 64, .k = 64, .dtype = PDDE_F32};
+        pdde_cost_op stream = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .bytes = 1 << 20, .dtype = PDDE_F32};
+        int unc = 0;
+        snprintf(gemm.name, sizeof gemm.name, "gemm"), snprintf(stream.name, sizeof stream.name, "elementwise");
+        const char *why = isnan(cost_compute(ctx, c, mc->devices[i].id, &gemm, &unc)) || isnan(cost_compute(ctx, c, mc->devices[i].id, &stream, &unc))
+                              ? pdde_last_error(ctx) : "its figures time no GEMM or no memory traffic";
+        char reason[512];
+        snprintf(reason, sizeof reason, "%s", why);
+        free(acc), free(dev), free(on), free(a), free(host), free(backend), pdde_plan_devices_free(&all);
+        return pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits: cluster device %d (%s) has no measured figures and is not planned on: %s "
+                          "(its calibration failed: pdde-bench names the error; measure it again, or take it out of the cluster file)",
+                          mc->devices[i].id, c->specs[mc->devices[i].spec].backend, reason);
+    }
     /* the placement target beside each rank's device: the CPU beside an accelerator, or the first
      * accelerator beside the CPU; shared by the ranks placing there (a share of its memory each) */
     int place = own ? cpu : n_acc ? acc[0] : -1, base = own ? acc[0] : cpu;

@@ -81,7 +81,7 @@ static int memplan_slot(program_memory *m, int device) {
 }
 
 PDDE_PRIVATE void program_memory_free(program_memory *m) {
-    if (m) free(m->devs), free(m->slot);
+    if (m) free(m->devs), free(m->slot), free(m->overwritten);
 }
 
 /* by device slot, then the largest first, then the earliest */
@@ -176,6 +176,12 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
         if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) l = end;
         pdde_tensor *r = storage_root(t);
         if (l > last[r->id]) last[r->id] = l;
+    }
+    /* what a read after the run cannot see: arena memory released before the step's end */
+    if (!(m->overwritten = calloc((size_t)(n ? n : 1), 1))) { st = PDDE_ERR_OOM; goto done; }
+    for (int i = 0; i < end && reuse; i++) {
+        pdde_tensor *t = P->order[i], *r = storage_root(t);
+        m->overwritten[t->id] = !is_persistent(r) && !P->info[r->id].own_buffer && last[r->id] < end;
     }
     /* walk the schedule: allocate roots when made, release them after their last reader */
     pdde_memory_stats *s = &m->stats;

@@ -65,8 +65,9 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0, n_shares = 0;
     bool ep_tp = false;
     unsigned seen = 0; /* keys given so far (a key twice is refused: which value was meant?) */
-    const char *s = text ? text : "";
     if (!out) return PDDE_ERR_INVALID_ARG;
+    if (!text) return plan_parse_fail(out, "the text", "a plan (\"\" for the defaults)", "NULL");
+    const char *s = text;
     while (*s) {
         char key[16];
         const char *value;

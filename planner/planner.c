@@ -46,6 +46,8 @@ pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
 
 void pdde_graph_free(pdde_graph *g) {
     if (!g) return;
+    /* the live session reads the graph's tensors (the caller's handles to them stay valid too) */
+    if (g->session) { g->free_pending = true; return; }
     planner_graph_free(g->planner);
     for (int i = 0; i < g->n; i++) free(g->nodes[i]);
     free(g->nodes);

@@ -57,7 +57,9 @@ struct pdde_graph {
     pdde_tensor *grad_seed;    /* d loss / d loss: the session writes the loss scale into it */
     bool loss_scaling;         /* f16 matmuls: the session scales the loss dynamically */
     pdde_session *session;     /* the live session (one at a time: it reads the graph's optimizer state) */
+    bool free_pending;         /* pdde_graph_free came while the session lived: the session frees the graph */
     struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
+    char plan_text[256];       /* the plan pdde_plan_apply applied (pdde_plan_str), "": none; the ranks compare it */
 };
 
 static inline bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
@@ -455,6 +457,7 @@ typedef struct {
     int n_devs;
     int *slot;                   /* by program node id (of the nodes in order): its index in devs */
     pdde_memory_stats stats;     /* what pdde_session_memory reports for a session of this program */
+    uint8_t *overwritten;        /* by program node id: 1 where its memory holds other tensors before the step ends */
 } program_memory;
 
 /* A block of an arena with its lifetime: made at step `from`, released after step `to`. */

@@ -4,7 +4,7 @@
  * yield at each __syncthreads (tests/cuda_emu.h), the 16-byte vector types are plain structs and the
  * block reductions are emulated through a shared array. Checked against references written here from the
  * ops' definitions: k_ce_fused's and k_ce_staged's loss terms and dlogits (float64; f32, bf16 and f16 logits and
- * dlogits, the 16-byte path and the element path of a misaligned or odd-width row, ignored targets, blocks smaller
+ * dlogits, the 16-byte path and the element path of a misaligned or odd-width row, targets without a class (negative: ignored; V: a NaN loss term), blocks smaller
  * than a row, rows of several rounds of 4 loads a thread), k_colsum2's chunk sums (float64; f32 and bf16 rows, a
  * partial column group), k_adamw_chunks and k_adamw_vec against adamw_element one element at a time (the same float
  * operations: bit for bit; tensors of several chunks, a tail past the last 4, a misaligned tensor, bf16 copies, a
@@ -97,7 +97,7 @@ static struct {
 /* ---- k_ce_fused --------------------------------------------------------------------------------- */
 
 /* rows x V logits of dtype ldt (misaligned: one element past a 16-byte boundary), dlogits of ydt, every third target
- * ignored (or all), blocks of bt threads; staged: k_ce_staged (the dlogits buffer starts NaN: every element written) */
+ * without a class (or all): -1 (ignored: loss term 0) or V (loss term NaN), both with zero dlogits; blocks of bt threads; staged: k_ce_staged (the dlogits buffer starts NaN: every element written) */
 static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligned, int all_ignored, unsigned bt, int staged = 0) {
     char what[200];
     size_t ls = dt_size(ldt), ys = dt_size(ydt);
@@ -126,6 +126,7 @@ static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligne
         int t = tgt[r], ok = t >= 0 && t < V;
         double loss = ok ? log(s) + m - load_dt(lg, r * V + t, ldt) : 0, sc = ok ? dloss / (cnt > 0 ? cnt : 1) : 0;
         double le = fabs(part[r] - loss) / fmax(1, fabs(loss)), oe = fabs(part[rows + r] - ok); /* (NaN: unwritten) */
+        if (t >= V) le = isnan(part[r]) ? 0 : INFINITY; /* a target past the classes: NaN, which the session's loss check names */
         if (!(le <= loss_err)) loss_err = isnan(le) ? INFINITY : le;
         if (!(oe <= ok_err)) ok_err = isnan(oe) ? INFINITY : oe;
         for (long long j = 0; j < V; j++) {

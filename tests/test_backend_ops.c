@@ -966,6 +966,22 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
         st = pdde_session_write(s, t, buf, pdde_tensor_nbytes(t));
     }
     for (int k = 0; k < (steps > 0 ? steps : 1) && st == PDDE_OK; k++) st = pdde_session_run(s, (pdde_run_mode)mode);
+    /* the session put the nodes there because the device's supports_op took them: a device that then says it
+     * does not run one fails every step of a training run, so it is a failure, not an op it does not run */
+    if (st == PDDE_ERR_UNSUPPORTED && device != 0) {
+        char why[512], taken[256] = "";
+        snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
+        for (int i = 0; i < pdde_session_node_count(s); i++) { /* the ops placed there, each once */
+            const pdde_tensor *t = pdde_session_node(s, i);
+            char name[40];
+            snprintf(name, sizeof name, " %s ", pdde_op_name(t->op));
+            if (t->device != device || t->op == PDDE_OP_NONE || t->op == PDDE_OP_COPY || strstr(taken, name)) continue;
+            size_t len = strlen(taken);
+            snprintf(taken + len - (len > 0), sizeof taken - len + (len > 0), "%s", name); /* (" a b c ": each name between spaces) */
+        }
+        st = pdde_error(ctx, PDDE_ERR_BACKEND, "device %d's supports_op took the nodes of ops [%s], but running them returned UNSUPPORTED (%s)",
+                        device, taken, why);
+    }
     if (st == PDDE_OK && perf_s) {
         for (int k = 0; k < 2 && st == PDDE_OK; k++) st = pdde_session_run(s, (pdde_run_mode)mode); /* warm */
         double t0 = now_s();

@@ -5,7 +5,8 @@
 # elementwise curve, no bf16 GEMM, no attention curve, and one line saying what it does not run; its
 # host <-> device link measured (bandwidth and latency > 0). The file calibrates the toy alone
 # (--devices toy): --check names the CPU it left unmeasured and the pdde-bench --devices to run (exit
-# 1), and the planner's error names that cluster device. Run from the repository root.
+# 1), and the planner's error names that cluster device. A toy whose every matmul fails: pdde-bench exits 1 naming
+# the device and the first error, and the planner refuses the file, saying why. Run from the repository root.
 . tests/script_util.sh bench-plugin
 
 PDDE_BACKEND_PLUGINS="$build/libpdde_toy.so" timeout 120 "$build/pdde-bench" --quick --no-comm --devices toy -o "$tmp/toy.json" \
@@ -49,4 +50,31 @@ code=$?
 [ $code != 0 ] && grep -q "cluster device 0 (cpu, rank [0-9]'s): flops 0.*run pdde-bench --devices .*cpu" "$tmp/plan.out"
 rc=$?
 check "the planner's error names the cluster device and the calibration (exit $code: $(head -1 "$tmp/plan.out"))" $rc
+# a toy whose every matmul launch fails: pdde-bench says which device and the first error once, and exits 1 (the
+# file marks it unusable: no GEMM figures); pdde-plan then refuses to plan on it, with the cost model's reason
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_mmfails.so" timeout 120 "$build/pdde-bench" --quick --no-comm --devices toy -o "$tmp/mmfails.json" \
+    >"$tmp/mmfails.out" 2>"$tmp/mmfails.err"
+code=$?
+[ $code = 1 ] && grep -q "^pdde-bench: device 1 (toy:.*): [0-9]* runs failed and it has no GEMM figures: the planner will not use it; the first error: toy: matmul launch failed: vendor code -9" "$tmp/mmfails.err" &&
+    [ "$(grep -c "run failed" "$tmp/mmfails.err")" = 1 ]
+rc=$?
+check "pdde-bench on a toy whose matmuls fail exits 1 naming the device and the first error, once (exit $code: $(grep -m1 "runs failed" "$tmp/mmfails.err"))" $rc
+# (the CPU given figures and the machine a link, as a run with --devices cpu,toy and the collectives gives them: only the toy
+# lacks figures, and a plan on the CPU alone would otherwise be made around it, silently)
+python3 - "$tmp/mmfails.json" "$tmp/mmfails_cpu.json" <<'EOF2'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for s in d["specs"]:
+    if s["backend"] == "cpu":
+        s["peak_flops"], s["mem_bandwidth"] = 1e11, 2e10
+        s["gemm"] = [{"dtype": "f32", "m": 512, "n": 512, "k": 512, "flops": 1e11}]
+d["machines"][0]["intra"].update(bandwidth=2e9, latency=5e-5)
+json.dump(d, open(sys.argv[2], "w"))
+EOF2
+"$build/pdde-plan" --auto --cluster "$tmp/mmfails_cpu.json" --ranks 2 >"$tmp/mmplan.out" 2>&1
+code=$?
+[ $code != 0 ] && grep -q "no plan fits: cluster device 1 (toy) has no measured figures and is not planned on: cost: device 1 .* has no GEMM curve and no peak_flops" "$tmp/mmplan.out" &&
+    ! grep -q "^best" "$tmp/mmplan.out"
+rc=$?
+check "pdde-plan refuses the cluster with the failed device, saying why (exit $code: $(head -1 "$tmp/mmplan.out"))" $rc
 finish

@@ -1,10 +1,11 @@
 /* test_core — the engine around the ops: memory planning, optimizers (SGD momentum, AdamW, clipping,
  * schedules, gradient accumulation), checkpoints (bit-exact round trip, a save killed midway, corrupt
- * and mismatched files), the data loader, dtype conversions and bad input. */
+ * and mismatched files), the data loader, dtype conversions, bad input and misuse of the C API. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,146 @@ static void test_bad_input(void) {
     pdde_session_free(NULL), pdde_graph_free(NULL), pdde_context_free(NULL), pdde_data_close(NULL);
 }
 
+/* A two-layer classifier x [16, 8] -> h = gelu(x @ w1) [16, 16] -> logits = h @ w2 [16, 4] -> cross-entropy
+ * with AdamW (lr 0: the parameters stay, so runs compare); h is marked an output when keep_h. */
+typedef struct { pdde_graph *g; pdde_session *s; pdde_tensor *x, *t, *w1, *w2, *h, *logits, *loss; } classifier;
+
+static pdde_status classifier_init(pdde_context *ctx, classifier *c, int keep_h, int no_memory_reuse) {
+    memset(c, 0, sizeof *c);
+    pdde_graph_init(ctx, &c->g);
+    c->x = pdde_input(c->g, "x", PDDE_F32, 2, (int64_t[]){16, 8});
+    c->t = pdde_input(c->g, "t", PDDE_I32, 1, (int64_t[]){16});
+    c->w1 = pdde_param(c->g, "w1", 2, (int64_t[]){8, 16}, 0.5f);
+    c->w2 = pdde_param(c->g, "w2", 2, (int64_t[]){16, 4}, 0.5f);
+    c->h = pdde_gelu(c->g, pdde_matmul(c->g, c->x, c->w1, 0, 0));
+    c->logits = pdde_matmul(c->g, pdde_gelu(c->g, c->h), c->w2, 0, 0);
+    c->loss = pdde_cross_entropy(c->g, c->logits, c->t);
+    if (keep_h) pdde_mark_output(c->h);
+    pdde_optimizer_params o = PDDE_OPTIMIZER_PARAMS_INIT;
+    o.lr = 0;
+    pdde_status st = pdde_backward(c->g, c->loss);
+    if (!st) st = pdde_optimizer_adamw(c->g, &o);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.no_memory_reuse = no_memory_reuse;
+    return st ? st : pdde_session_init(c->g, &sp, &c->s);
+}
+
+static void classifier_feed(classifier *c, const int32_t *targets) {
+    float xs[16 * 8];
+    for (int i = 0; i < 16 * 8; i++) xs[i] = sinf((float)i);
+    pdde_session_write(c->s, c->x, xs, sizeof xs);
+    pdde_session_write(c->s, c->t, targets, 16 * sizeof *targets);
+}
+
+static const int32_t class_targets[16] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+
+/* Misuse of the C API as a user writes it from the docs: each refused with an error that names the call
+ * and what was wrong, never a crash, a lost training or garbage with status 0. */
+static void test_api_misuse(void) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+
+    /* a name twice: a checkpoint would hold two tensors of that name and never load */
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){3, 3}, 0.5f);
+    CHECK(w && !pdde_param(g, "w", 2, (int64_t[]){3, 3}, 0.5f) && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG &&
+          strstr(pdde_last_error(ctx), "param: the name w is already used"), "a second parameter w: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){3});
+    CHECK(!pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){3}) && strstr(pdde_last_error(ctx), "input: the name x is already used"),
+          "a second input x: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+
+    /* a tensor of another graph: its id means another node here */
+    classifier a, b;
+    CHECK(classifier_init(ctx, &a, 0, 0) == PDDE_OK && classifier_init(ctx, &b, 0, 0) == PDDE_OK, "two classifiers: %s", pdde_last_error(ctx));
+    pdde_graph *g2;
+    pdde_graph_init(ctx, &g2);
+    pdde_tensor *w2 = pdde_param(g2, "w2", 2, (int64_t[]){4, 2}, 0.1f);
+    CHECK(!pdde_matmul(g2, a.logits, w2, 0, 0) && pdde_graph_status(g2) == PDDE_ERR_INVALID_ARG &&
+          strstr(pdde_last_error(ctx), "matmul: input 0 (matmul.") && strstr(pdde_last_error(ctx), "belongs to another graph"),
+          "matmul of another graph's tensor: %s", pdde_last_error(ctx));
+    pdde_graph_free(g2);
+    pdde_graph_init(ctx, &g2);
+    pdde_tensor *y = pdde_input(g2, "y", PDDE_F32, 2, (int64_t[]){16, 8});
+    CHECK(!pdde_add(g2, y, a.x) && strstr(pdde_last_error(ctx), "add: input 1 (x) belongs to another graph"), "add: %s", pdde_last_error(ctx));
+    pdde_graph_free(g2);
+    pdde_graph_init(ctx, &g2);
+    pdde_param(g2, "p", 1, (int64_t[]){1}, 0.1f);
+    CHECK(pdde_backward(g2, a.loss) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "belongs to another graph"), "backward of another graph's loss: %s",
+          pdde_last_error(ctx));
+    pdde_graph_free(g2);
+    /* b's x is not a's: writes and reads of a's session refuse it */
+    CHECK(pdde_session_write(a.s, b.x, (float[16 * 8]){0}, 16 * 8 * sizeof(float)) == PDDE_ERR_INVALID_ARG, "b's x in a's session");
+    pdde_session_free(b.s), pdde_graph_free(b.g);
+
+    /* reads after a step: h's memory is reused within the step unless it is an output */
+    classifier_feed(&a, class_targets);
+    CHECK(pdde_session_run(a.s, PDDE_RUN_STEP) == PDDE_OK, "step: %s", pdde_last_error(ctx));
+    float h[16 * 16], h_kept[16 * 16], h_whole[16 * 16], loss, p[8 * 16], grad[8 * 16];
+    CHECK(pdde_session_read(a.s, a.h, h, sizeof h) == PDDE_ERR_STATE && strstr(pdde_last_error(ctx), "session_read: gelu.") &&
+          strstr(pdde_last_error(ctx), "pdde_mark_output it before pdde_session_init"), "an intermediate is refused: %s", pdde_last_error(ctx));
+    CHECK(pdde_session_read(a.s, a.loss, &loss, sizeof loss) == PDDE_OK && loss == pdde_session_loss(a.s), "the loss is readable");
+    CHECK(pdde_session_read(a.s, a.w1, p, sizeof p) == PDDE_OK && pdde_session_read(a.s, a.w1->grad, grad, sizeof grad) == PDDE_OK,
+          "a parameter and its gradient are readable: %s", pdde_last_error(ctx));
+    classifier kept, whole;
+    CHECK(classifier_init(ctx, &kept, 1, 0) == PDDE_OK && classifier_init(ctx, &whole, 0, 1) == PDDE_OK, "kept and unreused: %s", pdde_last_error(ctx));
+    classifier_feed(&kept, class_targets), classifier_feed(&whole, class_targets);
+    CHECK(pdde_session_run(kept.s, PDDE_RUN_STEP) == PDDE_OK && pdde_session_run(whole.s, PDDE_RUN_STEP) == PDDE_OK, "steps");
+    CHECK(pdde_session_read(kept.s, kept.h, h_kept, sizeof h_kept) == PDDE_OK && pdde_session_read(whole.s, whole.h, h_whole, sizeof h_whole) == PDDE_OK &&
+          !memcmp(h_kept, h_whole, sizeof h_kept), "a marked output reads as without memory reuse: %s", pdde_last_error(ctx));
+    pdde_session_free(kept.s), pdde_graph_free(kept.g);
+    pdde_session_free(whole.s), pdde_graph_free(whole.g);
+
+    /* a tensor built after compiling is the next session's, not this one's */
+    pdde_tensor *late = pdde_relu(a.g, a.logits);
+    float late_v[16 * 4];
+    CHECK(late && pdde_session_read(a.s, late, late_v, sizeof late_v) == PDDE_ERR_INVALID_ARG &&
+          strstr(pdde_last_error(ctx), "is not part of this session's schedule"), "a tensor built after compile: %s", pdde_last_error(ctx));
+
+    /* NULL where a pointer is required */
+    CHECK(pdde_session_write(a.s, a.x, NULL, 16 * 8 * sizeof(float)) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "session_write: x: src is NULL"),
+          "write from NULL: %s", pdde_last_error(ctx));
+    CHECK(pdde_session_read(a.s, a.loss, NULL, sizeof loss) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "session_read: cross_entropy.") &&
+          strstr(pdde_last_error(ctx), "dst is NULL"), "read into NULL: %s", pdde_last_error(ctx));
+    CHECK(pdde_session_read(a.s, NULL, &loss, sizeof loss) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "session_read: the tensor is NULL"),
+          "read of NULL: %s", pdde_last_error(ctx));
+    CHECK(pdde_session_write_global(a.s, a.x, NULL, 4) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "session_write_global: src is NULL"),
+          "write_global from NULL: %s", pdde_last_error(ctx));
+    CHECK(pdde_checkpoint_save(a.s, NULL, NULL) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "checkpoint_save: path is NULL"),
+          "save to NULL: %s", pdde_last_error(ctx));
+    CHECK(pdde_checkpoint_load(a.s, NULL, NULL) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "checkpoint_load: path is NULL"),
+          "load from NULL: %s", pdde_last_error(ctx));
+    pdde_data *d;
+    CHECK(pdde_data_open(ctx, NULL, &d) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "data_open: path is NULL"), "data from NULL: %s",
+          pdde_last_error(ctx));
+    pdde_plan plan;
+    CHECK(pdde_plan_parse(NULL, &plan) == PDDE_ERR_INVALID_ARG && strstr(plan.why, "NULL"), "plan of NULL text: %s", plan.why);
+
+    /* targets >= V: an error naming the op, the value and its position; a negative one is ignored */
+    classifier_feed(&a, (const int32_t[16]){0, 1, 7, -1, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+    CHECK(pdde_session_run(a.s, PDDE_RUN_STEP) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "cross_entropy.") &&
+          strstr(pdde_last_error(ctx), "target 7 at position 2 is outside the 4 classes"), "target 7 of 4: %s", pdde_last_error(ctx));
+    classifier_feed(&a, (const int32_t[16]){0, 1, -1, -1, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+    CHECK(pdde_session_run(a.s, PDDE_RUN_STEP) == PDDE_OK && isfinite(pdde_session_loss(a.s)), "negative targets are ignored: %s", pdde_last_error(ctx));
+
+    /* the graph freed before its session: the session keeps it until it is freed */
+    classifier_feed(&a, class_targets);
+    mallopt(M_PERTURB, 0x5a); /* (freed memory is overwritten: a session reading a freed graph crashes) */
+    pdde_graph_free(a.g);
+    char path[300];
+    snprintf(path, sizeof path, "%s/freed_graph.ckpt", tmpdir);
+    CHECK(pdde_session_run(a.s, PDDE_RUN_STEP) == PDDE_OK && pdde_session_write(a.s, a.t, class_targets, sizeof class_targets) == PDDE_OK &&
+          pdde_checkpoint_save(a.s, path, NULL) == PDDE_OK && pdde_checkpoint_load(a.s, path, NULL) == PDDE_OK,
+          "run, write, save and load after the graph is freed: %s", pdde_last_error(ctx));
+    unlink(path);
+    pdde_session_free(a.s); /* (frees the graph: ASan sees a leak or a use after free) */
+    mallopt(M_PERTURB, 0);
+    pdde_context_free(ctx);
+}
+
 static void test_data(void) {
     char path[512], tok[512];
     snprintf(path, sizeof path, "%s/text.txt", tmpdir);
@@ -415,6 +556,7 @@ int main(void) {
     test_checkpoints();
     test_killed_save();
     test_bad_input();
+    test_api_misuse();
     test_data();
     test_dtypes();
     rmdir(tmpdir);

@@ -5,7 +5,10 @@
  *  - death notices from leases: a process killed (SIGKILL) or frozen (SIGSTOP) with a notice
  *    registered: the notice appears within its lease (2 s) + 2 s; one that closes cleanly leaves none;
  *  - nothing listening: a clear error within the timeout;
- *  - an elastic job with --rdzv etcd://: a rank killed, the others finish on 3 ranks; etcd killed and
+ *  - an elastic job with --rdzv etcd://: a rank killed, the others finish on 3 ranks, re-formed within 2 s
+ *    (the launcher's exit note, not the lease's end); etcd frozen past the leases and resumed: the ranks
+ *    register again and finish with the losses of a run without the freeze; a member stalled past its
+ *    lease, and a rank stopped (SIGSTOP) past it, are fenced, not registered again; etcd killed and
  *    restarted mid-job: the job carries on; etcd killed and a rank lost while it is down: the job stops
  *    with a message saying the store cannot be reached, within a bound (never a hang);
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
@@ -19,7 +22,13 @@
  *    etcd): each trains with the losses of a fresh name; a run's keys are gone from etcd after it ends
  *    cleanly, and a killed run's after the next run that starts once its lease has ended;
  *  - a joiner waiting to be taken in while etcd stops answering (SIGSTOP): it stops within a few of
- *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT). */
+ *    its leases saying it is cut off, not at its timeout; etcd then resumes (SIGCONT);
+ *  - what pdde-run says: an etcd endpoint that can never work (a port past 65535, a host that does not
+ *    resolve) fails at once (exit 2); one that refuses (nothing there yet) is waited for, said within 3 s with the
+ *    wait's length; a --join to a job at its --max says at once that it is full (N of --max M) and how long
+ *    its ranks wait; SIGTERM to a joiner's pdde-run and to a job's after a loss it recovered from: "stopped
+ *    by SIGTERM", exit 143 (as without --elastic), neither the old loss as the cause nor "the others go on"
+ *    for the ranks it stopped. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -226,6 +235,7 @@ static void test_notices(pdde_context *ctx) {
 /* ---- an elastic job with its membership in etcd ---- */
 
 static job job_start_env(const char *rdzv, const char *metrics, int steps, const char *const *env);
+static void compare_losses(const char *what, const char *got_path, const char *want_path, int to, double tol);
 static job job_start(const char *rdzv, const char *metrics, int steps) {
     const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=10", NULL};
     return job_start_env(rdzv, metrics, steps, env);
@@ -255,15 +265,39 @@ static int job_end(job *j, double limit_s) {
     return job_finish(j, limit_s);
 }
 
+/* A job as job_start's with a peer timeout of its own (and so a lease: peer_timeout - 0.25 s). */
+static job job_start_peer(const char *rdzv, const char *metrics, int steps, double peer_timeout) {
+    char run[600], gpt[600], st[16], peer[16];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(st, sizeof st, "%d", steps);
+    snprintf(peer, sizeof peer, "%.2f", peer_timeout);
+    char *argv[] = {run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", peer, "--grace", "1", "--rdzv", (char *)rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", st, "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", (char *)metrics, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=30", NULL};
+    return job_spawn(argv, env);
+}
+
 static void test_job(void) {
     char rdzv[160], m[300];
     snprintf(m, sizeof m, "%s/kill.jsonl", g_tmp);
     snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/kill", g_client_port);
-    job j = job_start(rdzv, m, 300);
+    /* (a peer timeout of 4 s: etcd ends a killed rank's lease of 3.75 s after 4 s, its TTL, so the old
+     * wait for it cannot pass for the exit note's) */
+    job j = job_start_peer(rdzv, m, 300, 4);
     if (!job_wait_step(&j, m, 40, 30)) kill_rank(&j, 2);
     int rc = job_end(&j, 50);
     CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "re-plan 4 -> 3 ranks") &&
           strstr(job_text(&j), "3 ranks finished, 1 lost"), "--rdzv etcd: a rank killed, the job finishes on 3: rc %d\n%s", rc, job_text(&j));
+    /* the launcher's exit note tells the others at once; etcd's death notice waits for the lease to end */
+    const char *resumed = strstr(job_text(&j), "resumed at step ");
+    double took = -1;
+    int at = -1;
+    if (resumed && sscanf(resumed, "resumed at step %d in %lf s", &at, &took) != 2) took = -1;
+    CHECK(took >= 0 && took < 2, "--rdzv etcd: a rank killed: the others re-form within 2 s (the lease's end takes 3.5-4.5 s): %.2f s",
+          took);
+    printf("--rdzv etcd, a rank killed: resumed at step %d in %.2f s\n", at, took);
     free(j.out);
 
     /* etcd killed and restarted while the job trains: it carries on */
@@ -297,6 +331,102 @@ static void test_job(void) {
     if (why) printf("etcd down, a rank lost: stopped after %.1f s: ...%.*s\n", dt, (int)strcspn(why, "\n"), why);
     free(j.out);
     etcd_start(); /* (for a clean stop) */
+}
+
+/* etcd frozen (SIGSTOP: no reply, no error) past the members' leases while a job of 4 ranks trains, then resumed
+ * (SIGCONT): etcd then ends the leases overdue, as if the members had died. They ran all along (their
+ * renewals were sent and went unanswered), so the store was at fault, as when it restarts: each registers
+ * again and the job goes on, finishing on all its ranks with the losses of a run without the freeze
+ * (1e-6). A run of the same job without the freeze first (the reference, and the time it takes). */
+static void test_frozen(void) {
+    char rdzv[160], ref_rdzv[160], m[300], m_ref[300];
+    snprintf(m, sizeof m, "%s/frozen.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/frozen_ref.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/frozen", g_client_port);
+    snprintf(ref_rdzv, sizeof ref_rdzv, "tcp://127.0.0.1:%d/frozen-ref", job_free_port());
+    /* (a peer timeout the load keeps: a rank starved past its lease is rightly fenced; the freeze outlasts
+     * etcd's TTL, the lease rounded up to whole seconds and 2 at least, by 2 s; enough steps to train on
+     * for a while after etcd resumes: 700-1500 steps/s unloaded) */
+    double peer = job_peer_timeout(1.5), lease = peer - 0.25, ttl = ceil(lease > 2 ? lease : 2), freeze = ttl + 2;
+    double limit = 60 * test_load_factor();
+    /* the steps: those of the freeze and 2.5 s more at the rate of a probe run (steps 30 to 300) */
+    job probe = job_start_peer(ref_rdzv, m_ref, 100000, peer);
+    double t30 = job_wait_step(&probe, m_ref, 30, limit) ? 0 : test_now();
+    double t300 = t30 > 0 && !job_wait_step(&probe, m_ref, 300, limit) ? test_now() : 0;
+    job_kill(&probe), free(probe.out);
+    double rate = t300 > t30 && t30 > 0 ? 270 / (t300 - t30) : 700;
+    int steps = 30 + (int)(rate * (freeze + 2.5));
+    if (steps < 3000) steps = 3000;
+    if (steps > 60000) steps = 60000;
+    unlink(m_ref);
+    job j = job_start_peer(rdzv, m, steps, peer);
+    int ok = !job_wait_step(&j, m, 30, limit), ws = 0;
+    if (ok) kill(-g_etcd, SIGSTOP), kill(g_etcd, SIGSTOP), waitpid(g_etcd, &ws, WUNTRACED);
+    int during = metrics_last_step(m);
+    for (double t_stop = test_now(); test_now() - t_stop < freeze;) job_poll(&j, 20);
+    kill(-g_etcd, SIGCONT), kill(g_etcd, SIGCONT);
+    int resumed = metrics_last_step(m);
+    double t0 = test_now();
+    int rc = job_end(&j, limit);
+    const char *t = job_text(&j);
+    CHECK(ok && rc == 0 && resumed < steps - 500 && !strstr(t, "lost") && !strstr(t, "fenced") && !strstr(t, "re-plan") &&
+              strstr(t, "registers again"), "etcd frozen %.0f s mid-job (steps %d -> %d of %d: 500 left at least; peer timeout %.2f s), "
+          "then resumed: every rank registers again and the job finishes on all 4 in %.1f s: rc %d\n%s", freeze, during, resumed, steps,
+          peer, test_now() - t0, rc, t);
+    printf("etcd frozen %.0f s at step %d (peer timeout %.2f s): trained to step %d meanwhile, finished %.1f s after etcd resumed\n",
+           freeze, during, peer, resumed, test_now() - t0);
+    free(j.out);
+    CHECK(!etcd_answers(), "etcd answers again after SIGCONT");
+    /* the losses: those of the same job without the freeze (the built-in store), up to 1000 steps past
+     * etcd's resume (that run is stopped there) */
+    int to = resumed + 1000 < steps ? resumed + 1000 : steps;
+    job ref = job_start_peer(ref_rdzv, m_ref, steps, peer);
+    int ok_ref = !job_wait_step(&ref, m_ref, to, limit);
+    job_kill(&ref);
+    CHECK(ok_ref, "etcd frozen: the run without the freeze reaches step %d:\n%s", to, job_text(&ref));
+    free(ref.out);
+    if (rc == 0 && ok_ref) compare_losses("etcd frozen", m, m_ref, to, 1e-6);
+}
+
+/* A member stalled past its lease (PDDE_TEST_ELASTIC_STALL: its heartbeat and the member pause, as in a
+ * process starved of the CPU) with its membership in etcd: etcd ends its lease, and when it runs again
+ * its renewal is refused after a gap of its own, not a silent store: it stops, fenced, and does not
+ * register again; the others finish on 2 ranks. (A lease of 2.25 s, 3 s in etcd: the stall of 5 s
+ * outlasts it well on a loaded machine.) */
+static void test_stalled(void) {
+    char rdzv[160], m[300], run[600], gpt[600];
+    snprintf(m, sizeof m, "%s/stalled.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/stalled", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    char *argv[] = {run, "-n", "3", "--elastic", "--min", "2", "--peer-timeout", "2.5", "--grace", "1", "--rdzv", rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "300", "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=30", "PDDE_TEST_ELASTIC_STALL=2@40", NULL};
+    job j = job_spawn(argv, env);
+    int rc = job_end(&j, 60 * test_load_factor());
+    const char *t = job_text(&j);
+    CHECK(rc == 0 && strstr(t, "rank 2 lost") && strstr(t, "dropped by the store") && strstr(t, "fenced") &&
+              !strstr(t, "registers again") && strstr(t, "2 ranks finished, 1 lost"),
+          "--rdzv etcd: a member stalled past its lease is fenced (no registering again) and the others finish on 2: rc %d\n%s", rc, t);
+    free(j.out);
+    /* a rank stopped (SIGSTOP) 4 s, past its lease and etcd's TTL of 2 s, then continued: its heartbeat
+     * sees the gap in itself, so it does not register again: fenced */
+    snprintf(m, sizeof m, "%s/stopped.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/stopped", g_client_port);
+    j = job_start_peer(rdzv, m, 3000, 1.5);
+    pid_t pids[8];
+    int ok = !job_wait_step(&j, m, 40, 60 * test_load_factor()) && job_ranks(j.pid, pids, 8) && pids[2] > 0;
+    if (ok) job_signal_rank(pids[2], SIGSTOP);
+    for (double t0 = test_now(); ok && test_now() - t0 < 4;) job_poll(&j, 20);
+    if (ok) job_signal_rank(pids[2], SIGCONT);
+    rc = job_end(&j, 60 * test_load_factor());
+    t = job_text(&j);
+    const char *said = strstr(t, "[2] gpt: elastic: member 2");
+    CHECK(ok && rc == 0 && strstr(t, "rank 2 lost") && said && strstr(said, "fenced") && !strstr(t, "registers again") &&
+              strstr(t, "3 ranks finished, 1 lost"),
+          "--rdzv etcd: a rank stopped 4 s and continued is fenced (no registering again), the others finish on 3: rc %d\n%s", rc, t);
+    free(j.out);
 }
 
 /* A rank killed before it registers with the store (it holds there, PDDE_TEST_ELASTIC_HOLD, until the
@@ -440,6 +570,87 @@ static void test_grow(void) {
           "--join to a job etcd does not know: a clear error at once: rc %d after %.2f s:\n%s", rc_c, took, job_text(&c));
     printf("--join, no such job in etcd: rc %d after %.2f s: %.*s\n", rc_c, took, (int)strcspn(job_text(&c), "\n"), job_text(&c));
     free(c.out);
+}
+
+/* Polls the job until its output has `text` or limit_s passed; 1 when it has. */
+static int job_says(job *j, const char *text, double limit_s) {
+    for (double t0 = test_now(); !strstr(job_text(j), text) && test_now() - t0 < limit_s;)
+        if (job_poll(j, 50)) break;
+    return strstr(job_text(j), text) != NULL;
+}
+
+static int count_of(const char *text, const char *what) {
+    int k = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) k++;
+    return k;
+}
+
+static void test_messages(void) {
+    char run[600], gpt[600], url[160];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=20", "PDDE_JOB_SECRET=test-etcd-msgs-secret-0123456789abcdef", NULL};
+
+    /* endpoints that can never work: at once */
+    const char *never[] = {"etcd://127.0.0.1:99999/j", "etcd://nosuchhost.invalid:2379/j"}, *why[] = {"port 1..65535", "resolve host"};
+    for (int k = 0; k < 2; k++) {
+        char *argv[] = {run, "-n", "2", "--elastic", "--rdzv", (char *)never[k], gpt, "--steps", "2", NULL};
+        job j = job_spawn(argv, env);
+        int rc = job_end(&j, 40);
+        double took = job_now() - j.t0;
+        CHECK(rc == 2 && took < 5 && strstr(job_text(&j), why[k]), "--rdzv %s: fails at once (%.2f s, exit 2), saying why: rc %d\n%s",
+              never[k], took, rc, job_text(&j));
+        free(j.out);
+    }
+    /* nothing listening (etcd may be starting): waited for, and said at once */
+    int port = job_free_port();
+    snprintf(url, sizeof url, "etcd://127.0.0.1:%d/j", port);
+    char want[160];
+    snprintf(want, sizeof want, "waiting up to 30 s for etcd at 127.0.0.1:%d (", port);
+    char *refused_argv[] = {run, "-n", "2", "--elastic", "--rdzv", url, gpt, "--steps", "2", NULL};
+    job r = job_spawn(refused_argv, env);
+    int said = job_says(&r, want, 3), exited = r.exited;
+    job_kill(&r);
+    CHECK(said && !exited, "--rdzv to an etcd that refuses: says it waits within 3 s (and waits):\n%s", job_text(&r));
+    free(r.out);
+
+    /* a job at its --max: a joiner is told it is full, and how long its ranks wait */
+    char m[300], m_join[300], rdzv[160];
+    snprintf(m, sizeof m, "%s/full.jsonl", g_tmp);
+    snprintf(m_join, sizeof m_join, "%s/full_joiner.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/full", g_client_port);
+    double limit = 60 * test_load_factor();
+#define MSG_GPT gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "100000", "--val-every", \
+                "0", "--sample-len", "0", "--threads", "1", "--metrics"
+    char *job_argv[] = {run, "-n", "2", "--elastic", "--min", "1", "--max", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv,
+                        MSG_GPT, m, NULL};
+    char *join_argv[] = {run, "-n", "1", "--elastic", "--join", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv, MSG_GPT, m_join, NULL};
+#undef MSG_GPT
+    job a = job_spawn(job_argv, env);
+    int ok = !job_wait_step(&a, m, 20, limit);
+    job b = job_spawn(join_argv, env);
+    said = job_says(&b, "job 'full' is full (2 of --max 2 members)", 10) && strstr(job_text(&b), "for up to 20 s");
+    const char *full = strstr(job_text(&b), "pdde-run: --join: job 'full' is full");
+    if (full) printf("--join to a full job: %.*s\n", (int)strcspn(full, "\n"), full);
+    CHECK(ok && said, "--join to a job at its --max: says it is full and how long it waits:\n%s\n--- job:\n%s", job_text(&b), job_text(&a));
+    /* SIGTERM to the joiner's pdde-run, once its rank runs (it handles signals by then): a stop, not a failure */
+    pid_t joiner[8] = {0};
+    for (double t0 = test_now(); !job_ranks(b.pid, joiner, 8) && test_now() - t0 < 10;) job_poll(&b, 50);
+    kill(b.pid, SIGTERM);
+    int rc_b = job_end(&b, 20);
+    CHECK(rc_b == 143 && strstr(job_text(&b), "stopped by SIGTERM") && !strstr(job_text(&b), "job failed") &&
+          !strstr(job_text(&b), "the others go on"), "SIGTERM to a joiner's pdde-run: stopped by SIGTERM, 143: rc %d\n%s", rc_b, job_text(&b));
+    /* a loss the job recovers from, then SIGTERM to its pdde-run: the stop is what ended it */
+    kill_rank(&a, 1);
+    ok = job_says(&a, "re-plan 2 -> 1 ranks", limit);
+    kill(a.pid, SIGTERM);
+    int rc_a = job_end(&a, limit);
+    const char *t = job_text(&a);
+    CHECK(ok && rc_a == 143 && strstr(t, "stopped by SIGTERM") && count_of(t, "the others go on") == 1 && !strstr(t, "root cause") &&
+          !strstr(t, "job failed"), "SIGTERM to an elastic job after a loss it went on from: stopped by SIGTERM, 143: rc %d\n%s", rc_a, t);
+    const char *line = strstr(t, "pdde-run: stopped by");
+    if (line) printf("SIGTERM after a recovered loss: rc %d: %.*s\n", rc_a, (int)strcspn(line, "\n"), line);
+    free(a.out), free(b.out);
 }
 
 /* etcd's value of key (malloc'ed, NUL-terminated) or NULL when it has none. */
@@ -625,7 +836,12 @@ int main(int argc, char **argv) {
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
-        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_same_name(), test_joiner_cut_off(ctx);
+        else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages();
+        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart();
+        else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
+        else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen(), test_stalled();
+        else test_messages(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(),
+                 test_same_name(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);

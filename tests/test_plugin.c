@@ -2,7 +2,8 @@
  *
  * The toy plugin (examples/toy_backend.c, built as build/libpdde_toy.so) runs a handful of ops on host
  * memory. Checked: PDDE_BACKEND_PLUGINS loads it; a plugin of another vtable version, a file that is
- * no library and a library without the entry symbol are refused by name with the reason; a two-layer
+ * no library and a library without the entry symbol are refused by name with the reason; so are an entry
+ * that declines (its own reason, or "gave no reason") and a vtable missing a required slot (named); a two-layer
  * MLP placed on the toy device (its GELU, sums and reductions are not the toy's) compiles, runs the
  * toy's ops on the toy and the others on the CPU with copies, says so in one line, and gives the
  * loss and every gradient of the same graph on the CPU alone; with no_cpu_fallback (or
@@ -61,6 +62,52 @@ static void test_loader(void) {
     st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
     CHECK(st == PDDE_ERR_UNAVAILABLE && strstr(why, "entry symbol pdde_backend_plugin"), "libm refused: %s", b >= 0 ? why : "not listed");
     pdde_context_free(ctx);
+}
+
+/* What a bring-up's broken entry points and vtables are refused with: the reason the plugin gave
+ * (host->error(NULL, ...) from its entry), "gave no reason" when it gave none (never another
+ * component's last error, planted here first), and the required slot it left NULL, by name. */
+static void test_refusal_reasons(void) {
+    char declines[4200], silent[4200], nosync[4200], list[13000];
+    plugin_path(declines, sizeof declines, "libpdde_toy_declines.so");
+    plugin_path(silent, sizeof silent, "libpdde_toy_silent.so");
+    plugin_path(nosync, sizeof nosync, "libpdde_toy_nosync.so");
+    snprintf(list, sizeof list, "%s:%s:%s", declines, silent, nosync);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backend_plugins = list;
+    pdde_context *ctx;
+    pdde_status st = pdde_context_init(&cp, &ctx);
+    CHECK(st == PDDE_OK, "context with refused plugins: %s", pdde_status_str(st));
+    if (st) return;
+    const char *why = NULL;
+    int b = family_of(ctx, "libpdde_toy_declines.so");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_UNAVAILABLE && why && strstr(why, "declined to load: toy: no toy card found (vendor code -3)"),
+          "a plugin declining with a reason shows it: %s (%s)", pdde_status_str(st), b >= 0 ? why : "not listed");
+    b = family_of(ctx, "libpdde_toy_silent.so");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_UNAVAILABLE && why && strstr(why, "declined to load (gave no reason)") && !strstr(why, "toy card"),
+          "a plugin declining silently says it gave no reason, not another's error: %s (%s)", pdde_status_str(st), b >= 0 ? why : "not listed");
+    b = family_of(ctx, "libpdde_toy_nosync.so");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_INVALID_ARG && why && strstr(why, "stream_sync is NULL"), "a NULL required slot is named: %s (%s)",
+          pdde_status_str(st), b >= 0 ? why : "not listed");
+    pdde_context_free(ctx);
+    /* a stale error of this thread's (as a backend that probed and failed leaves one) is not the silent plugin's reason */
+    pdde_context *ctx2;
+    if (pdde_context_init(NULL, &ctx2) == PDDE_OK) {
+        pdde_error(ctx2, PDDE_ERR_UNAVAILABLE, "no Level Zero driver (a stale message)");
+        cp.backend_plugins = silent;
+        pdde_context *ctx3;
+        st = pdde_context_init(&cp, &ctx3);
+        if (st == PDDE_OK) {
+            b = family_of(ctx3, "libpdde_toy_silent.so");
+            pdde_backend_status(ctx3, b, &why);
+            CHECK(b >= 0 && why && !strstr(why, "Level Zero") && strstr(why, "gave no reason"), "no stale reason: %s", b >= 0 ? why : "not listed");
+            pdde_context_free(ctx3);
+        }
+        pdde_context_free(ctx2);
+    }
 }
 
 enum { B = 6, D_IN = 16, D_HID = 24, D_OUT = 5 };
@@ -314,6 +361,7 @@ int main(int argc, char **argv) {
     if (!realpath(argv[0], plugin_dir)) { CHECK(0, "realpath %s", argv[0]); return test_finish(); }
     *strrchr(plugin_dir, '/') = 0;
     test_loader();
+    test_refusal_reasons();
     test_fallback();
     test_listed_twice();
     test_auto_device();

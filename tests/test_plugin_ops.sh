@@ -3,7 +3,9 @@
 # the toy plugin passes its ops (and counts the ones the toy leaves to the CPU as unsupported, not
 # passed), and so with the plugin from PDDE_BACKEND_PLUGINS; a plugin whose devices report another
 # backend, of another vtable version, an unknown --backend or --op fail with a message and a non-zero
-# exit instead of "0 passed"; a wrong mul fails mul's cases only; --help goes to stdout with exit 0.
+# exit instead of "0 passed"; a wrong mul fails mul's cases only; an op supports_op claims but compute calls
+# unsupported fails its cases; gpt's LLaMA-style blocks on the toy run a share of the step there, and a wrong mul
+# changes their losses; --help goes to stdout with exit 0.
 # Run from the repository root.
 . tests/script_util.sh plugin-ops
 
@@ -48,6 +50,14 @@ not_mul=$(grep "^  toy " "$tmp/opmul.log" | grep -vc " mul(")
 [ "$cases" -ge 1 ] && [ "$not_mul" -eq 0 ]
 check "--op mul runs mul's cases only ($cases lines, $not_mul of other ops)" $?
 
+# a plugin whose supports_op claims gelu but whose compute returns UNSUPPORTED for it: the cases that run gelu on it
+# fail naming the case and the plugin's message (a training run would fail every step), not "ops it does not run"
+"$build/test_backend_ops" --plugin "$build/libpdde_toy_claims_gelu.so" >"$tmp/gelu.log" 2>&1
+code=$?
+[ $code -ne 0 ] && grep -q "^FAIL.* gelu(.*supports_op took the nodes of ops \[.*gelu.*UNSUPPORTED (toy: op gelu is not supported)" "$tmp/gelu.log"
+rc=$?
+check "a claimed op whose compute says UNSUPPORTED fails its cases (exit $code: $(grep -m1 '^FAIL.* gelu(' "$tmp/gelu.log"))" $rc
+
 "$build/test_backend_ops" --plugin "$build/libpdde_toy_v99.so" >"$tmp/v99.log" 2>&1
 code=$?
 [ $code -ne 0 ] && grep -q "api_version 99; this pdde takes 1" "$tmp/v99.log"
@@ -65,6 +75,21 @@ toy_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/gpt_toy.log" | tr '\n' ' ')
 [ $code -eq 0 ] && [ -n "$cpu_losses" ] && [ "$toy_losses" = "$cpu_losses" ] && grep -q "adamw_update (device [0-9])" "$tmp/gpt_toy.log"
 rc=$?
 check "gpt --blocks-on toy trains, its updates on the CPU, with the CPU's losses (exit $code; toy '$toy_losses', cpu '$cpu_losses'; $(grep -m1 'cannot\|error' "$tmp/gpt_toy.log"))" $rc
+
+# README section 10's "train with it": LLaMA-style blocks on the toy run its ops (the linear layers' matmuls, SwiGLU's
+# mul and their gradients: 32 of the step's 124 nodes at this size; 20 with 2-D matmuls only, the weight gradients'),
+# it says how many, and a toy with a wrong mul gives other losses than the good toy's
+gpt_args+=(--arch llama --steps 4)
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy.so" "$build/gpt" "${gpt_args[@]}" --blocks-on toy >"$tmp/llama_toy.log" 2>&1
+code=$?
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_wrongmul.so" "$build/gpt" "${gpt_args[@]}" --blocks-on toy >"$tmp/llama_bad.log" 2>&1
+toy_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/llama_toy.log" | tr '\n' ' ')
+bad_losses=$(grep -o 'loss [0-9][0-9.]*' "$tmp/llama_bad.log" | tr '\n' ' ')
+on_toy=$(sed -n 's/^gpt: \([0-9]*\) of the step.s \([0-9]*\) nodes run on toy.*/\1 of \2/p' "$tmp/llama_toy.log")
+[ $code -eq 0 ] && [ "${on_toy%% *}" -ge 30 ] 2>/dev/null
+check "gpt --arch llama --blocks-on toy runs a share of the step on the toy and says so (exit $code; '$on_toy')" $?
+[ -n "$toy_losses" ] && [ -n "$bad_losses" ] && [ "$toy_losses" != "$bad_losses" ]
+check "a toy with a wrong mul trains to other losses through that step (good '$toy_losses', wrong mul '$bad_losses')" $?
 
 "$build/test_backend_ops" --backend nosuchbackend >"$tmp/b.log" 2>&1
 code=$?

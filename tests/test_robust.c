@@ -1,7 +1,7 @@
 /* test_robust — bad input must not crash, hang or silently corrupt: checkpoints that repeat or omit a
  * tensor, paths that are not regular files (directories, FIFOs, devices), zero-sized and absurd
- * shapes, non-finite hyperparameters, losses and gradients, plans that do not fit in memory; and
- * threads sharing a context that fail at once, each of which must read its own error message. */
+ * shapes, non-finite hyperparameters, losses and gradients, cross-entropy targets past the classes on a
+ * device, plans that do not fit in memory; and threads sharing a context that fail at once, each of which must read its own error message. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -453,6 +453,52 @@ static void test_nonfinite_first_node(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * A cross-entropy target >= V on a device: its kernel makes the loss NaN and the step's check of the loss
+ * names the op, the target and its position, as the CPU's kernel does (also the fused loss and dlogits) */
+
+static void test_cross_entropy_targets_on_devices(void) {
+    static const char *const backends[] = {"opencl", "cuda"};
+    for (int b = 0; b < 2; b++)
+        for (int fused = 0; fused < 2; fused++) {
+            pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+            cp.backends = b ? "cpu,cuda" : "cpu,opencl";
+            pdde_context *ctx;
+            pdde_context_init(&cp, &ctx);
+            int dev = pdde_device_find(ctx, backends[b], 0);
+            if (dev < 0) {
+                if (!fused) test_skip(backends[b], "cross-entropy targets on a device (no %s device)", backends[b]);
+                pdde_context_free(ctx);
+                continue;
+            }
+            if (fused) setenv("PDDE_FUSE_CE", "1", 1);
+            pdde_graph *g;
+            pdde_graph_init(ctx, &g);
+            pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 3}), *t = pdde_input(g, "t", PDDE_I32, 1, (int64_t[]){4});
+            pdde_tensor *loss = pdde_cross_entropy(g, pdde_matmul(g, x, pdde_param(g, "w", 2, (int64_t[]){3, 4}, 0.3f), 0, 0), t);
+            pdde_backward(g, loss);
+            pdde_optimizer_adamw(g, NULL);
+            pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+            sp.device = dev;
+            pdde_session *s = NULL;
+            CHECK(pdde_session_init(g, &sp, &s) == PDDE_OK, "%s session: %s", backends[b], pdde_last_error(ctx));
+            unsetenv("PDDE_FUSE_CE");
+            float xs[12] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f, 1, 1.1f, 1.2f};
+            pdde_session_write(s, x, xs, sizeof xs);
+            pdde_session_write(s, t, (int32_t[4]){0, 1, 7, -1}, 4 * sizeof(int32_t));
+            pdde_status st = pdde_session_run(s, PDDE_RUN_STEP);
+            CHECK(st == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(ctx), "cross_entropy.") &&
+                  contains(pdde_last_error(ctx), "target 7 at position 2 is outside the 4 classes"),
+                  "%s%s: target 7 of 4: %s: %s", backends[b], fused ? " (PDDE_FUSE_CE=1)" : "", pdde_status_str(st), pdde_last_error(ctx));
+            pdde_session_write(s, t, (int32_t[4]){0, 1, -1, 3}, 4 * sizeof(int32_t));
+            CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK && isfinite(pdde_session_loss(s)), "%s: a negative target is ignored: %s", backends[b],
+                  pdde_last_error(ctx));
+            pdde_session_free(s);
+            pdde_graph_free(g);
+            pdde_context_free(ctx);
+        }
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Memory admission: a plan bigger than the machine is refused at session init with the numbers,
  * before anything is allocated (the graph is symbolic: a 4 TB weight costs nothing to build) */
 
@@ -781,6 +827,7 @@ int main(int argc, char **argv) {
     test_nonfinite_step();
     test_nonfinite_first_node();
     test_memory_admission();
+    test_cross_entropy_targets_on_devices();
     test_fuzzer_findings();
     test_errors_under_threads();
     char cmd[300];

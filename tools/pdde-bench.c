@@ -62,6 +62,18 @@ static double deadline = INFINITY; /* --time-limit: past it no more points are m
  * device lacks (strict sessions: no CPU fallback), listed by note_not_run, said once a device. */
 static int not_run_by_device;
 static char not_run[512];
+/* The device being measured: its runs that failed (an error, not an op it does not run) and the first
+ * one's message (said once; a device whose failures leave it without figures fails the calibration). */
+static int device_failures;
+static char device_first_error[512];
+
+static void note_run_failure(pdde_context *ctx, int device) {
+    if (!device_failures++) {
+        snprintf(device_first_error, sizeof device_first_error, "%s", pdde_last_error(ctx));
+        fprintf(stderr, "pdde-bench: device %d: run failed: %s (further failures of this device are counted, not printed)\n", device,
+                device_first_error);
+    }
+}
 
 static void note_not_run(const char *what) {
     size_t n = strlen(not_run);
@@ -123,7 +135,7 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
         return NAN;
     }
     if (st) {
-        fprintf(stderr, "pdde-bench: device %d: %s\n", device, pdde_last_error(ctx));
+        note_run_failure(ctx, device);
         return NAN;
     }
     uint64_t seed = 88172645463325252ull;
@@ -158,7 +170,7 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
             n++;
         }
     }
-    if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
+    if (n < 3) note_run_failure(ctx, device);
     pdde_session_free(s);
     double median = n >= 3 ? bench_median(v, n) : NAN; /* (sorts v) */
     /* (with the run's overhead taken off, the fastest run: what an op takes amid a step's others, the
@@ -1000,7 +1012,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < cl->n_calibs; i++) pdde_cluster_add_calib(c, &cl->calibs[i]);
     }
     pdde_cluster_free(cl);
-    int links_failed = 0;
+    int links_failed = 0, devices_failed = 0;
     printf("machine %s: %d cores, %d NUMA nodes, %.1f GB memory\n", c->machines[0].name, c->machines[0].cores,
            c->machines[0].numa_nodes, (double)c->machines[0].host_memory / 1e9);
     for (int d = 0; d < c->machines[0].n_devices; d++) {
@@ -1009,6 +1021,7 @@ int main(int argc, char **argv) {
         if (sp->n_gemm) continue; /* a second device of a measured model */
         if (devices && !strstr(devices, sp->backend)) continue; /* (the CPU of a context: --devices did not name it) */
         printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
+        device_failures = 0, device_first_error[0] = 0;
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
         run_overhead = run_floor = 0;
         pdde_device_props props;
@@ -1025,6 +1038,15 @@ int main(int argc, char **argv) {
                    "nearest measured shapes%s, a class with no curve by its broader class's curve or else the elementwise bandwidth (%.3g GB/s)\n",
                    sp->backend, not_run, sp->n_gemm ? "" : " (none here: peak_flops 0)", sp->mem_bandwidth / 1e9);
         not_run[0] = 0;
+        /* failures that leave it without a figure the cost model needs: the file marks it unusable (no GEMM figures or no
+         * bandwidth, which the planner refuses) and the calibration fails, saying why */
+        if (device_failures && (!sp->n_gemm || !(sp->mem_bandwidth > 0))) {
+            fprintf(stderr, "pdde-bench: device %d (%s): %d runs failed and it has %s: the planner will not use it; the first error: %s\n",
+                    dev->id, sp->name, device_failures, !sp->n_gemm ? "no GEMM figures" : "no memory bandwidth", device_first_error);
+            devices_failed = 1;
+        } else if (device_failures) {
+            printf("  %d runs failed (the first: %s); the figures are the runs that did not\n", device_failures, device_first_error);
+        }
     }
     run_overhead = run_floor = 0; /* (a copy's time is its run's) */
     for (int d = 0; d < c->machines[0].n_devices; d++) { /* (every device's: a second one of a model has a link of its own) */
@@ -1041,7 +1063,8 @@ int main(int argc, char **argv) {
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
     else printf("wrote %s in %.1f s%s\n", out, bench_now() - t0, bench_now() > deadline ? " (the time limit cut the measurements short)" : "");
     if (!st && links_failed) fprintf(stderr, "pdde-bench: wrote %s, but a host <-> device link in it is unmeasured (above): exit 1\n", out);
+    if (!st && devices_failed) fprintf(stderr, "pdde-bench: wrote %s, but a device in it failed its measurements (above): exit 1\n", out);
     pdde_cluster_free(c);
     pdde_context_free(ctx);
-    return st || links_failed ? 1 : 0;
+    return st || links_failed || devices_failed ? 1 : 0;
 }

@@ -26,7 +26,9 @@
  *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
  *       store how each rank ended (SIGKILL; stopped, once the store wrote it off or it stayed stopped
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
- *       done, and succeeds when at least --min ranks finish cleanly. */
+ *       done, and succeeds when at least --min ranks finish cleanly. SIGINT/SIGTERM to pdde-run stop the
+ *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
+ *       the job went on from is no cause. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include <sched.h>
@@ -42,6 +44,7 @@ int main(void) {
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -102,7 +105,8 @@ static void usage(FILE *f) {
             "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
             "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
             "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches; each run's\n"
-            "                 keys under a run id of its own, deleted when it ends: a JOB name can be used again)\n"
+            "                 keys under a run id of its own, deleted when it ends: a JOB name can be used again); an etcd\n"
+            "                 that refuses is waited for up to 30 s (said at once), a HOST that does not resolve is an error\n"
             "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5); a rank stopped\n"
             "                 for less (a debugger, SIGSTOP then SIGCONT) stays a member\n"
             "  --restart K    a rank killed by a signal is started again (K times at most in all), as a joiner: the\n"
@@ -110,8 +114,11 @@ static void usage(FILE *f) {
             "  --join         these ranks join a running elastic job (its --rdzv, tcp:// or etcd://, and the same\n"
             "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max).\n"
             "                 With etcd:// the job's store address is read from etcd, where the job's pdde-run keeps it\n"
-            "                 while it runs; a job not found there is an error at once\n"
+            "                 while it runs; a job not found there is an error at once. A job at its --max:\n"
+            "                 said at once; the ranks wait for a member to leave (PDDE_ELASTIC_TIMEOUT, default 300 s)\n"
             "  -h, --help     this text\n"
+            "SIGINT or SIGTERM to pdde-run goes to its ranks (SIGKILL after --grace S); pdde-run then says \"stopped by\n"
+            "SIGTERM\" and exits with 128 + the signal (130, 143), also after losses an --elastic job went on from\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
 }
@@ -382,6 +389,21 @@ static int check_job_store(pdde_context *ctx, const char *addr, const char *job,
     return 0;
 }
 
+/* Connects to the etcd at url ("etcd://HOST:PORT"), waiting up to wait_s for it to answer: etcd may be
+ * starting. An endpoint that can never work fails at once (comm/etcd.c: PDDE_ERR_INVALID_ARG). When the
+ * first short try finds no etcd, it says so right away, once, and how long it waits; else the silence
+ * would last the whole wait. (The store's timeout per request is the connect's, hence a second connect.) */
+static pdde_status connect_etcd(pdde_context *ctx, const char *url, double wait_s, pdde_store **out) {
+    double t0 = now_s();
+    pdde_status st = pdde_store_etcd_connect(ctx, url, 0.5, out);
+    if (st == PDDE_OK) pdde_store_close(*out), *out = NULL;
+    else if (st == PDDE_ERR_INVALID_ARG) return st;
+    else
+        fprintf(stderr, "pdde-run: --rdzv etcd: waiting up to %.0f s for etcd at %s (%s)\n", wait_s, url + 7, pdde_last_error(ctx));
+    double left = wait_s - (now_s() - t0);
+    return pdde_store_etcd_connect(ctx, url, st == PDDE_OK ? wait_s : left > 1 ? left : 1, out);
+}
+
 /* pdde-run --join with etcd (etcd_url "etcd://HOST:PORT"): the address of the store where the job's worlds
  * meet, as the job's pdde-run published it (publish_world_store), into addr; 2 (after saying why) when
  * etcd has no such job. It looks once: a job that runs has published it before its ranks started. */
@@ -393,7 +415,7 @@ static int find_world_store(const char *etcd_url, const char *job, char *addr, s
     snprintf(key, sizeof key, "elastic/%s/store", job);
     void *v = NULL;
     size_t n = 0;
-    pdde_status st = pdde_store_etcd_connect(ctx, etcd_url, 30, &s);
+    pdde_status st = connect_etcd(ctx, etcd_url, 30, &s);
     if (!st) st = pdde_store_get(s, key, &v, &n);
     int rc = 0;
     if (st == PDDE_ERR_NOT_FOUND)
@@ -409,6 +431,50 @@ static int find_world_store(const char *etcd_url, const char *job, char *addr, s
     pdde_store_close(s);
     pdde_context_free(ctx);
     return rc;
+}
+
+/* pdde-run --join: a job with as many members as its --max takes joiners in only once a member leaves,
+ * and its ranks wait for that silently: said once, before they start, with how long they wait. The
+ * members are those of the newest generation (members/g<k>/members: "<step> <n> <ids>..."), or, before
+ * the first change, the ranks the job's node 0 started (members/started, its pdde-run's); the --max is
+ * its rank 0's (members/max). Nothing is said when the store does not tell (the job is starting). */
+static void say_if_full(pdde_store *s, const char *members, const char *job, int n) {
+    char key[300];
+    int have = -1, max = 0;
+    void *v = NULL;
+    size_t len = 0;
+    for (int g = 1;; g++) { /* (generations are numbered 1, 2, ... with no gap) */
+        snprintf(key, sizeof key, "%s/g%d/members", members, g);
+        if (pdde_store_get(s, key, &v, &len)) break;
+        long long step;
+        char text[64];
+        snprintf(text, sizeof text, "%.*s", (int)(len < 63 ? len : 63), (const char *)v);
+        if (sscanf(text, "%lld %d", &step, &have) != 2) have = -1;
+        free(v), v = NULL;
+    }
+    const char *names[2] = {"started", "max"};
+    int *vals[2] = {&have, &max};
+    for (int k = have < 0 ? 0 : 1; k < 2; k++) {
+        snprintf(key, sizeof key, "%s/%s", members, names[k]);
+        if (pdde_store_get(s, key, &v, &len)) return;
+        char text[32];
+        snprintf(text, sizeof text, "%.*s", (int)(len < 31 ? len : 31), (const char *)v);
+        free(v), v = NULL;
+        *vals[k] = atoi(text);
+    }
+    if (have < 0 || max < 1 || have + n <= max) return;
+    const char *t = getenv("PDDE_ELASTIC_TIMEOUT"); /* (the ranks' wait to be taken in: core/elastic.c) */
+    double wait_s = t && strtod(t, NULL) > 0 ? strtod(t, NULL) : 300;
+    char bound[200];
+    if (isinf(wait_s)) snprintf(bound, sizeof bound, "with no time limit (PDDE_ELASTIC_TIMEOUT=%s): Ctrl-C or SIGTERM to pdde-run stops them", t);
+    else snprintf(bound, sizeof bound, "for up to %.0f s (PDDE_ELASTIC_TIMEOUT), then fail%s", wait_s, n > 1 ? "" : "s");
+    int room = have < max ? max - have : 0;
+    if (room == 0)
+        fprintf(stderr, "pdde-run: --join: job '%s' is full (%d of --max %d members): %s rank%s wait%s for a free slot (a member "
+                "leaving) %s\n", job, have, max, n > 1 ? "these" : "this", n > 1 ? "s" : "", n > 1 ? "" : "s", bound);
+    else
+        fprintf(stderr, "pdde-run: --join: job '%s' has room for %d more (%d of --max %d members): of these %d ranks, %d wait%s for a "
+                "free slot (a member leaving) %s\n", job, room, have, max, n, n - room, n - room > 1 ? "" : "s", bound);
 }
 
 /* The rest of a dead rank's output (its group is killed first, so nothing holds the pipes for long). */
@@ -595,6 +661,11 @@ int main(int argc, char **argv) {
     char members[160]; /* the prefix of the members' keys, as theirs (core/elastic.c: the job's name cut at 100 bytes) */
     snprintf(members, sizeof members, "elastic/%.100s%s%.40s", job, run_id[0] ? "/" : "", run_id);
     if (run_id[0]) setenv("PDDE_ELASTIC_RUN", run_id, 1);
+    if (join) { /* (the membership: in etcd, or in the job's store) */
+        pdde_store *m = NULL;
+        if (!(etcd ? connect_etcd(ctx, rdzv_store, 10, &m) : pdde_store_connect(ctx, addr, 5, &m))) say_if_full(m, members, job, n);
+        pdde_store_close(m);
+    }
 
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -604,9 +675,10 @@ int main(int argc, char **argv) {
 
     child *ch = calloc((size_t)n, sizeof *ch);
     pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
-    if (elastic && !join && (etcd ? pdde_store_etcd_connect(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
+    pdde_status notes_st = elastic && !join ? (etcd ? connect_etcd(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes)) : PDDE_OK;
+    if (notes_st) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
-        return 1;
+        return notes_st == PDDE_ERR_INVALID_ARG ? 2 : 1; /* (2: the command line's URL, as other bad arguments) */
     }
     /* The notes connection holds a lease (renewed below), which bounds the wait for each reply (twice
      * the lease, not 30 s): on a host cut off from the store pdde-run must not wait that long for every
@@ -620,6 +692,12 @@ int main(int argc, char **argv) {
         char key[300];
         snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
         if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
+        if (node_rank == 0) { /* (the members before the first change, for a joiner's pdde-run: say_if_full) */
+            snprintf(key, sizeof key, "%s/started", members);
+            char count[16];
+            snprintf(count, sizeof count, "%d", n * nnodes);
+            pdde_store_set(notes, key, count, strlen(count));
+        }
     }
     if (run_id[0] && node_rank == 0) { /* (for the other nodes and joiners: check_job_store) */
         pdde_store *own = NULL;
@@ -697,7 +775,7 @@ int main(int argc, char **argv) {
                     snprintf(key, sizeof key, "%s/exit/%d", members, ch[r].rank);
                     if (notes) pdde_store_set(notes, key, how, strlen(how));
                     if (!bad) finished_ok++;
-                    else {
+                    else if (!forwarded) { /* (once pdde-run forwarded a stop: that stop, no loss, no one goes on) */
                         lost++;
                         if (failed < 0) failed = r;
                         describe(&ch[r], how, sizeof how);
@@ -790,6 +868,8 @@ int main(int argc, char **argv) {
     }
     for (int r = 0; r < n; r++) kill(-ch[r].pid, SIGKILL); /* what the ranks left in their groups goes too */
     int rc = 0;
+    /* An elastic job stopped by a signal to pdde-run: the stop ended it, not a loss it had gone on after */
+    if (elastic && got_signal) failed = -1;
     if (elastic && !got_signal) {
         if (finished_ok >= min_ranks) {
             if (lost) fprintf(stderr, "pdde-run: --elastic: %d rank%s finished, %d lost on the way\n", finished_ok, finished_ok > 1 ? "s" : "", lost);
@@ -821,7 +901,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "pdde-run: job failed: rank %d %s\n", ch[failed].rank, how);
         rc = WIFEXITED(ch[failed].status) ? WEXITSTATUS(ch[failed].status) : 128 + WTERMSIG(ch[failed].status);
     } else if (got_signal) {
-        fprintf(stderr, "pdde-run: stopped by signal %d\n", (int)got_signal);
+        const char *name = sigabbrev_np(got_signal);
+        fprintf(stderr, "pdde-run: stopped by SIG%s (signal %d)", name ? name : "?", (int)got_signal);
+        if (elastic && lost) fprintf(stderr, "; before it, %d rank%s lost, which the job went on without", lost, lost > 1 ? "s" : "");
+        fprintf(stderr, "\n");
         rc = 128 + got_signal;
     }
     if (trace) {
