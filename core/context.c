@@ -8,7 +8,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     *out = NULL;
     pdde_context_params p = PDDE_CONTEXT_PARAMS_INIT;
     if (params) p = *params;
-#ifdef PDDE_HAVE_UCX
+#ifdef PDDE_HAVE_COMM
     comm_transport_env_defaults(); /* (before the backends start their threads) */
 #endif
     pdde_context *ctx = calloc(1, sizeof *ctx);

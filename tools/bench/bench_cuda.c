@@ -333,7 +333,8 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
     float loss0 = 0, loss = 0;
     int64_t casts0 = 0; /* the casts that ran after the first step (which casts the kept weight copies) */
     for (int st = 0; st < steps + 2 && ok; st++) {
-        for (int i = 0; i < BT; i++) x[i] = (i * 7 + st * 13) % 1000, y[i] = (x[i] + 1) % 1000; /* learnable */
+        int ids = c.vocab < 1000 ? c.vocab : 1000; /* (ids and targets inside the vocabulary) */
+        for (int i = 0; i < BT; i++) x[i] = (i * 7 + st * 13) % ids, y[i] = (x[i] + 1) % ids; /* learnable */
         pdde_session_write(s, m.ids, x, (size_t)BT * 4);
         pdde_session_write(s, m.targets, y, (size_t)BT * 4);
         double t0 = bench_now();
