@@ -467,7 +467,7 @@ pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name);
 void pdde_mark_output(pdde_tensor *t);
 /* Makes input t state the caller carries from step to step (a running statistic, a balancing bias
  * updated between steps): checkpoints and elastic snapshots save and restore it as they do parameters,
- * so after a resume the caller reads it back (pdde_session_read_global) instead of starting over. */
+ * so after a resume the caller reads its block back (pdde_session_read) instead of starting over. */
 void pdde_mark_state(pdde_tensor *t);
 
 /* ---------------------------------------------------------------------------------------------------
