@@ -98,11 +98,11 @@ static void agree_describe_mesh(const pdde_graph *g, char *buf, size_t n) {
     if (m && k >= 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
-static int agree_shape_str(const agree_node *a, char *buf, size_t n) {
-    int k = snprintf(buf, n, "%s [", pdde_dtype_name((pdde_dtype)a->dtype));
-    for (int d = 0; d < a->ndim && d < 4 && (size_t)k < n; d++) k += snprintf(buf + k, n - (size_t)k, d ? ",%lld" : "%lld", (long long)a->shape[d]);
-    if ((size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "%s]", a->ndim > 4 ? ",..." : "");
-    return k;
+static void agree_shape_str(const agree_node *a, char *buf, size_t n) {
+    char dims[96];
+    dims_str(a->ndim < 4 ? a->ndim : 4, a->shape, dims, sizeof dims);
+    if (a->ndim > 4 && strlen(dims) > 0) dims[strlen(dims) - 1] = '\0'; /* (the dims past 4 are not sent: "[a,b,c,d,...]") */
+    snprintf(buf, n, "%s %s%s", pdde_dtype_name((pdde_dtype)a->dtype), dims, a->ndim > 4 ? ",...]" : "");
 }
 
 /* The difference between rank 0's and rank `other`'s program, into why. Every rank takes part in the
