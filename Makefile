@@ -161,7 +161,13 @@ deps-report:
 $(BUILD):
 	@mkdir -p $(BUILD)
 
-$(BUILD)/pdde.o: $(LIB_SRC) | $(BUILD)
+# The compiler and flags of this build, rewritten only when they change (a dependency installed since the
+# last build, NO_<DEP>=1, another OPT): the library is then compiled again with them, never linked stale.
+$(BUILD)/build-flags: FORCE | $(BUILD)
+	@echo '$(CC) $(strip $(CFLAGS))' | cmp -s - $@ || echo '$(CC) $(strip $(CFLAGS))' >$@
+FORCE:
+
+$(BUILD)/pdde.o: $(LIB_SRC) $(BUILD)/build-flags | $(BUILD)
 	$(CC) $(CFLAGS) -c pdde.c -o $@
 
 $(BUILD)/libpdde.a: $(BUILD)/pdde.o

@@ -55,6 +55,18 @@ make -s uninstall BUILD="$build" PREFIX="$tmp/usr" >/dev/null 2>&1 && [ -z "$(fi
 rc=$?
 check "make uninstall removes every installed file ($(find "$tmp/usr" -type f -o -type l | head -3))" $rc
 
+# A build made before a dependency was installed is rebuilt with it: the library of a build without UCX
+# (no comm/) is not linked into pdde-run once UCX is found (here: NO_UCX=1 dropped).
+flags_build="$tmp/flags-build"
+if [ ! -x "$build/pdde-run" ]; then  # (built where UCX is found)
+    echo "SKIP rebuild on new flags: this build has no UCX"
+else
+    make -s BUILD="$flags_build" OPT=-O0 NO_UCX=1 "$flags_build/libpdde.a" >"$tmp/flags.log" 2>&1 &&
+        make -s BUILD="$flags_build" OPT=-O0 "$flags_build/pdde-run" >>"$tmp/flags.log" 2>&1
+    rc=$?
+    check "a library built with NO_UCX=1 is compiled again when UCX is used, and pdde-run links ($(grep -m2 'error' "$tmp/flags.log"))" $rc
+fi
+
 # Vendoring: the seven paths copied into a project compile as one file with no flags, with gcc and clang
 # in C99 and C11, and link with -lm -ldl -pthread only (the optional libraries are then left out).
 mkdir -p "$tmp/vendor"
