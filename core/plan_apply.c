@@ -108,7 +108,8 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
         if ((i < p->dp) != (p->shares[i] > 0) || p->dp < 2 || p->dp > PDDE_PLAN_MAX_SHARES || (p->pp > 1 && p->zero >= 2))
             return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: shares: want dp = %d shares >= 1 (dp 2..%d), and with pipeline "
                               "stages (pp %d) ZeRO 0 or 1 (zero %d); share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, p->zero, i, p->shares[i]);
-    pdde_plan_str(p, g->plan_text, sizeof g->plan_text); /* (what a session's ranks compare) */
+    if (pdde_plan_str(p, g->plan_text, sizeof g->plan_text) >= (int)sizeof g->plan_text) /* (what a session's ranks compare, whole) */
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: the plan's text is longer than %zu characters", sizeof g->plan_text - 1);
     int L = p->stage_first[p->pp]; /* the layers the plan cut; a parsed plan without stages: the graph's */
     for (int i = 0; i < g->n && p->stage_first[p->pp] == 0; i++)
         if (g->nodes[i]->layer + 1 > L) L = g->nodes[i]->layer + 1;

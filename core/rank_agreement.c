@@ -86,7 +86,7 @@ typedef struct {
     char name[24];
 } agree_node;
 typedef struct {
-    char plan[256];
+    char plan[sizeof ((pdde_graph *)0)->plan_text];
     char mesh[96];
     agree_node nodes[AGREE_MAX_NODES];
 } agree_detail;
@@ -131,8 +131,12 @@ static pdde_status agree_explain(const pdde_graph *g, pdde_comm *world, const in
     }
     const agree_detail *a = &every[0], *b = &every[other];
     const int64_t *va = all, *vb = all + (size_t)other * AGREE_WORDS;
+    size_t at = 0; /* (long plans: from a little before their first difference) */
+    while (a->plan[at] && a->plan[at] == b->plan[at]) at++;
+    at = strlen(a->plan) < 160 && strlen(b->plan) < 160 ? 0 : at > 20 ? at - 20 : 0;
     if (strcmp(a->plan, b->plan))
-        snprintf(why, n, "the plans differ ('%s' vs '%s')", a->plan[0] ? a->plan : "none", b->plan[0] ? b->plan : "none");
+        snprintf(why, n, "the plans differ ('%s%.100s' vs '%s%.100s')", at ? "..." : "", a->plan[0] ? a->plan + at : "none", at ? "..." : "",
+                 b->plan[0] ? b->plan + at : "none");
     else if (strcmp(a->mesh, b->mesh))
         snprintf(why, n, "the meshes differ (%s vs %s)", a->mesh, b->mesh);
     else if (va[AGREE_GRAPH] != vb[AGREE_GRAPH]) {
@@ -194,6 +198,29 @@ static pdde_status session_agree_program(const pdde_graph *g, const pdde_session
     return pdde_error(g->ctx, PDDE_ERR_MISMATCH,
                       "session: rank%s %s run%s another program than rank 0: %s (every rank must build the same graph under the same plan)",
                       strchr(ranks, ',') ? "s" : "", ranks, strchr(ranks, ',') ? "" : "s", why);
+}
+
+/* Every rank that reached this point of session init says whether it started its session (st): a rank
+ * that failed alone (a trace file it cannot open, a device it cannot open, its memory) would otherwise
+ * leave its peers waiting at their first collective until PDDE_COMM_TIMEOUT. On a failure anywhere,
+ * every rank returns the first failed rank's status and message. */
+static pdde_status session_agree_started(pdde_context *ctx, pdde_comm *world, pdde_status st) {
+    int size = pdde_comm_size(world);
+    int32_t mine = st, *all = malloc((size_t)size * sizeof *all);
+    char why[256] = "", *msgs = malloc((size_t)size * sizeof why);
+    if (st) snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
+    pdde_status cst = all && msgs ? pdde_comm_allgather(world, &mine, all, 1, PDDE_I32) : PDDE_ERR_OOM;
+    int failed = -1;
+    for (int r = 0; !cst && r < size && failed < 0; r++)
+        if (all[r]) failed = r;
+    /* (every rank takes part in the second collective: all of them saw the same failure) */
+    if (failed >= 0) cst = pdde_comm_allgather(world, why, msgs, sizeof why / 4, PDDE_I32);
+    pdde_status out = st;
+    if (st == PDDE_OK && cst) out = pdde_error(ctx, cst, "session: telling the ranks this one started: %s", pdde_last_error(ctx));
+    else if (st == PDDE_OK && failed >= 0)
+        out = pdde_error(ctx, (pdde_status)all[failed], "session: rank %d could not start its session: %s", failed, msgs + (size_t)failed * sizeof why);
+    free(all), free(msgs);
+    return out;
 }
 
 #endif

@@ -1327,6 +1327,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #ifdef PDDE_HAVE_COMM
     if (st == PDDE_OK && s->world) st = session_agree_program(g, &p, s->world); /* (before any other collective) */
     if (st == PDDE_OK && s->world) st = session_split_world(s);
+    bool agree_started = st == PDDE_OK && s->world; /* (the ranks' failures after here are their own) */
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
 #ifdef PDDE_HAVE_COMM
@@ -1353,6 +1354,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
+    if (agree_started) st = session_agree_started(g->ctx, s->world, st); /* (before the collectives of the device buckets) */
     if (st == PDDE_OK && s->world) st = session_device_buckets(s, &p);
     if (st == PDDE_OK && s->world) st = session_copy_streams(s);
 #endif

@@ -59,7 +59,7 @@ struct pdde_graph {
     pdde_session *session;     /* the live session (one at a time: it reads the graph's optimizer state) */
     bool free_pending;         /* pdde_graph_free came while the session lived: the session frees the graph */
     struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
-    char plan_text[256];       /* the plan pdde_plan_apply applied (pdde_plan_str), "": none; the ranks compare it */
+    char plan_text[2048];      /* the plan pdde_plan_apply applied (pdde_plan_str, whole: at most about 1.9 kB), "": none; the ranks compare it */
 };
 
 static inline bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {

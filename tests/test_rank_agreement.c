@@ -4,7 +4,8 @@
  * through pdde_plan_apply; another width; another learning rate; the last of four ranks; three of four) fail
  * pdde_session_init on every rank with PDDE_ERR_MISMATCH and a message naming the ranks and what
  * differs, before any step. Matching ranks (dp, tp, plans dp=2 and tp=2, ranks placing their nodes on
- * different devices) train to one process's loss. */
+ * different devices) train to one process's loss. A rank that fails at session init on its own (its memory) fails
+ * the others there too, with its status and message. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "tests/test_util.h"
@@ -82,6 +83,7 @@ static int rank_main(const char *cas) {
     sp.world = world;
     int layer_devices[2] = {0, -1};
     if (!strcmp(what, "dev")) sp.layer_devices = layer_devices, sp.n_layer_devices = 2;
+    if (!strcmp(what, "mem")) sp.memory_headroom = 0.9999999999; /* (a failure of this rank's own: its memory) */
     pdde_session *s = NULL;
     if (!strncmp(what, "plan:", 5)) {
         pdde_plan p;
@@ -189,6 +191,15 @@ int main(int argc, char **argv) {
               "%d ranks '%s': every rank refused at session init with '%s', nothing trained: rc %d\n%s", refused[i].n, refused[i].cas, refused[i].want,
               rc, out);
     }
+    /* a failure of one rank's own at session init (its memory): the others fail at once with its status and message,
+     * not at their first collective (PDDE_COMM_TIMEOUT later, "did not finish", a peer's unrelated bucket) */
+    int rc = job(4, "dp/mem@last", out, sizeof out);
+    char want[160];
+    snprintf(want, sizeof want, "status %d: session: rank 3 could not start its session: session: the plan needs", PDDE_ERR_OOM);
+    const char *r0 = strstr(out, "rank 0: "), *r1 = strstr(out, "rank 1: ");
+    CHECK(rc == 0 && r0 && r1 && !strncmp(r0 + 8, want, strlen(want)) && !strncmp(r1 + 8, want, strlen(want)) && strstr(out, "rank 3: status") &&
+              !strstr(out, "loss "),
+          "4 ranks, the last one out of memory at session init: the others fail at once with its status and message: rc %d\n%s", rc, out);
     static const struct { int n; const char *cas; } trained[] = {{2, "dp"}, {2, "tp"}, {2, "plan:dp=2"}, {2, "plan:tp=2"}, {2, "dp/dev"}};
     for (size_t i = 0; i < sizeof trained / sizeof *trained; i++) {
         int rc = job(trained[i].n, trained[i].cas, out, sizeof out);
