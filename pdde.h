@@ -462,6 +462,8 @@ pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim);
  * mask from (seed, run number); a forward-only run reuses the mask of the last training run. */
 pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed);
 pdde_tensor *pdde_cast(pdde_graph *g, pdde_tensor *x, pdde_dtype to);
+/* Renames t (under 64 bytes). An input, parameter or state must keep a name of its own in its graph:
+ * pdde_session_init refuses a graph where two of them share one. */
 pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name);
 /* Keeps t's value readable after a run (pdde_session_read). Losses are outputs already. */
 void pdde_mark_output(pdde_tensor *t);

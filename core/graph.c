@@ -119,6 +119,32 @@ pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name) {
     return PDDE_OK;
 }
 
+static int leaf_name_cmp(const void *a, const void *b) {
+    const pdde_tensor *x = *(pdde_tensor *const *)a, *y = *(pdde_tensor *const *)b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+/* Checkpoints, snapshots and pdde_graph_find know an input, parameter or state by its name:
+ * pdde_param and pdde_input refuse a name in use, but pdde_tensor_set_name (which has no graph) can
+ * give one a leaf's name after; a session refuses such a graph before it trains and saves. */
+static pdde_status graph_check_leaf_names(pdde_graph *g) {
+    pdde_tensor **leaves = malloc((size_t)g->n * sizeof *leaves);
+    if (!leaves) return pdde_error(g->ctx, PDDE_ERR_OOM, "graph: out of memory");
+    int n = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i]->op == PDDE_OP_NONE) leaves[n++] = g->nodes[i];
+    qsort(leaves, (size_t)n, sizeof *leaves, leaf_name_cmp);
+    pdde_status st = PDDE_OK;
+    for (int i = 1; i < n && !st; i++)
+        if (!strcmp(leaves[i - 1]->name, leaves[i]->name))
+            st = pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: tensors %d and %d are both named %s (pdde_tensor_set_name?): a checkpoint "
+                            "could not tell them apart; give each input, parameter and state its own name", leaves[i - 1]->id, leaves[i]->id,
+                            leaves[i]->name);
+    free(leaves);
+    return st;
+}
+
 void pdde_mark_output(pdde_tensor *t) { if (t) t->flags |= PDDE_TENSOR_OUTPUT; }
 void pdde_mark_state(pdde_tensor *t) { if (t && t->op == PDDE_OP_NONE && (t->flags & PDDE_TENSOR_INPUT)) t->flags |= PDDE_TENSOR_STATE; }
 

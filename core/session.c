@@ -1295,6 +1295,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (g->status) return g->status;
     if (g->n == 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: the graph is empty");
     if (g->session) return pdde_error(g->ctx, PDDE_ERR_STATE, "session: the graph has a live session; free it first");
+    pdde_status names = graph_check_leaf_names(g);
+    if (names) return names;
     pdde_session_params p = PDDE_SESSION_PARAMS_INIT;
     if (params) p = *params;
     pdde_session *s = calloc(1, sizeof *s);

@@ -393,6 +393,19 @@ static void test_api_misuse(void) {
     CHECK(!pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){3}) && strstr(pdde_last_error(ctx), "input: the name x is already used"),
           "a second input x: %s", pdde_last_error(ctx));
     pdde_graph_free(g);
+    { /* ... or given by a rename: the session refuses the graph before it trains and saves */
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){2, 3}), *w1 = pdde_param(g, "w1", 2, (int64_t[]){3, 3}, 0.5f);
+        pdde_tensor *w2 = pdde_param(g, "w2", 2, (int64_t[]){3, 3}, 0.5f), *h = pdde_matmul(g, pdde_matmul(g, x, w1, 0, 0), w2, 0, 0);
+        pdde_session *s = NULL;
+        pdde_mark_output(h);
+        CHECK(pdde_tensor_set_name(h, "hidden") == PDDE_OK && pdde_tensor_set_name(w2, "w1") == PDDE_OK, "renames");
+        CHECK(pdde_session_init(g, NULL, &s) == PDDE_ERR_INVALID_ARG && !s && strstr(pdde_last_error(ctx), "tensors 1 and 2 are both named w1"),
+              "a parameter renamed to another's name: %s", pdde_last_error(ctx));
+        CHECK(pdde_tensor_set_name(w2, "w2") == PDDE_OK && pdde_session_init(g, NULL, &s) == PDDE_OK, "renamed back: %s", pdde_last_error(ctx));
+        pdde_session_free(s);
+        pdde_graph_free(g);
+    }
 
     /* a tensor of another graph: its id means another node here */
     classifier a, b;
