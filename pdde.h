@@ -138,6 +138,8 @@ typedef struct {
 #define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0, NULL, NULL}
 
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out);
+/* Frees ctx, or, while graphs of it live (and their sessions), marks it: the last pdde_graph_free then
+ * frees it. Free the other objects made with ctx (comm, data, store, elastic, ...) before it. */
 void pdde_context_free(pdde_context *ctx);
 /* The message of the last error raised through ctx on the calling thread ("" if none). Errors are per
  * thread, as errno is: threads that share a context (pipeline stages, data loaders) each read their

@@ -41,6 +41,7 @@ struct pdde_context {
     struct pdde_registry *registry; /* backends and their devices (registry.c) */
     pthread_mutex_t error_lock;     /* threads that share the context may fail at the same time */
     uint64_t id;                    /* unique in the process: which context a thread's own last error is of */
+    unsigned long graphs_and_freed; /* 2 x its live graphs, + 1 once pdde_context_free was called (atomic) */
 };
 
 /* The backend families of a context and their devices; built once, then fixed. */
@@ -71,6 +72,10 @@ typedef struct pdde_registry {
 /* Builds the registry: ctx is only handed to each backend's init (for its error messages). */
 PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p, pdde_registry **out);
 PDDE_PRIVATE void registry_free(pdde_registry *r);
+/* A graph of ctx made (+1) or freed (-1); frees ctx when pdde_context_free has been called and no graph is left. */
+PDDE_PRIVATE void context_graph_count(pdde_context *ctx, int change);
+/* pdde_context_free: now, or when its last graph is freed (their sessions use its devices and errors). */
+PDDE_PRIVATE void context_release(pdde_context *ctx);
 /* The backend and opened device handle of a global device index. */
 PDDE_PRIVATE pdde_status registry_device_get(pdde_context *ctx, pdde_registry *r, int device, const pdde_backend_iface **iface, void **dev);
 PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int device, pdde_device_props *out);

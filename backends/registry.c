@@ -223,6 +223,24 @@ PDDE_PRIVATE void registry_free(pdde_registry *r) {
     free(r);
 }
 
+static void context_destroy(pdde_context *ctx) {
+    registry_free(ctx->registry);
+    error_fini(ctx);
+    free(ctx);
+}
+
+/* One atomic word, so that exactly one thread frees the context: the one whose change leaves "freed,
+ * no graph" (the graph's last free or pdde_context_free, whichever comes last). */
+PDDE_PRIVATE void context_graph_count(pdde_context *ctx, int change) {
+    unsigned long left = change > 0 ? __atomic_add_fetch(&ctx->graphs_and_freed, 2, __ATOMIC_ACQ_REL)
+                                    : __atomic_sub_fetch(&ctx->graphs_and_freed, 2, __ATOMIC_ACQ_REL);
+    if (change < 0 && left == 1) context_destroy(ctx);
+}
+
+PDDE_PRIVATE void context_release(pdde_context *ctx) {
+    if (__atomic_fetch_or(&ctx->graphs_and_freed, 1, __ATOMIC_ACQ_REL) == 0) context_destroy(ctx);
+}
+
 /* The backend and opened device handle of a global device index. */
 PDDE_PRIVATE pdde_status registry_device_get(pdde_context *ctx, pdde_registry *r, int device, const pdde_backend_iface **iface, void **dev) {
     if (device < 0 || device >= r->n_devices)

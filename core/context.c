@@ -41,10 +41,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
 }
 
 void pdde_context_free(pdde_context *ctx) {
-    if (!ctx) return;
-    registry_free(ctx->registry);
-    error_fini(ctx);
-    free(ctx);
+    if (ctx) context_release(ctx);
 }
 
 #define PDDE_MAX_LAYER_ID (1 << 20) /* layer ids index per-layer tables */

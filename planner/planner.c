@@ -40,6 +40,7 @@ pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
     if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "graph: out of memory");
     g->ctx = ctx;
     g->layer = -1;
+    context_graph_count(ctx, +1);
     *out = g;
     return PDDE_OK;
 }
@@ -53,7 +54,9 @@ void pdde_graph_free(pdde_graph *g) {
     free(g->nodes);
     free(g->recompute);
     free(g->cast_of);
+    pdde_context *ctx = g->ctx;
     free(g);
+    context_graph_count(ctx, -1); /* (the last, after pdde_context_free: frees the context) */
 }
 
 /* The graph's planner state, made on first use (NULL and an error on ctx when out of memory). */

@@ -491,6 +491,18 @@ static void test_api_misuse(void) {
           "run, write, save and load after the graph is freed: %s", pdde_last_error(ctx));
     unlink(path);
     pdde_session_free(a.s); /* (frees the graph: ASan sees a leak or a use after free) */
+
+    /* the context freed before its graph and session: freed with the last graph */
+    pdde_context *ctx2;
+    CHECK(pdde_context_init(NULL, &ctx2) == PDDE_OK && classifier_init(ctx2, &b, 0, 0) == PDDE_OK, "a classifier: %s", pdde_last_error(ctx2));
+    classifier_feed(&b, class_targets);
+    pdde_context_free(ctx2);
+    CHECK(pdde_session_run(b.s, PDDE_RUN_STEP) == PDDE_OK && isfinite(pdde_session_loss(b.s)), "a step after the context is freed: %s",
+          pdde_last_error(ctx2));
+    classifier_feed(&b, (const int32_t[16]){0, 1, 9});
+    CHECK(pdde_session_run(b.s, PDDE_RUN_STEP) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx2), "target 9 at position 2"),
+          "its errors after the context is freed: %s", pdde_last_error(ctx2));
+    pdde_session_free(b.s), pdde_graph_free(b.g); /* (the last frees the context: ASan sees a leak or a use after free) */
     mallopt(M_PERTURB, 0);
     pdde_context_free(ctx);
 }
