@@ -557,7 +557,7 @@ __device__ __forceinline__ void embedding_body(const float *__restrict__ table, 
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
         I r = i / C, j = i - r * C;
         int id = ids[r];
-        y[i] = (id >= 0 && id < V) ? table[(I)id * C + j] : 0.0f;
+        y[i] = (id >= 0 && id < V) ? table[(I)id * C + j] : __int_as_float(0x7fc00000); /* (NaN: the step's loss check names the id) */
     }
 }
 

@@ -785,7 +785,7 @@ __kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(floa
     GRID_STRIDE(i, n) {
         long r = i / C, j = i - r * C;
         int id = ids[r];
-        y[i] = (id >= 0 && id < V) ? table[(long)id * C + j] : 0.0f;
+        y[i] = (id >= 0 && id < V) ? table[(long)id * C + j] : NAN; /* (NaN: the step's loss check names the id) */
     }
 }
 

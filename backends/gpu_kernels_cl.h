@@ -797,7 +797,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, n) {\n"
     "        long r = i / C, j = i - r * C;\n"
     "        int id = ids[r];\n"
-    "        y[i] = (id >= 0 && id < V) ? table[(long)id * C + j] : 0.0f;\n"
+    "        y[i] = (id >= 0 && id < V) ? table[(long)id * C + j] : NAN; /* (NaN: the step's loss check names the id) */\n"
     "    }\n"
     "}\n"
     "\n"
@@ -838,8 +838,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            barrier(CLK_GLOBAL_MEM_FENCE);\n"
     "            for (long i = l; i < n_pow2 / 2; i += L) { /* pair i: a (bit j clear) and a + j */\n"
     "                long a = ((i & ~(j - 1)) << 1) | (i & (j - 1));\n"
-    "                ulong x = keys[a], y = keys[a + j];\n"
     ,
+    "                ulong x = keys[a], y = keys[a + j];\n"
     "                if ((x > y) == ((a & k) == 0)) keys[a] = y, keys[a + j] = x;\n"
     "            }\n"
     "        }\n"
@@ -917,8 +917,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "/* each item's keys, in order, to their slots: out[cnt[d * items + t]++] */\n"
-    "__kernel void k_embedding_radix_scatter(PTR(const ulong, keys), PTR(ulong, out), PTR(const int, cnt), long n_ids, long chunk, long V,\n"
     ,
+    "__kernel void k_embedding_radix_scatter(PTR(const ulong, keys), PTR(ulong, out), PTR(const int, cnt), long n_ids, long chunk, long V,\n"
     "                                        int shift) {\n"
     "    BIND(const ulong, keys); BIND(ulong, out); BIND(const int, cnt);\n"
     "    __local int c[RADIX_DIGITS * RADIX_GROUP];\n"
@@ -1001,8 +1001,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    return (ushort)(u >> 16);\n"
     "}\n"
     "\n"
-    "static void cast_one(__global const void *src, __global void *dst, long i, int sdt, int ddt) {\n"
     ,
+    "static void cast_one(__global const void *src, __global void *dst, long i, int sdt, int ddt) {\n"
     "    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {\n"
     "        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];\n"
     "        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;\n"
@@ -1081,9 +1081,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,\n"
     "                      float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,\n"
     "                      float bc2, PTR(void, sh), int sdt) {\n"
+    ,
     "    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);\n"
     "    if (update_skipped(gnorm_sq)) return;\n"
-    ,
     "    float f = gscale * clip_factor(gnorm_sq, clip);\n"
     "    GRID_STRIDE(i, n) {\n"
     "        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);\n"
@@ -1164,9 +1164,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    long t = r % T, bh = r / T;\n"
     "    return ((bh / H) * T + t) * H * D + (bh % H) * D;\n"
     "}\n"
+    ,
     "static long att_lse(long r, long rows, long T, long D, long H) { return H ? rows * D + r : r * (D + 1) + D; }\n"
     "static long att_out(long r, int which, long rows, long T, long D, long H) {\n"
-    ,
     "    return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;\n"
     "}\n"
     "\n"
@@ -1238,9 +1238,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(float, rowdot); BIND(float, out);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);\n"
+    ,
     "        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "        for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;\n"
-    ,
     "        for (long ri = r; ri < r - j + T; ri++) {\n"
     "            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
@@ -1308,11 +1308,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- fused kernels ---------------------------------------------------------------------------- */\n"
     "\n"
     "/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */\n"
+    ,
     "__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(void, y), long n,\n"
     "                          long nb, int back, int ydt) {\n"
     "    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(void, y);\n"
     "    GRID_STRIDE(i, n) {\n"
-    ,
     "        float v = x[i] + bias[i % nb];\n"
     "        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);\n"
     "    }\n"
@@ -1386,10 +1386,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- tiled causal attention (FlashAttention-2's schedule; backends/gpu_dispatch.h, pgd_attention_flash) --\n"
     " * A group of FR items takes FR query rows (forward, dq) or key rows (dk, dv) of one head, an item a row;\n"
     " * the other side's rows come through group memory FK at a time. q, k, v are bf16 (bf16 = 1) or f32,\n"
-    ,
     " * read as they are; everything else is f32. Group g takes head g / tiles and, from the last, tile\n"
     " * tiles - 1 - g % tiles (the heavy causal tiles first). */\n"
     "#define FR 64 /* rows a group: pgd_ctx.flash_rows and flash_threads of the OpenCL backend */\n"
@@ -1458,10 +1458,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* dq of the group's query rows (out[0 .. BH*T*D)): scale * sum over keys j <= i of p (dp - rowdot) k_j,\n"
     " * p recomputed from the saved logsumexp, the keys' k and v rows through group memory. */\n"
     "static void flash_dq(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
+    ,
     "                     __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                     float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
-    ,
     "    int l = get_local_id(0);\n"
     "    long i = tile * FR + l, kend = min(T, tile * FR + FR), yo = att_y(base + i, T, D, H);\n"
     "    int live = i < T;\n"
@@ -1529,10 +1529,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* The kernels, one name per head size (64: k_flash_*, 128: k_flash_*_d128), as the CUDA backend has them;\n"
     " * here both take D as it comes: each kernel below is made under both names. */\n"
+    ,
     "#define FLASH_FWD_KERNEL(name)                                                                                             \\\n"
     "    __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void                                                          \\\n"
     "    name(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale,  \\\n"
-    ,
     "         int bf16, long H) {                                                                                                \\\n"
     "        BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);                                      \\\n"
     "        __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                           \\\n"
@@ -1577,6 +1577,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * when row is not null, row[nk]. Each item owns experts lid, lid + L, ... and scans the ids in order,\n"
     " * which keeps each expert's rows in token order without sorting. */\n"
     "__kernel void k_moe_layout(PTR(const int, idx), PTR(int, counts), PTR(int, off), PTR(int, rows), PTR(int, row), long nk,\n"
+    ,
     "                           int E, int cap, long R) {\n"
     "    BIND(const int, idx); BIND(int, counts); BIND(int, off); BIND(int, rows); BIND(int, row);\n"
     "    int lid = get_local_id(0), L = get_local_size(0);\n"
@@ -1586,7 +1587,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        if (counts) counts[e] = c;\n"
     "        rows[e] = cap > 0 && c > cap ? cap : c;\n"
     "    }\n"
-    ,
     "    barrier(CLK_GLOBAL_MEM_FENCE);\n"
     "    if (lid == 0) {\n"
     "        long total = 0;\n"
@@ -1667,6 +1667,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        __global const float *l = lg + n * E;\n"
     "        __global const int *id = idx + n * k;\n"
     "        int ok = 1;\n"
+    ,
     "        for (int c = 0; c < k; c++) ok &= id[c] >= 0 && id[c] < E;\n"
     "        float m = 0.0f, den = 1.0f;\n"
     "        if (ok) moe_gate_norm(l, id, E, k, flags, &m, &den);\n"
@@ -1676,7 +1677,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            __global const float *d = dw + n * k;\n"
     "            __global float *dl = out + n * E;\n"
     "            float wdw = 0.0f;\n"
-    ,
     "            for (int c = 0; c < k && ok; c++) wdw += moe_gate_s(l[id[c]], m, sig) / den * d[c];\n"
     "            for (int e = 0; e < E; e++) dl[e] = ok && !sig && !norm ? -(exp(l[e] - m) / den) * wdw : 0.0f;\n"
     "            for (int c = 0; c < k && ok; c++) {\n"
@@ -1740,6 +1740,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, A); BIND(const float, W); BIND(float, Y); BIND(const int, off); BIND(const int, rows);\n"
     "    __local float As[GK][GT + 4];\n"
     "    __local float Bs[GK][GT + 4];\n"
+    ,
     "    int t = get_group_id(1), e = 0, M = 0;\n"
     "    for (; e < E; e++) { /* the expert of this row tile (the same for every item: the return below is uniform) */\n"
     "        M = off ? rows[e] : S;\n"
@@ -1751,7 +1752,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    long o = off ? off[e] : (long)e * S;\n"
     "    __global const float *Ab = A + o * K;\n"
     "    __global const float *Bb = W + (long)e * K * N;\n"
-    ,
     "    __global float *Cb = Y + o * N;\n"
     "    gemm_tile(Ab, Bb, Cb, M, N, K, 0, tb, t * GT, get_group_id(0) * GT, As, Bs);\n"
     "}\n"

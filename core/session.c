@@ -1549,21 +1549,26 @@ static pdde_status nonfinite_error(pdde_session *s, const char *what, const pdde
                       t->name, v, first, first[0] ? "" : " (PDDE_CHECK_NONFINITE=1 names the first node that made it)");
 }
 
-/* A cross-entropy target >= V, which a device's kernel turns into a NaN loss (the CPU's refuses it when it
- * runs): the error naming the op, the target and its position; else PDDE_OK. Reads the targets of micro. */
-static pdde_status cross_entropy_target_error(pdde_session *s, int micro) {
+/* A cross-entropy target >= V or an embedding id outside its table, which a device's kernel turns into
+ * a NaN loss (the CPU's refuse them when they run): the error naming the op, the value and its
+ * position, as the CPU's; else PDDE_OK. Reads the targets and ids of micro. */
+static pdde_status index_input_error(pdde_session *s, int micro) {
     for (int i = 0; i < s->n_order; i++) {
-        pdde_tensor *t = s->order[i], *tg = t->op == PDDE_OP_CROSS_ENTROPY ? t->src[1] : NULL;
-        if (!tg || !is_persistent(tg) || pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) continue; /* (the vocab-parallel one checks its own) */
-        int64_t n = pdde_tensor_numel(tg), V = t->src[0]->shape[t->src[0]->ndim - 1];
+        pdde_tensor *t = s->order[i], *tg = t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_EMBEDDING ? t->src[1] : NULL;
+        if (!tg || !is_persistent(tg) || pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) continue; /* (the vocab-parallel ones check their own) */
+        bool ce = t->op == PDDE_OP_CROSS_ENTROPY;
+        int64_t n = pdde_tensor_numel(tg), V = ce ? t->src[0]->shape[t->src[0]->ndim - 1] : t->src[0]->shape[0];
         int32_t *ids = malloc(pdde_tensor_nbytes(tg) + 1);
         if (!ids) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
         if (s->bind) bind_micro(s, tg, micro);
         pdde_status st = read_local(s, tg, ids, pdde_tensor_nbytes(tg));
         for (int64_t r = 0; r < n && !st; r++)
-            if (ids[r] >= V)
+            if (ce && ids[r] >= V)
                 st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: target %d at position %lld is outside the %lld classes of %s [0, %lld)",
                                 t->name, ids[r], (long long)r, (long long)V, t->src[0]->name, (long long)V);
+            else if (!ce && (ids[r] < 0 || ids[r] >= V))
+                st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: id %d at position %lld is outside the table %s [0, %lld)", t->name, ids[r],
+                                (long long)r, t->src[0]->name, (long long)V);
         free(ids);
         if (st) return st;
     }
@@ -1571,7 +1576,7 @@ static pdde_status cross_entropy_target_error(pdde_session *s, int micro) {
 }
 
 static pdde_status check_loss(pdde_session *s, float loss, int micro) {
-    pdde_status st = isfinite(loss) ? PDDE_OK : cross_entropy_target_error(s, micro);
+    pdde_status st = isfinite(loss) ? PDDE_OK : index_input_error(s, micro);
     if (st) return st;
     /* (under loss scaling a training pass with an overflow is skipped at the update instead) */
     if (isfinite(loss) || (s->loss_scaling && s->scaling_pass)) return PDDE_OK;
