@@ -573,7 +573,7 @@ typedef struct {
  * in flight together. */
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
-    PDDE_RUN_FORWARD_BACKWARD = 3,  /* forward + backward: accumulates gradients */
+    PDDE_RUN_FORWARD_BACKWARD = 3,  /* forward + backward: accumulates gradients (their sum; the update divides by grad_accum_steps) */
     PDDE_RUN_OPTIMIZER = 4,         /* apply the accumulated gradients, zero them, step += 1 */
     PDDE_RUN_STEP = 7,              /* one training step: every micro-batch forward + backward, the update */
 } pdde_run_mode;
@@ -589,7 +589,9 @@ void pdde_session_free(pdde_session *s);
  * "Non-finite guard"); the update changed nothing and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
 /* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients; a read of another
- * intermediate is PDDE_ERR_STATE: the step reuses its memory, unless no_memory_reuse). NULL t, src or dst:
+ * intermediate is PDDE_ERR_STATE: the step reuses its memory, unless no_memory_reuse). Gradients hold
+ * their sum over the PDDE_RUN_FORWARD_BACKWARD runs since the last update; an update (PDDE_RUN_STEP,
+ * PDDE_RUN_OPTIMIZER) zeroes them, so read them before it. NULL t, src or dst:
  * PDDE_ERR_INVALID_ARG. nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
  * (t's own size without SPMD execution). */
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
