@@ -201,7 +201,7 @@ static pdde_status session_agree_program(const pdde_graph *g, const pdde_session
 }
 
 /* Every rank that reached this point of session init says whether it started its session (st): a rank
- * that failed alone (a trace file it cannot open, a device it cannot open, its memory) would otherwise
+ * that failed alone (its memory, a device it cannot open) would otherwise
  * leave its peers waiting at their first collective until PDDE_COMM_TIMEOUT. On a failure anywhere,
  * every rank returns the first failed rank's status and message. */
 static pdde_status session_agree_started(pdde_context *ctx, pdde_comm *world, pdde_status st) {
