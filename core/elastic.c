@@ -9,6 +9,7 @@
  *                        lease (heartbeats every lease/4) ends, so a killed or frozen member is known
  *   J/left/<id>          a member that left at a step boundary on purpose
  *   J/exit/<id>          how the launcher saw the process end ("SIGKILL", "stopped (SIGSTOP)"; optional)
+ *   J/slot/<rank>        the id of the process the launcher started again in launch rank <rank>'s place
  *   J/g<G>/...           generation G: its world communicator's keys (prefix J/g<G>/comm), the
  *                        survivors' announcements here/<id> ("<latest snapshot step> <previous>"), and
  *                        members: "<resume step> <n> <id0> .. <id n-1>", written once (compare-and-set)
@@ -441,6 +442,12 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
         snprintf(key, sizeof key, "%s/joined", e->job);
         if ((st = pdde_store_add(e->store, key, 1, &k))) goto fail;
         e->id = ELASTIC_JOINER_ID0 + (int)k - 1;
+        /* a rank its launcher started again: the launcher notes its end under this id (J/slot/<launch rank>) */
+        const char *slot = getenv("PDDE_ELASTIC_SLOT");
+        char id[16];
+        snprintf(id, sizeof id, "%d", e->id);
+        snprintf(key, sizeof key, "%s/slot/%.16s", e->job, slot ? slot : "");
+        if (slot && *slot && (st = el_set(e, key, id))) goto fail;
     }
     const char *hold = getenv("PDDE_TEST_ELASTIC_HOLD"); /* (tests: a member killed before it registers; up to 60 s) */
     if (hold && *hold && atoi(hold) == e->id && !joiner) {

@@ -70,6 +70,7 @@ typedef struct {
     int exited, status;
     double stopped_since; /* --elastic: when it was first seen stopped (0: not stopped) */
     int written_off;      /* --elastic: stopped long enough that the others go on without it */
+    int restarted;        /* --restart: started again, as a joiner with an id of its own (member_id) */
 } child;
 
 static volatile sig_atomic_t got_signal;
@@ -268,7 +269,7 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
         setpgid(0, 0);
         snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
         snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
-        if (restarted) setenv("PDDE_ELASTIC_JOIN", "1", 1);
+        if (restarted) setenv("PDDE_ELASTIC_JOIN", "1", 1), setenv("PDDE_ELASTIC_SLOT", v, 1); /* (v: its rank) */
         if (bind) bind_rank(r);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
@@ -283,8 +284,22 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
     setpgid(c->pid, c->pid); /* here too: the group exists before the first signal, whoever runs first */
     close(out[1]); close(err[1]);
     c->fd[0] = out[0]; c->fd[1] = err[0];
-    c->exited = 0, c->status = 0, c->stopped_since = 0, c->written_off = 0;
+    c->exited = 0, c->status = 0, c->stopped_since = 0, c->written_off = 0, c->restarted |= restarted;
     return 0;
+}
+
+/* The elastic member id of c's process: its rank, or, started again, the id it registered under
+ * (core/elastic.c's J/slot/<rank>); -1 when it has not registered. */
+static int member_id(pdde_store *notes, const char *members, const child *c) {
+    if (!c->restarted) return c->rank;
+    char key[300];
+    void *v = NULL;
+    size_t len = 0;
+    snprintf(key, sizeof key, "%s/slot/%d", members, c->rank);
+    char text[32] = "";
+    if (notes && pdde_store_get(notes, key, &v, &len) == PDDE_OK) snprintf(text, sizeof text, "%.*s", (int)(len < 31 ? len : 31), (const char *)v);
+    free(v);
+    return text[0] ? atoi(text) : -1;
 }
 
 /* Whether a rank seen stopped for `stopped_s` is lost to the job: the store wrote it off (its death
@@ -297,7 +312,9 @@ static int rank_written_off(pdde_store *notes, const char *members, const child 
     char key[300];
     void *v = NULL;
     size_t len;
-    snprintf(key, sizeof key, "%s/dead/%d", members, c->rank);
+    int id = member_id(notes, members, c);
+    if (id < 0) return 0; /* (not registered: no lease of its to end) */
+    snprintf(key, sizeof key, "%s/dead/%d", members, id);
     pdde_status st = pdde_store_get(notes, key, &v, &len);
     free(v);
     return st == PDDE_OK;
@@ -772,19 +789,23 @@ int main(int argc, char **argv) {
                     char key[300], how[128];
                     if (WIFSIGNALED(status)) snprintf(how, sizeof how, "SIG%s", sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
                     else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
-                    snprintf(key, sizeof key, "%s/exit/%d", members, ch[r].rank);
-                    if (notes) pdde_store_set(notes, key, how, strlen(how));
+                    int id = member_id(notes, members, &ch[r]);
+                    snprintf(key, sizeof key, "%s/exit/%d", members, id);
+                    if (notes && id >= 0) pdde_store_set(notes, key, how, strlen(how));
                     if (!bad) finished_ok++;
                     else if (!forwarded) { /* (once pdde-run forwarded a stop: that stop, no loss, no one goes on) */
                         lost++;
                         if (failed < 0) failed = r;
                         describe(&ch[r], how, sizeof how);
-                        fprintf(stderr, "pdde-run: rank %d (pid %d) %s; --elastic: the others go on\n", ch[r].rank, (int)pid, how);
+                        if (id >= 0 && id != ch[r].rank) fprintf(stderr, "pdde-run: rank %d (member %d, pid %d) %s; --elastic: the others go on\n", ch[r].rank, id, (int)pid, how);
+                        else fprintf(stderr, "pdde-run: rank %d (pid %d) %s; --elastic: the others go on\n", ch[r].rank, (int)pid, how);
                         /* --restart: a rank killed by a signal (not by one pdde-run forwards) comes back as a
                          * joiner while others are still running to take it in */
                         if (restarts > 0 && WIFSIGNALED(status) && !got_signal && running > 0) {
                             restarts--;
                             drain_rank(&ch[r]);
+                            snprintf(key, sizeof key, "%s/slot/%d", members, ch[r].rank); /* (the next one writes its own) */
+                            if (notes) pdde_store_remove(notes, key);
                             if (spawn_rank(ch, n, r, cmd, log_dir, bind, 1) == 0) {
                                 running++;
                                 fprintf(stderr, "pdde-run: rank %d restarted (pid %d): it joins at the members' next step boundary\n",
@@ -834,10 +855,11 @@ int main(int argc, char **argv) {
                 if (!c->written_off && rank_written_off(notes, members, c, now - c->stopped_since, peer_timeout_s)) {
                     c->written_off = 1;
                     char key[300];
-                    snprintf(key, sizeof key, "%s/exit/%d", members, c->rank);
+                    int id = member_id(notes, members, c);
+                    snprintf(key, sizeof key, "%s/exit/%d", members, id);
                     void *old = NULL;
                     size_t ol;
-                    if (notes && pdde_store_get(notes, key, &old, &ol) != PDDE_OK) pdde_store_set(notes, key, "SIGSTOP", 7);
+                    if (notes && id >= 0 && pdde_store_get(notes, key, &old, &ol) != PDDE_OK) pdde_store_set(notes, key, "SIGSTOP", 7);
                     free(old);
                 }
                 stuck += c->written_off;
