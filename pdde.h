@@ -489,7 +489,7 @@ typedef struct {
     float clip_norm;       /* global gradient-norm clipping; 0 = off */
     pdde_lr_schedule schedule;
     int64_t warmup_steps;  /* linear warmup from 0 */
-    int64_t total_steps;   /* cosine decays to min_lr_ratio * lr at total_steps */
+    int64_t total_steps;   /* cosine decays to min_lr_ratio * lr at total_steps (required: > warmup_steps) */
     float min_lr_ratio;
     int grad_accum_steps;  /* micro-batches per optimizer step; 0 = 1 (the loss is scaled by 1/n) */
 } pdde_optimizer_params;

@@ -371,6 +371,18 @@ static void test_nonfinite_hyperparameters(void) {
     tiny t;
     CHECK(tiny_init(&t, &op) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), "beta2"), "beta2 = 1: %s", pdde_last_error(t.ctx));
     tiny_free(&t);
+    /* cosine without total_steps (or with all of them warmup) would never decay */
+    for (int k = 0; k < 2; k++) {
+        op = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
+        op.schedule = PDDE_LR_COSINE, op.warmup_steps = k ? 10 : 0, op.total_steps = k ? 10 : 0;
+        CHECK(tiny_init(&t, &op) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), "total_steps"), "cosine, total_steps %lld: %s",
+              (long long)op.total_steps, pdde_last_error(t.ctx));
+        tiny_free(&t);
+    }
+    op = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
+    op.schedule = PDDE_LR_COSINE, op.warmup_steps = 10, op.total_steps = 11;
+    CHECK(tiny_init(&t, &op) == PDDE_OK, "cosine, 10 warmup of 11 steps: %s", pdde_last_error(t.ctx));
+    tiny_free(&t);
 }
 
 static void test_nonfinite_step(void) {
