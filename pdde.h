@@ -543,7 +543,8 @@ typedef struct {
     int no_cpu_fallback;
     /* A Chrome/Perfetto trace of every run (a lane per device, one for communication, one for the
      * schedule; wall-clock microseconds, so ranks line up), written when the session is freed; under
-     * several ranks each writes trace.rank<R> (pdde-run --trace merges them). Tracing synchronizes
+     * several ranks each writes trace.rank<R> (pdde-run --trace merges them); a process's later
+     * sessions under PDDE_TRACE write trace.session<N> (N = 2, 3, ...). Tracing synchronizes
      * devices after each node, so spans are kernel times. NULL = env PDDE_TRACE. */
     const char *trace;
     /* Gradient buckets, as torch DDP's: consecutive data-parallel collectives of one kind, axis and
