@@ -39,9 +39,9 @@ static pdde_status trace_open(pdde_session *s, const char *path) {
     /* Sessions of one process that trace to PDDE_TRACE number their files after the first (path.session<N>):
      * each writes when it is freed, so they would otherwise overwrite each other's traces in silence. */
     static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
-    static char env_path[256];
+    static char env_path[4096]; /* (as long as session_trace.path: a longer one is refused below) */
     static int env_sessions;
-    char numbered[300];
+    char numbered[4096 + 32];
     if (!path && (path = getenv("PDDE_TRACE")) && *path) {
         pthread_mutex_lock(&env_lock);
         if (strcmp(env_path, path)) snprintf(env_path, sizeof env_path, "%s", path), env_sessions = 0;
