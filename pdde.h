@@ -493,7 +493,7 @@ typedef struct {
     float clip_norm;       /* global gradient-norm clipping; 0 = off */
     pdde_lr_schedule schedule;
     int64_t warmup_steps;  /* linear warmup from 0 */
-    int64_t total_steps;   /* cosine decays to min_lr_ratio * lr at total_steps */
+    int64_t total_steps;   /* cosine decays to min_lr_ratio * lr at total_steps (required: > warmup_steps) */
     float min_lr_ratio;
     int grad_accum_steps;  /* micro-batches per optimizer step; 0 = 1 (the loss is scaled by 1/n) */
 } pdde_optimizer_params;
@@ -547,7 +547,8 @@ typedef struct {
     int no_cpu_fallback;
     /* A Chrome/Perfetto trace of every run (a lane per device, one for communication, one for the
      * schedule; wall-clock microseconds, so ranks line up), written when the session is freed; under
-     * several ranks each writes trace.rank<R> (pdde-run --trace merges them). Tracing synchronizes
+     * several ranks each writes trace.rank<R> (pdde-run --trace merges them); a process's later
+     * sessions under PDDE_TRACE write trace.session<N> (N = 2, 3, ...). Tracing synchronizes
      * devices after each node, so spans are kernel times. NULL = env PDDE_TRACE. */
     const char *trace;
     /* Gradient buckets, as torch DDP's: consecutive data-parallel collectives of one kind, axis and

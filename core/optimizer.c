@@ -35,6 +35,10 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (p.grad_accum_steps < 0 || p.warmup_steps < 0 || p.total_steps < 0 || (p.schedule != PDDE_LR_CONSTANT && p.schedule != PDDE_LR_COSINE))
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: grad_accum_steps %d, warmup_steps %lld and total_steps %lld must be >= 0, "
                           "schedule %d constant or cosine", p.grad_accum_steps, (long long)p.warmup_steps, (long long)p.total_steps, (int)p.schedule);
+    /* without decay steps, pdde_lr_at would keep cosine at the peak lr: a constant schedule, in silence */
+    if (p.schedule == PDDE_LR_COSINE && p.total_steps <= p.warmup_steps)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: the cosine schedule needs total_steps (%lld) > warmup_steps (%lld): "
+                          "set total_steps to the number of optimizer steps", (long long)p.total_steps, (long long)p.warmup_steps);
     if (p.lr == 0) p.lr = 1e-3f;
     if (p.grad_accum_steps == 0) p.grad_accum_steps = 1;
     if (update_op == PDDE_OP_ADAMW_UPDATE) {

@@ -36,7 +36,22 @@ static double trace_now_us(void) {
 /* Turns tracing on for s when asked (path, else PDDE_TRACE); under several ranks the file is
  * path.rank<R>. */
 static pdde_status trace_open(pdde_session *s, const char *path) {
-    if (!path) path = getenv("PDDE_TRACE");
+    /* Sessions of one process that trace to PDDE_TRACE number their files after the first (path.session<N>):
+     * each writes when it is freed, so they would otherwise overwrite each other's traces in silence. */
+    static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
+    static char env_path[4096]; /* (as long as session_trace.path: a longer one is refused below) */
+    static int env_sessions;
+    char numbered[4096 + 32];
+    if (!path && (path = getenv("PDDE_TRACE")) && *path) {
+        pthread_mutex_lock(&env_lock);
+        if (strcmp(env_path, path)) snprintf(env_path, sizeof env_path, "%s", path), env_sessions = 0;
+        int n = ++env_sessions;
+        pthread_mutex_unlock(&env_lock);
+        if (n > 1 && snprintf(numbered, sizeof numbered, "%s.session%d", path, n) < (int)sizeof numbered) {
+            if (n == 2) fprintf(stderr, "pdde: trace: %s holds this process's first traced session; the later ones go to %s.session<N>\n", path, path);
+            path = numbered;
+        }
+    }
     if (!path || !*path) return PDDE_OK;
     struct session_trace *tr = calloc(1, sizeof *tr);
     if (!tr) return pdde_error(s->ctx, PDDE_ERR_OOM, "trace: out of memory");

@@ -797,7 +797,8 @@ elastic_rebuild:
     TRY(pdde_graph_set_compute_dtype(g, o.dtype));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
-    op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
+    op.schedule = o.steps > 0 ? PDDE_LR_COSINE : PDDE_LR_CONSTANT; /* (--steps 0: nothing to decay over; a sample) */
+    op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
     gpt_plan plan = {.dp = o.dp, .tp = o.tp, .pp = o.pp, .micro = o.micro, .zero = o.zero, .recompute = o.recompute, .pp_chunks = o.pp_chunks, .ep = o.ep};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);

@@ -371,6 +371,46 @@ static void test_nonfinite_hyperparameters(void) {
     tiny t;
     CHECK(tiny_init(&t, &op) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), "beta2"), "beta2 = 1: %s", pdde_last_error(t.ctx));
     tiny_free(&t);
+    /* cosine without total_steps (or with all of them warmup) would never decay */
+    for (int k = 0; k < 2; k++) {
+        op = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
+        op.schedule = PDDE_LR_COSINE, op.warmup_steps = k ? 10 : 0, op.total_steps = k ? 10 : 0;
+        CHECK(tiny_init(&t, &op) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), "total_steps"), "cosine, total_steps %lld: %s",
+              (long long)op.total_steps, pdde_last_error(t.ctx));
+        tiny_free(&t);
+    }
+    op = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
+    op.schedule = PDDE_LR_COSINE, op.warmup_steps = 10, op.total_steps = 11;
+    CHECK(tiny_init(&t, &op) == PDDE_OK, "cosine, 10 warmup of 11 steps: %s", pdde_last_error(t.ctx));
+    tiny_free(&t);
+}
+
+/* Two sessions of one process under PDDE_TRACE: each trace is kept (the second numbered), not overwritten. */
+static bool trace_has_events(const char *path) {
+    FILE *f = fopen(path, "r");
+    char line[512];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, "\"cat\":\"op\"") != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
+static void test_trace_two_sessions(void) {
+    char path[128], second[160];
+    snprintf(path, sizeof path, "/tmp/pdde_test_robust_trace.%d.json", (int)getpid());
+    snprintf(second, sizeof second, "%s.session2", path);
+    unlink(path), unlink(second);
+    setenv("PDDE_TRACE", path, 1);
+    tiny a, b;
+    pdde_status sa = tiny_init(&a, NULL), sb = tiny_init(&b, NULL);
+    unsetenv("PDDE_TRACE");
+    if (!sa) sa = tiny_step(&a, 1.0f);
+    tiny_free(&a); /* writes its trace */
+    if (!sb) sb = tiny_step(&b, 1.0f);
+    tiny_free(&b);
+    CHECK(!sa && !sb && trace_has_events(path) && trace_has_events(second), "both traces kept: %s %d, %s %d", path, trace_has_events(path),
+          second, trace_has_events(second));
+    unlink(path), unlink(second);
 }
 
 static void test_nonfinite_step(void) {
@@ -849,6 +889,7 @@ int main(int argc, char **argv) {
     test_zero_and_absurd_shapes();
     test_tool_arguments();
     test_nonfinite_hyperparameters();
+    test_trace_two_sessions();
     test_nonfinite_step();
     test_nonfinite_first_node();
     test_memory_admission();
