@@ -30,8 +30,9 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     };
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
         if (!isfinite(hp[i].v) || hp[i].v < 0 || hp[i].v > hp[i].hi || (hp[i].hi_open && hp[i].v == hp[i].hi))
-            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: %s = %g must be finite and in [0, %g%c", hp[i].name, hp[i].v,
-                              hp[i].hi, hp[i].hi_open ? ')' : ']');
+            return isinf(hp[i].hi) ? pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: %s = %g must be finite and >= 0", hp[i].name, hp[i].v)
+                                   : pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: %s = %g must be in [0, %g%c", hp[i].name, hp[i].v, hp[i].hi,
+                                                hp[i].hi_open ? ')' : ']');
     if (p.grad_accum_steps < 0 || p.warmup_steps < 0 || p.total_steps < 0 || (p.schedule != PDDE_LR_CONSTANT && p.schedule != PDDE_LR_COSINE))
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: grad_accum_steps %d, warmup_steps %lld and total_steps %lld must be >= 0, "
                           "schedule %d constant or cosine", p.grad_accum_steps, (long long)p.warmup_steps, (long long)p.total_steps, (int)p.schedule);
