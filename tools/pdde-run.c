@@ -306,14 +306,12 @@ static int member_id(pdde_store *notes, const char *members, const child *c) {
  * notice: its lease ran out), or it has been stopped past the peer timeout (a rank that has not yet
  * registered holds no lease). A rank paused for less (a debugger, SIGSTOP then SIGCONT, a freezer)
  * keeps its lease and goes on as a member. */
-static int rank_written_off(pdde_store *notes, const char *members, const child *c, double stopped_s, double peer_timeout_s) {
+static int rank_written_off(pdde_store *notes, const char *members, int id, double stopped_s, double peer_timeout_s) {
     if (stopped_s > peer_timeout_s) return 1;
-    if (!notes) return 0;
+    if (!notes || id < 0) return 0; /* (id < 0: not registered, no lease of its to end) */
     char key[300];
     void *v = NULL;
     size_t len;
-    int id = member_id(notes, members, c);
-    if (id < 0) return 0; /* (not registered: no lease of its to end) */
     snprintf(key, sizeof key, "%s/dead/%d", members, id);
     pdde_status st = pdde_store_get(notes, key, &v, &len);
     free(v);
@@ -852,10 +850,14 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 if (!c->stopped_since) c->stopped_since = now;
-                if (!c->written_off && rank_written_off(notes, members, c, now - c->stopped_since, peer_timeout_s)) {
+                if (c->written_off) {
+                    stuck++;
+                    continue;
+                }
+                int id = member_id(notes, members, c);
+                if (rank_written_off(notes, members, id, now - c->stopped_since, peer_timeout_s)) {
                     c->written_off = 1;
                     char key[300];
-                    int id = member_id(notes, members, c);
                     snprintf(key, sizeof key, "%s/exit/%d", members, id);
                     void *old = NULL;
                     size_t ol;
