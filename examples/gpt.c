@@ -638,35 +638,50 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say) {
 }
 
 /* The MoE log line: the balance loss (1 = even), tokens per expert of the first MoE block, the busiest
- * expert over the mean in any block, and the tokens a capacity dropped in all of them. */
-static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m) {
+ * expert over the mean in any block, and the tokens a capacity dropped in all of them. Under pipeline
+ * stages each rank reads its own stage's blocks and the balance (on the last stage): every rank takes
+ * part in a max-reduce to rank 0 (a block not read is -1; ranks of one stage read the same counts), so
+ * rank 0 prints the whole model's line. */
+static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m, pdde_comm *stages, int print) {
     const gpt_config *c = &m->cfg;
-    int E = c->moe_experts, k = gpt_moe_topk(c);
+    int E = c->moe_experts, k = gpt_moe_topk(c), L = c->layers;
     int64_t N = (int64_t)c->batch * c->ctx, cap = pdde_moe_capacity(N, k, E, c->moe_capacity), dropped = 0, routed = 0;
-    int32_t counts[4096];
-    float balance = NAN; /* (pipeline stages: this rank's blocks only; the balance where the loss is) */
-    pdde_status st = pdde_session_tensor(s, m->moe_balance) ? pdde_session_read(s, m->moe_balance, &balance, sizeof balance) : PDDE_OK;
-    char first[1024] = "";
-    double worst = 0;
-    for (int l = 0; l < c->layers && !st; l++) {
-        if (!gpt_block_is_moe(c, l)) continue;
+    size_t n = (size_t)L * E;
+    int32_t *counts = malloc(n * sizeof *counts), *all = malloc(n * sizeof *all);
+    float balance = -1, best = -1; /* (the balance loss is >= 0: -1 = not on this rank) */
+    pdde_status st = counts && all ? PDDE_OK : PDDE_ERR_OOM;
+    for (size_t i = 0; i < n && !st; i++) counts[i] = -1;
+    if (!st && pdde_session_tensor(s, m->moe_balance)) st = pdde_session_read(s, m->moe_balance, &balance, sizeof balance);
+    for (int l = 0; l < L && !st; l++) {
         char name[64];
         snprintf(name, sizeof name, "h%d.moe.counts", l);
-        if (!pdde_session_tensor(s, pdde_graph_find(g, name))) continue;
-        if ((st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts))) break;
+        pdde_tensor *t = gpt_block_is_moe(c, l) ? pdde_graph_find(g, name) : NULL;
+        if (t && pdde_session_tensor(s, t)) st = pdde_session_read(s, t, counts + (size_t)l * E, (size_t)E * sizeof *counts);
+    }
+#ifdef PDDE_HAVE_UCX
+    if (!st && stages) st = pdde_comm_reduce(stages, counts, all, n, PDDE_I32, PDDE_REDUCE_MAX, 0);
+    if (!st && stages) st = pdde_comm_reduce(stages, &balance, &best, 1, PDDE_F32, PDDE_REDUCE_MAX, 0);
+#endif
+    if (!stages && !st) memcpy(all, counts, n * sizeof *all), best = balance;
+    char first[1024] = "";
+    double worst = 0;
+    for (int l = 0; l < L && !st && print; l++) {
+        const int32_t *cl = all + (size_t)l * E;
+        if (cl[0] < 0) continue; /* (not an MoE block) */
         int most = 0, sum = 0;
-        for (int e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most, sum += counts[e];
+        for (int e = 0; e < E; e++) most = cl[e] > most ? cl[e] : most, sum += cl[e];
         worst = fmax(worst, most / ((double)sum / E));
-        dropped += pdde_moe_dropped(counts, E, cap), routed += sum;
+        dropped += pdde_moe_dropped(cl, E, cap), routed += sum;
         if (!first[0]) {
-            size_t n = (size_t)snprintf(first, sizeof first, "h%d", l);
-            for (int e = 0; e < E && e < 64 && n < sizeof first; e++) n += (size_t)snprintf(first + n, sizeof first - n, " %d", counts[e]);
+            size_t w = (size_t)snprintf(first, sizeof first, "h%d", l);
+            for (int e = 0; e < E && e < 64 && w < sizeof first; e++) w += (size_t)snprintf(first + w, sizeof first - w, " %d", cl[e]);
         }
     }
-    if (!st && isnan(balance)) printf("      moe  (balance: on the last stage)");
-    else if (!st) printf("      moe  balance %.4f", balance);
-    if (!st) printf("  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", first, worst, (long long)dropped,
-                    (long long)routed);
+    if (!st && print && best < 0) printf("      moe  (balance: on the last stage)");
+    else if (!st && print) printf("      moe  balance %.4f", best);
+    if (!st && print)
+        printf("  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", first, worst, (long long)dropped, (long long)routed);
+    free(counts), free(all);
     return st;
 }
 
@@ -782,7 +797,8 @@ elastic_rebuild:
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
         TRY(pdde_comm_init(ctx, &pp, &comm));
         if (pdde_comm_size(comm) != ranks) {
-            fprintf(stderr, "gpt: --dp %d x --tp %d x --pp %d but the launcher started %d ranks\n", o.dp, o.tp, o.pp, pdde_comm_size(comm));
+            fprintf(stderr, "gpt: --dp %d x --tp %d x --pp %d is %d ranks but the launcher started %d: start it with pdde-run -n %d, "
+                    "or choose --dp/--tp/--pp whose product is %d\n", o.dp, o.tp, o.pp, ranks, pdde_comm_size(comm), ranks, pdde_comm_size(comm));
             return 1;
         }
         rank = pdde_comm_rank(comm);
@@ -985,7 +1001,8 @@ elastic_rebuild:
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps || sc.last_skipped))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs%s\n", (long long)step + 1, o.steps,
                    loss, lr, ema_tps, eta, scaling);
-        if (rank == 0 && m.moe_balance && (step % 10 == 0 || step + 1 == o.steps)) TRY(print_moe(s, g, &m));
+        if (m.moe_balance && (step % 10 == 0 || step + 1 == o.steps) && (rank == 0 || (o.pp > 1 && !el)))
+            TRY(print_moe(s, g, &m, o.pp > 1 && !el ? comm : NULL, rank == 0));
         if (moe_bias) TRY(gpt_moe_update_bias(s, g, &o.model, o.moe_bias_rate, moe_bias));
         if (metrics) {
             pdde_session_memory(s, &ms);

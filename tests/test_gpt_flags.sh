@@ -75,4 +75,17 @@ for plan in "--pp 2" "--plan dp=1,pp=2,mb=2"; do
     ok=$?
     check "pdde-run -n 2 gpt $plan prints the one process's sample (rc $rc, $lines lines: $(sample_of "$tmp/pp.log" | sed -n 2p | tr -cd '[:print:]' | cut -c1-50))" $ok
 done
+
+# MoE under pipeline stages: rank 0's log line covers every stage's blocks and the balance (on the last
+# stage), as one process's does
+moe=(--moe-experts 4 --moe-capacity 1 --steps 11 --sample-len 0)
+moe_lines() { sed -n 's/^\(\[[0-9]*\] \)\{0,1\}//; /^ *moe /p' "$1"; }
+"$build/gpt" "${gpt[@]}" "${moe[@]}" >"$tmp/moe1.log" 2>&1
+rc1=$?
+timeout 180 "$build/pdde-run" -n 3 "$build/gpt" "${gpt[@]}" "${moe[@]}" --pp 3 >"$tmp/moepp.log" 2>&1
+rc=$?
+lines=$(moe_lines "$tmp/moepp.log" | wc -l)
+[ $rc1 = 0 ] && [ $rc = 0 ] && [ "$lines" = 2 ] && [ "$(moe_lines "$tmp/moe1.log")" = "$(moe_lines "$tmp/moepp.log")" ]
+ok=$?
+check "pdde-run -n 3 gpt --moe-experts 4 --pp 3 logs the one process's MoE lines (rc $rc1/$rc, $lines lines: $(moe_lines "$tmp/moepp.log" | tail -1 | cut -c1-110))" $ok
 finish
