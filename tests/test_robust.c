@@ -494,26 +494,30 @@ static void test_nonfinite_first_node(void) {
 
 /* ------------------------------------------------------------------------------------------------
  * A cross-entropy target >= V on a device: its kernel makes the loss NaN and the step's check of the loss
- * names the op, the target and its position, as the CPU's kernel does (also the fused loss and dlogits);
+ * names the op, the target and its position, as the CPU's kernel does (also the fused loss and dlogits, and
+ * under f16 loss scaling, where a NaN loss is otherwise an overflow that skips the step);
  * an embedding id outside its table likewise */
 
 static void test_cross_entropy_targets_on_devices(void) {
     static const char *const backends[] = {"opencl", "cuda"};
     for (int b = 0; b < 2; b++)
-        for (int fused = 0; fused < 2; fused++) {
+        for (int variant = 0; variant < 3; variant++) {
+            /* f16: under loss scaling, where a non-finite loss is an overflow that skips the step, unless a target made it */
+            int fused = variant == 1, f16 = variant == 2;
             pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
             cp.backends = b ? "cpu,cuda" : "cpu,opencl";
             pdde_context *ctx;
             pdde_context_init(&cp, &ctx);
             int dev = pdde_device_find(ctx, backends[b], 0);
             if (dev < 0) {
-                if (!fused) test_skip(backends[b], "cross-entropy targets on a device (no %s device)", backends[b]);
+                if (!variant) test_skip(backends[b], "cross-entropy targets on a device (no %s device)", backends[b]);
                 pdde_context_free(ctx);
                 continue;
             }
             if (fused) setenv("PDDE_FUSE_CE", "1", 1);
             pdde_graph *g;
             pdde_graph_init(ctx, &g);
+            if (f16) pdde_graph_set_compute_dtype(g, PDDE_F16);
             pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 3}), *t = pdde_input(g, "t", PDDE_I32, 1, (int64_t[]){4});
             pdde_tensor *loss = pdde_cross_entropy(g, pdde_matmul(g, x, pdde_param(g, "w", 2, (int64_t[]){3, 4}, 0.3f), 0, 0), t);
             pdde_backward(g, loss);
@@ -529,13 +533,14 @@ static void test_cross_entropy_targets_on_devices(void) {
             pdde_status st = pdde_session_run(s, PDDE_RUN_STEP);
             CHECK(st == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(ctx), "cross_entropy.") &&
                   contains(pdde_last_error(ctx), "target 7 at position 2 is outside the 4 classes"),
-                  "%s%s: target 7 of 4: %s: %s", backends[b], fused ? " (PDDE_FUSE_CE=1)" : "", pdde_status_str(st), pdde_last_error(ctx));
+                  "%s%s: target 7 of 4: %s: %s", backends[b], fused ? " (PDDE_FUSE_CE=1)" : f16 ? " (f16, loss scaling)" : "", pdde_status_str(st),
+                  pdde_last_error(ctx));
             pdde_session_write(s, t, (int32_t[4]){0, 1, -1, 3}, 4 * sizeof(int32_t));
             CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK && isfinite(pdde_session_loss(s)), "%s: a negative target is ignored: %s", backends[b],
                   pdde_last_error(ctx));
             pdde_session_free(s);
             pdde_graph_free(g);
-            if (!fused) { /* an embedding id outside the table: a NaN row there, named by the same check */
+            if (!variant) { /* an embedding id outside the table: a NaN row there, named by the same check */
                 pdde_graph_init(ctx, &g);
                 pdde_tensor *ids = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){4}), *table = pdde_param(g, "table", 2, (int64_t[]){5, 3}, 0.3f);
                 t = pdde_input(g, "t", PDDE_I32, 1, (int64_t[]){4});
