@@ -942,7 +942,8 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
 #define PDDE_COMM_NO_COLOR (-1)
 pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out);
 /* Local (no communication). Operations still pending on comm end with PDDE_ERR_ABORTED; requests of
- * comm must be freed before it. */
+ * comm must be freed before it. A clean leave: ranks still running wait for this one until
+ * PDDE_COMM_TIMEOUT; a rank giving up on an error of its own calls pdde_comm_abort first. */
 void pdde_comm_free(pdde_comm *comm);
 int pdde_comm_rank(const pdde_comm *comm);
 int pdde_comm_size(const pdde_comm *comm);

@@ -101,6 +101,9 @@ static int rank_main(const char *cas) {
         if (!st) st = pdde_complete_dist_attrs(m.g);
         if (!st) st = pdde_session_init(m.g, &sp, &s);
     }
+    /* a failure before the session (this rank's plan): abort the world, so that the others, waiting in
+     * their session init, fail at once instead of at PDDE_COMM_TIMEOUT (a clean free is no failure) */
+    if (st && !s) pdde_comm_abort(world);
     float last = NAN;
     if (!st) st = mlp_train(&m, s, &last);
     if (st) printf("rank %d: status %d: %s\n", rank, st, pdde_last_error(m.ctx));
@@ -200,6 +203,17 @@ int main(int argc, char **argv) {
     CHECK(rc == 0 && r0 && r1 && !strncmp(r0 + 8, want, strlen(want)) && !strncmp(r1 + 8, want, strlen(want)) && strstr(out, "rank 3: status") &&
               !strstr(out, "loss "),
           "4 ranks, the last one out of memory at session init: the others fail at once with its status and message: rc %d\n%s", rc, out);
+    /* a failure of one rank's own before its session (a plan it cannot parse) and its world aborted:
+     * the others fail in their session init at once, not at PDDE_COMM_TIMEOUT (30 s here) */
+    double t0 = test_now();
+    rc = job(4, "dp/plan:dp=4,bogus=1@last", out, sizeof out);
+    double took = test_now() - t0;
+    snprintf(want, sizeof want, "status %d: ", PDDE_ERR_ABORTED);
+    r0 = strstr(out, "rank 0: "), r1 = strstr(out, "rank 1: ");
+    CHECK(rc == 0 && r0 && r1 && !strncmp(r0 + 8, want, strlen(want)) && !strncmp(r1 + 8, want, strlen(want)) &&
+              strstr(r0, "rank 3 aborted the communicator") && strstr(out, "rank 3: status") &&
+              !strstr(out, "loss ") && took < 15,
+          "4 ranks, the last one's plan refused and its world aborted: the others fail at once (%.1f s) as aborted: rc %d\n%s", took, rc, out);
     static const struct { int n; const char *cas; } trained[] = {{2, "dp"}, {2, "tp"}, {2, "plan:dp=2"}, {2, "plan:tp=2"}, {2, "dp/dev"}};
     for (size_t i = 0; i < sizeof trained / sizeof *trained; i++) {
         int rc = job(trained[i].n, trained[i].cas, out, sizeof out);
