@@ -146,6 +146,8 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
         }
     if (n_stage_layers && p.chunks > 1) /* (the interleaved schedule cuts the layers evenly: a list would be ignored) */
         return plan_parse_fail(out, "stages", "no list with chunks > 1 (interleaved chunks cut the layers evenly)", "a list");
+    if (n_stage_layers && p.pp == 1) /* (one stage holds every layer: a count would only be checked by accident) */
+        return plan_parse_fail(out, "stages", "a list only with pp >= 2 (one stage holds every layer)", "a list for pp=1");
     if (n_rc && p.recompute == 1) /* (every layer is recomputed: a list would be ignored) */
         return plan_parse_fail(out, "rc", "no list with recompute=1 (every layer is recomputed)", "a list");
     char ep_got[48];

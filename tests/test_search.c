@@ -581,7 +581,7 @@ int main(void) {
             {"place=opencl:3-1", "place"}, {"place=opencl:1-2x", "place"}, {"pp=65", "pp"}, {"dp=2x", "dp"}, {"stages=0:2", "stages"},
             /* what the text form could not print back: a key twice, a list the other keys make meaningless, a negative ep */
             {"dp=2,dp=4", "dp"}, {"pp=2,rc=1:0,rc=0:1", "rc"}, {"pp=2,chunks=2,stages=1:1", "stages"}, {"pp=2,recompute=1,rc=1:0", "rc"},
-            {"dp=2,ep=-2", "ep"}};
+            {"dp=2,ep=-2", "ep"}, {"dp=2,stages=1", "stages"}};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
             char key[32];
             snprintf(key, sizeof key, "plan text: %s: want ", bad[i][1]);
