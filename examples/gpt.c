@@ -10,7 +10,9 @@
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
  *
- * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
+ * Text is tokenized byte by byte (vocabulary 256). A token file (pdde's, or llm.c's GPT-2 / LLaMA 3
+ * shards: --vocab 50304 for GPT-2's tokens) is read as its ids, and the sample prints ids. 90% of the
+ * file trains, 10% validates; --val-data FILE validates on another file instead. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "gpt.h"
@@ -28,12 +30,13 @@ typedef struct {
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     int stop_after, reschedule, share_device, ckpt_async;
     int rope_base_given;   /* --rope-base was given (0 is refused, not taken as the default) */
+    int32_t sample_from;   /* a token file's ids (not bytes): the sample's first token; -1 for text */
     int ep;                /* --ep: the experts over groups of ep of the --dp ranks (1 < ep < dp) */
     int ft;                /* --ft-replicas: a lost replica's samples are dropped (no re-split of the batch) */
     float lr, weight_decay, clip;
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
+    const char *data, *val_data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
@@ -46,7 +49,9 @@ static double now(void) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
+            "usage: gpt [--data FILE] [--val-data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
+            "                              (--data: text, its bytes the tokens; or ids: llm.c's GPT-2 / LLaMA 3 shards, pdde's token\n"
+            "                              files, with --vocab above the largest; --val-data: validate there, else on --data's last 10%%)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
@@ -160,6 +165,7 @@ static int parse(int argc, char **argv, options *o) {
             if (end == v || *end || *v == '-') { fprintf(stderr, "gpt: --seed wants a non-negative integer, got '%s'\n", v); return -1; }
         }
         else if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--val-data")) o->val_data = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -492,9 +498,11 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     int cols = block ? (int)block->shape[block->ndim - 1] : V / o->tp, split = comm && o->tp > 1 && V % o->tp == 0;
     float *logits = malloc(bytes), *zeros = calloc((size_t)V, sizeof *zeros), *whole = malloc((size_t)V * sizeof *whole);
     float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all);
-    char *text = malloc((size_t)n + 2);
+    /* text: the next byte among the first 256 logits, from a newline; a token file's ids: among all V */
+    int ids_out = o->sample_from >= 0, choices = ids_out ? V : 256;
+    char *text = malloc((size_t)n * (ids_out ? 12 : 1) + 2);
     int len = 0, filled = 1;
-    ids[0] = '\n';
+    ids[0] = ids_out ? o->sample_from : '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
         if (gpt_write_batch(s, m, f->plan, f->dp_index, ids, NULL) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
@@ -502,12 +510,12 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
         const float *row = have ? logits + (size_t)(filled - 1) * cols : zeros;
         if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
         double mx = -INFINITY, sum = 0;
-        for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
-        for (int v = 0; v < 256; v++) sum += exp((row[v] - mx) / 0.8);
+        for (int v = 0; v < choices; v++) mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < choices; v++) sum += exp((row[v] - mx) / 0.8);
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         double r = (double)(seed >> 11) / 9007199254740992.0 * sum, acc = 0;
-        int next = 255;
-        for (int v = 0; v < 256; v++) if ((acc += exp((row[v] - mx) / 0.8)) >= r) { next = v; break; }
+        int next = choices - 1;
+        for (int v = 0; v < choices; v++) if ((acc += exp((row[v] - mx) / 0.8)) >= r) { next = v; break; }
         if (comm && o->pp > 1) { /* the last stage's choice (mesh rank pp - 1: dp 0, tp 0) */
             int32_t chosen = next;
             const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;
@@ -515,12 +523,14 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
             if (pdde_comm_broadcast(comm, &chosen, 1, PDDE_I32, root) != PDDE_OK) break;
             next = chosen;
         }
-        text[len++] = (char)next;
+        if (ids_out) len += sprintf(text + len, "%s%d", k ? " " : "", next);
+        else text[len++] = (char)next;
         if (filled == T) { memmove(ids, ids + 1, (size_t)(T - 1) * sizeof *ids); filled--; }
         ids[filled++] = next;
     }
     text[len] = 0;
-    if (print) printf("---- sample ----\n%s\n----------------\n", text);
+    if (print && ids_out) printf("---- sample (token ids after %d: the file's tokenizer decodes them) ----\n%s\n----------------\n", o->sample_from, text);
+    else if (print) printf("---- sample ----\n%s\n----------------\n", text);
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
 
@@ -703,8 +713,25 @@ int main(int argc, char **argv) {
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx) != PDDE_OK) { fprintf(stderr, "gpt: cannot create a context\n"); return 1; }
     pdde_data *train, *val;
-    TRY(pdde_data_open_part(ctx, o.data, 0.0, 0.9, &train));
-    TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
+    TRY(pdde_data_open_part(ctx, o.data, 0.0, o.val_data ? 1.0 : 0.9, &train));
+    TRY(o.val_data ? pdde_data_open(ctx, o.val_data, &val) : pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
+    for (int k = 0; k < 2; k++) { /* (an id past the vocabulary would stop the first step, at the embedding) */
+        pdde_data *d = k ? val : train;
+        if (pdde_data_max_token(d) < o.model.vocab) continue;
+        fprintf(stderr, "gpt: %s %s holds token id %d, past --vocab %d: give a --vocab above it (GPT-2's tokens: 50304)\n",
+                k ? "--val-data" : "--data", k && o.val_data ? o.val_data : o.data, pdde_data_max_token(d), o.model.vocab);
+        return 1;
+    }
+    o.sample_from = -1;
+    if (pdde_data_max_token(train) > 255) { /* ids, not bytes: the sample starts from a validation token */
+        int32_t *x = malloc((size_t)o.model.ctx * 2 * sizeof *x);
+        if (x && pdde_data_next_batch(val, 1, o.model.ctx, o.seed, x, x + o.model.ctx) == PDDE_OK) o.sample_from = x[0];
+        pdde_data_set_position(val, 0), free(x);
+    }
+    if (o.val_data && pdde_data_token_count(val) <= o.model.ctx) {
+        fprintf(stderr, "gpt: --val-data %s: %lld tokens, must be longer than --ctx %d\n", o.val_data, (long long)pdde_data_token_count(val), o.model.ctx);
+        return 1;
+    }
     if (pdde_data_token_count(val) <= o.model.ctx) { /* (the validation windows are --ctx + 1 tokens) */
         int64_t have = pdde_data_token_count(train) + pdde_data_token_count(val), need = o.model.ctx + 1;
         while (need - (int64_t)(0.9 * (double)need) <= o.model.ctx) need++; /* (the split as pdde_data_open_part makes it) */

@@ -7,7 +7,7 @@
  *   - a cluster file that parses is written back as JSON that parses and is written the same again;
  *   - a checkpoint that loads leaves a session whose step runs or says why not (NaN parameters), a
  *     table that loads one that pulls;
- *   - a token file's batches: each target is the next token.
+ *   - a token file's (pdde's or an llm.c shard) batches: each target is the next token.
  *
  * Built by `make test-fuzz` with clang's libFuzzer under AddressSanitizer and UBSan (its corpus is
  * seeded with valid inputs of each kind at the first run); without libFuzzer main() below mutates
@@ -178,6 +178,12 @@ static void make_seeds(void) {
     REQUIRE(pdde_data_write_tokens(F.ctx, text_path, path) == PDDE_OK, "tokens: %s", pdde_last_error(F.ctx));
     b = slurp(path);
     add_seed(T_TOKENS, b.p, b.n), free(b.p);
+    /* an llm.c shard: its header (magic, version, count), then GPT-2's ids as u16 */
+    static uint8_t shard[1024 + 16];
+    int32_t header[3] = {20240520, 1, 8};
+    memcpy(shard, header, sizeof header);
+    for (int i = 0; i < 8; i++) shard[1024 + 2 * i] = (uint8_t)(i * 37), shard[1024 + 2 * i + 1] = (uint8_t)i;
+    add_seed(T_TOKENS, shard, sizeof shard);
 }
 
 static void remove_dir(const char *dir) {

@@ -555,6 +555,73 @@ static void test_data(void) {
     unlink(path), unlink(tok);
 }
 
+/* An llm.c token shard at path: its header (magic, version, count) and n tokens of `width` bytes. */
+static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t count, const uint32_t *tokens, int n, int width) {
+    int32_t header[256] = {magic, version, count};
+    FILE *f = fopen(path, "wb");
+    fwrite(header, sizeof header, 1, f);
+    for (int i = 0; i < n; i++) fwrite(&tokens[i], (size_t)width, 1, f); /* (little-endian: the low bytes) */
+    fclose(f);
+}
+
+/* llm.c's shards (GPT-2's u16 tokens, LLaMA 3's u32) read as their ids; a wrong version, a count the
+ * file does not hold, an id past int32 or a negative id in a PDDETOK1 file are refused naming the file
+ * and the field; the largest id is known (a vocabulary must be larger). */
+static void test_data_token_files(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/shard.bin", tmpdir);
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    uint32_t tokens[64];
+    for (int i = 0; i < 64; i++) tokens[i] = (uint32_t)(i * 787) % 50257; /* (the last one of GPT-2's: 50256, its end of text) */
+    tokens[5] = 50256;
+    pdde_data *d = NULL;
+    write_llmc(path, 20240520, 1, 64, tokens, 64, 2);
+    int32_t x[8], y[8];
+    CHECK(pdde_data_open(ctx, path, &d) == PDDE_OK && pdde_data_token_count(d) == 64 && pdde_data_max_token(d) == 50256, "a GPT-2 shard: %s",
+          pdde_last_error(ctx));
+    int in_order = 1; /* (a window's tokens are the file's, in order: find where x starts) */
+    if (d && pdde_data_next_batch(d, 1, 8, 1, x, y) == PDDE_OK) {
+        int at = -1;
+        for (int i = 0; i + 9 <= 64 && at < 0; i++)
+            if (tokens[i] == (uint32_t)x[0] && tokens[i + 1] == (uint32_t)x[1]) at = i;
+        for (int k = 0; k < 8; k++) in_order &= at >= 0 && (uint32_t)x[k] == tokens[at + k] && (uint32_t)y[k] == tokens[at + k + 1];
+    } else in_order = 0;
+    CHECK(in_order, "a GPT-2 shard's window holds its u16 tokens in order");
+    pdde_data_close(d), d = NULL;
+    tokens[7] = 128255; /* (LLaMA 3's last id: past u16) */
+    write_llmc(path, 20240801, 7, 64, tokens, 64, 4);
+    CHECK(pdde_data_open(ctx, path, &d) == PDDE_OK && pdde_data_max_token(d) == 128255, "a LLaMA 3 shard (u32 ids): %s", pdde_last_error(ctx));
+    pdde_data_close(d), d = NULL;
+    static const struct { int32_t magic, version, count; int n, width; uint32_t bad; const char *want; } refused[] = {
+        {20240520, 2, 64, 64, 2, 0, "header[1], the version, is 2: expected 1"},
+        {20240520, 1, 65, 64, 2, 0, "header[2] says 65 tokens, the file holds 128 bytes of tokens"},
+        {20240801, 7, 63, 64, 2, 0, "header[2] says 63 tokens, the file holds 128 bytes of tokens (32 of 4 bytes each)"},
+        {20240801, 7, 64, 64, 4, 0x80000000u, "token 3 is 2^31 or more"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        uint32_t t = tokens[3];
+        if (refused[k].bad) tokens[3] = refused[k].bad;
+        write_llmc(path, refused[k].magic, refused[k].version, refused[k].count, tokens, refused[k].n, refused[k].width);
+        tokens[3] = t;
+        pdde_status st = pdde_data_open(ctx, path, &d);
+        CHECK(st == PDDE_ERR_CORRUPT && !d && strstr(pdde_last_error(ctx), path) && strstr(pdde_last_error(ctx), refused[k].want),
+              "refused with '%s': %s: %s", refused[k].want, pdde_status_str(st), pdde_last_error(ctx));
+        pdde_data_close(d), d = NULL;
+    }
+    FILE *f = fopen(path, "wb");
+    uint64_t n = 4;
+    int32_t ids[4] = {1, 2, -7, 3};
+    fwrite("PDDETOK1", 1, 8, f), fwrite(&n, 8, 1, f), fwrite(ids, 4, 4, f);
+    fclose(f);
+    pdde_status st = pdde_data_open(ctx, path, &d);
+    CHECK(st == PDDE_ERR_CORRUPT && strstr(pdde_last_error(ctx), "token 2 is negative"), "a negative id in a token file: %s: %s", pdde_status_str(st),
+          pdde_last_error(ctx));
+    pdde_data_close(d);
+    pdde_context_free(ctx);
+    unlink(path);
+}
+
 static void test_dtypes(void) {
     float vals[] = {0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e-3f};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
@@ -583,6 +650,7 @@ int main(void) {
     test_bad_input();
     test_api_misuse();
     test_data();
+    test_data_token_files();
     test_dtypes();
     rmdir(tmpdir);
     return test_finish();

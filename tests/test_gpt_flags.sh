@@ -36,6 +36,31 @@ head -c 321 /usr/share/games/fortunes/songs-poems >"$tmp/t321.txt" 2>/dev/null
 rc=$?
 check "a 321-byte --data file under --ctx 32 trains (rc $rc: $(tail -1 "$tmp/small.log" | cut -c1-100))" $rc
 
+# an llm.c token shard (GPT-2's u16 ids: here the bytes of a text + 256) trains as ids with --vocab
+# above them, its sample printed as ids; --vocab 256 is refused naming the id and the flag; --val-data
+# validates on its own file
+python3 - "$tmp" <<'PY'
+import struct, sys
+text = open("/usr/share/games/fortunes/songs-poems", "rb").read()[:20000] if __import__("os").path.exists("/usr/share/games/fortunes/songs-poems") else bytes(range(256)) * 80
+for name, part in (("train.bin", text[:18000]), ("val.bin", text[18000:])):
+    ids = [b + 256 for b in part]
+    with open(sys.argv[1] + "/" + name, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack("<%dH" % len(ids), *ids))
+PY
+"$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 --data "$tmp/train.bin" >"$tmp/v256.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -qE -- "--data $tmp/train.bin holds token id 3[0-9]{2}, past --vocab 256" "$tmp/v256.log"
+ok=$?
+check "an llm.c shard of ids up to 511 under --vocab 256 is refused naming the id and --vocab (rc $rc: $(head -1 "$tmp/v256.log" | cut -c1-140))" $ok
+"$build/gpt" "${gpt[@]}" --vocab 512 --steps 30 --val-every 30 --sample-len 20 --data "$tmp/train.bin" --val-data "$tmp/val.bin" >"$tmp/ids.log" 2>&1
+rc=$?
+first=$(grep -m1 -o 'loss [0-9.]*' "$tmp/ids.log" | cut -d' ' -f2) val=$(grep -o 'validation loss [0-9.]*' "$tmp/ids.log" | tail -1 | cut -d' ' -f3)
+sample=$(sed -n '/^---- sample (token ids/{n;p;}' "$tmp/ids.log")
+awk -v a="$first" -v b="$val" 'BEGIN { exit !(a > 5.5 && b < a - 1) }' && [ $rc = 0 ] && [ "$(echo "$sample" | wc -w)" = 20 ] &&
+    echo "$sample" | tr ' ' '\n' | awk '$1 >= 0 && $1 < 512 { n++ } $1 >= 256 { seen++ } END { exit !(n == 20 && seen >= 10) }'
+ok=$?
+check "an llm.c shard trains under --vocab 512 (loss $first, validation on --val-data $val) and samples 20 ids, most of the file's ($sample; rc $rc)" $ok
+
 if [ ! -x "$build/pdde-run" ]; then
     echo "SKIP ucx: pdde-run is not built (pdde without UCX): the launcher's cases not run"
     finish; exit
