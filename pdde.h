@@ -746,16 +746,20 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
  * Data: a byte-level tokenizer (vocabulary 256) and a token loader with deterministic shuffling. */
 typedef struct pdde_data pdde_data;
 
-/* Loads a text file (bytes are the tokens), a token file ("PDDETOK1" u64 count, i32 tokens) or one of
- * llm.c's token shards (a 1 KiB header, then GPT-2's tokens as u16 or LLaMA 3's as u32). */
+/* Opens a text file (bytes are the tokens), a token file ("PDDETOK1" u64 count, i32 tokens) or one of
+ * llm.c's token shards (a 1 KiB header, then GPT-2's tokens as u16 or LLaMA 3's as u32); or a glob
+ * pattern's files of one of these formats, in name order ("data/fineweb_train_*.bin"). The tokens are
+ * read from the files as batches need them (the files must not change meanwhile: a shrunk file is an
+ * error), and a window never spans two files. */
 pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out);
 /* The part [begin, end) of the tokens, as fractions (e.g. 0.9..1.0 for validation). */
 pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end,
                                 pdde_data **out);
 void pdde_data_close(pdde_data *d);
 int64_t pdde_data_token_count(const pdde_data *d);
-/* The largest token id in the file (255 or less for text): the vocabulary must be larger. */
-int32_t pdde_data_max_token(const pdde_data *d);
+/* The largest token id of d's part (255 or less for text): the vocabulary must be larger. The first
+ * call reads every token (checking each); -1 with the error on d's context when one is bad. */
+int32_t pdde_data_max_token(pdde_data *d);
 /* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed (a new
  * permutation each epoch); advances the position by batch. */
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);

@@ -1,91 +1,134 @@
-/* core/data.c — the token loader: byte-level text, pdde's token files or llm.c's shards, shuffled windows whose position checkpoints keep.
+/* core/data.c — the token loader: byte-level text, pdde's token files or llm.c's shards (one file or a
+ * glob of them), shuffled windows whose position checkpoints keep.
  * A part of pdde.c: included there in place (it uses the core's private types and helpers). */
 
 /* ================================================================================================
- * Data: byte-level tokens from a text file, or a token file of ids. Batches take windows of T+1 tokens at
- * positions from a seeded permutation of all window starts (an epoch), advancing a position counter
- * that checkpoints save, so a resumed run sees exactly the batches it would have seen. */
+ * Data: tokens read from their files as each window needs them (pread: no copy of the corpus in
+ * memory, and a file that shrinks is an error, not a crash). Batches take windows of T+1 tokens inside
+ * one file at positions from a seeded permutation of all window starts (an epoch), advancing a
+ * position counter that checkpoints save, so a resumed run sees exactly the batches it would have seen. */
+
+#include <glob.h>
 
 #define TOKENS_MAGIC "PDDETOK1"
 /* llm.c's token shards (written by its dev/data scripts): 256 int32 of header (magic, version, token
  * count), then the tokens: uint16 for GPT-2's tokenizer, uint32 for LLaMA 3's. */
 #define LLMC_HEADER_BYTES 1024
-static const struct { int32_t magic, version, width; const char *tokenizer; } llmc_formats[] = {
-    {20240520, 1, 2, "GPT-2"},
-    {20240801, 7, 4, "LLaMA 3"},
+static const struct { int32_t magic, version, width; const char *kind; } llmc_formats[] = {
+    {20240520, 1, 2, "an llm.c shard of GPT-2 tokens"},
+    {20240801, 7, 4, "an llm.c shard of LLaMA 3 tokens"},
 };
+
+typedef struct {
+    char *path;
+    int fd;
+    int width;            /* bytes a token: 1 (text), 2 or 4 */
+    bool signed_ids;      /* int32 ids (pdde's token files), else unsigned */
+    const char *kind;     /* "text", "a pdde token file", an llm.c format's */
+    int64_t header;       /* bytes before the first token */
+    int64_t first, n;     /* this part's tokens: [first, first + n) of the file's */
+} data_file;
 
 struct pdde_data {
     pdde_context *ctx;
-    int32_t *tokens;
-    int64_t n;
-    int32_t max_token;
+    data_file *files;
+    int n_files;
+    int64_t n;            /* tokens of the part, over all its files */
+    int32_t max_token;    /* -1 until pdde_data_max_token reads them */
     uint64_t position;    /* windows handed out so far */
+    uint8_t *buf;         /* a window's bytes as read */
+    size_t buf_cap;
 };
 
-/* An llm.c shard buf[size] (its magic already matched format k) into *tokens, *n. */
-static pdde_status load_llmc(pdde_context *ctx, const char *path, const char *buf, size_t size, int k, int32_t **tokens, int64_t *n) {
-    int32_t header[3];
-    memcpy(header, buf, sizeof header);
-    const char *what = llmc_formats[k].tokenizer;
-    size_t width = (size_t)llmc_formats[k].width, held = (size - LLMC_HEADER_BYTES) / width;
-    if (header[1] != llmc_formats[k].version)
-        return pdde_error(ctx, PDDE_ERR_CORRUPT, "token file %s (llm.c's format, %s tokens): header[1], the version, is %d: expected %d", path, what,
-                          header[1], llmc_formats[k].version);
-    if (header[2] < 0 || (size_t)header[2] != held || (size - LLMC_HEADER_BYTES) % width)
-        return pdde_error(ctx, PDDE_ERR_CORRUPT, "token file %s (llm.c's format, %s tokens): header[2] says %d tokens, the file holds %zu bytes of "
-                          "tokens (%zu of %zu bytes each)", path, what, header[2], size - LLMC_HEADER_BYTES, held, width);
-    if (!(*tokens = malloc(held * 4 + 4))) return pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory for %s", path);
-    const unsigned char *p = (const unsigned char *)buf + LLMC_HEADER_BYTES;
-    for (size_t i = 0; i < held; i++) {
-        const unsigned char *t = p + i * width; /* (little-endian) */
-        uint32_t v = (uint32_t)t[0] | (uint32_t)t[1] << 8;
-        if (width == 4) v |= (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
-        (*tokens)[i] = v > INT32_MAX ? -1 : (int32_t)v; /* (past int32: refused below as negative) */
+/* Reads count tokens from token `at` of f's part into out[], checking each is an id in [0, 2^31). */
+static pdde_status data_read(pdde_data *d, const data_file *f, int64_t at, int64_t count, int32_t *out) {
+    size_t bytes = (size_t)count * (size_t)f->width;
+    if (bytes > d->buf_cap) {
+        uint8_t *b = realloc(d->buf, bytes);
+        if (!b) return pdde_error(d->ctx, PDDE_ERR_OOM, "data: out of memory for a window of %lld tokens", (long long)count);
+        d->buf = b, d->buf_cap = bytes;
     }
-    *n = (int64_t)held;
+    off_t offset = (off_t)(f->header + (f->first + at) * f->width);
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t r = pread(f->fd, d->buf + got, bytes - got, offset + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return pdde_error(d->ctx, PDDE_ERR_IO, "data: cannot read %s at byte %lld: %s", f->path, (long long)(offset + (off_t)got),
+                              r < 0 ? strerror(errno) : "the file is shorter than when it was opened");
+        got += (size_t)r;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        const uint8_t *t = d->buf + i * f->width; /* (little-endian) */
+        uint32_t v = f->width == 1 ? t[0] : (uint32_t)t[0] | (uint32_t)t[1] << 8;
+        if (f->width == 4) v |= (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+        if (v > INT32_MAX)
+            return pdde_error(d->ctx, PDDE_ERR_CORRUPT, "data: %s: token %lld is %s: expected an id in [0, 2^31)", f->path,
+                              (long long)(f->first + at + i), f->signed_ids ? "negative" : "2^31 or more");
+        out[i] = (int32_t)v;
+    }
     return PDDE_OK;
 }
 
-/* A text file (its bytes are the tokens), a PDDETOK1 file or an llm.c shard into *tokens, *n; every
- * token checked >= 0, the largest into *max. */
-static pdde_status load_tokens(pdde_context *ctx, const char *path, int32_t **tokens, int64_t *n, int32_t *max) {
-    size_t size = 0;
+/* Opens path as one file of tokens: its format from its first bytes, its token count checked against its size. */
+static pdde_status data_file_open(pdde_context *ctx, const char *path, data_file *f) {
+    struct stat sb;
     pdde_status st;
-    char *buf = read_file(ctx, path, "data", &size, &st);
-    if (!buf) return st;
-    int32_t magic = 0;
-    if (size >= LLMC_HEADER_BYTES) memcpy(&magic, buf, sizeof magic);
-    int llmc = -1;
-    for (int k = 0; k < (int)(sizeof llmc_formats / sizeof *llmc_formats); k++)
-        if (magic == llmc_formats[k].magic) llmc = k;
-    *tokens = NULL;
-    if (llmc >= 0) {
-        st = load_llmc(ctx, path, buf, size, llmc, tokens, n);
-    } else if (size >= 16 && memcmp(buf, TOKENS_MAGIC, 8) == 0) {
+    *f = (data_file){.fd = open_regular(ctx, path, "data", &sb, &st), .width = 1, .kind = "text"};
+    if (f->fd < 0) return st;
+    if (!(f->path = strdup(path))) return pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory");
+    int64_t size = (int64_t)sb.st_size;
+    uint8_t head[16] = {0};
+    int32_t header[3];
+    if (pread(f->fd, head, sizeof head, 0) != (ssize_t)(size < 16 ? size : 16))
+        return pdde_error(ctx, PDDE_ERR_IO, "data: cannot read %s: %s", path, strerror(errno));
+    memcpy(header, head, sizeof header);
+    for (size_t k = 0; k < sizeof llmc_formats / sizeof *llmc_formats && size >= LLMC_HEADER_BYTES; k++) {
+        if (header[0] != llmc_formats[k].magic) continue;
+        int64_t width = llmc_formats[k].width, held = (size - LLMC_HEADER_BYTES) / width;
+        f->width = (int)width, f->kind = llmc_formats[k].kind, f->header = LLMC_HEADER_BYTES, f->n = held;
+        if (header[1] != llmc_formats[k].version)
+            return pdde_error(ctx, PDDE_ERR_CORRUPT, "data: %s (%s): header[1], the version, is %d: expected %d", path, f->kind, header[1],
+                              llmc_formats[k].version);
+        if (header[2] < 0 || header[2] != held || (size - LLMC_HEADER_BYTES) % width)
+            return pdde_error(ctx, PDDE_ERR_CORRUPT, "data: %s (%s): header[2] says %d tokens, the file holds %lld bytes of tokens (%lld of %lld "
+                              "bytes each)", path, f->kind, header[2], (long long)(size - LLMC_HEADER_BYTES), (long long)held, (long long)width);
+        return PDDE_OK;
+    }
+    if (size >= 16 && memcmp(head, TOKENS_MAGIC, 8) == 0) {
         uint64_t count;
-        memcpy(&count, buf + 8, 8);
-        if (count > (size - 16) / 4)
-            st = pdde_error(ctx, PDDE_ERR_CORRUPT, "token file %s: header says %llu tokens, the file holds %zu", path, (unsigned long long)count,
-                            (size - 16) / 4);
-        else if ((*tokens = malloc((size_t)count * 4 + 4)))
-            memcpy(*tokens, buf + 16, (size_t)count * 4), *n = (int64_t)count;
-    } else {
-        *tokens = malloc(size * 4 + 4);
-        for (size_t i = 0; *tokens && i < size; i++) (*tokens)[i] = (uint8_t)buf[i];
-        *n = (int64_t)size;
+        memcpy(&count, head + 8, 8);
+        f->width = 4, f->signed_ids = true, f->kind = "a pdde token file", f->header = 16, f->n = (int64_t)count;
+        if (count > (uint64_t)(size - 16) / 4)
+            return pdde_error(ctx, PDDE_ERR_CORRUPT, "data: %s (%s): its header says %llu tokens, the file holds %lld", path, f->kind,
+                              (unsigned long long)count, (long long)(size - 16) / 4);
+        return PDDE_OK;
     }
-    free(buf);
-    if (!st && !*tokens) st = pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory for %s", path);
-    *max = 0;
-    for (int64_t i = 0; !st && i < *n; i++) {
-        if ((*tokens)[i] < 0)
-            st = pdde_error(ctx, PDDE_ERR_CORRUPT, "token file %s: token %lld is %s: expected an id in [0, 2^31)", path, (long long)i,
-                            llmc >= 0 ? "2^31 or more" : "negative");
-        else if ((*tokens)[i] > *max) *max = (*tokens)[i];
-    }
-    if (st) free(*tokens), *tokens = NULL;
-    return st;
+    f->n = size;
+    return PDDE_OK;
+}
+
+static void data_file_close(data_file *f) {
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+}
+
+void pdde_data_close(pdde_data *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n_files; i++) data_file_close(&d->files[i]);
+    free(d->files), free(d->buf), free(d);
+}
+
+/* The files path names: itself, or where it holds a glob pattern and names no file, its matches in
+ * name order (llm.c's shards: "fineweb_train_*.bin"). */
+static pdde_status data_paths(pdde_context *ctx, const char *path, glob_t *g, bool *globbed) {
+    struct stat sb;
+    *globbed = strpbrk(path, "*?[") && stat(path, &sb) != 0;
+    if (!*globbed) return PDDE_OK;
+    int r = glob(path, GLOB_ERR, NULL, g);
+    if (r == GLOB_NOMATCH) return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "data: no file matches %s", path);
+    if (r) return pdde_error(ctx, PDDE_ERR_IO, "data: cannot list the files of %s", path);
+    return PDDE_OK;
 }
 
 pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end, pdde_data **out) {
@@ -94,31 +137,73 @@ pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begi
     if (!(begin >= 0 && end <= 1 && begin < end))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "data_open: the part [%g, %g) is not a non-empty part of [0, 1]", begin, end);
     *out = NULL;
-    int32_t *tokens = NULL, max = 0;
-    int64_t n = 0;
-    pdde_status st = load_tokens(ctx, path, &tokens, &n, &max);
+    glob_t g = {0};
+    bool globbed;
+    pdde_status st = data_paths(ctx, path, &g, &globbed);
     if (st) return st;
-    int64_t b = (int64_t)(begin * (double)n), e = (int64_t)(end * (double)n);
+    int n_files = globbed ? (int)g.gl_pathc : 1;
     pdde_data *d = calloc(1, sizeof *d);
-    if (!d) { free(tokens); return pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory"); }
-    memmove(tokens, tokens + b, (size_t)(e - b) * sizeof *tokens);
-    d->ctx = ctx, d->tokens = tokens, d->n = e - b, d->max_token = max; /* (the whole file's: both parts train one vocabulary) */
+    if (d) d->ctx = ctx, d->max_token = -1, d->files = calloc((size_t)n_files, sizeof *d->files);
+    if (!d || !d->files) st = pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory");
+    for (int i = 0; !st && i < n_files; i++) {
+        st = data_file_open(ctx, globbed ? g.gl_pathv[i] : path, &d->files[i]);
+        d->n_files = i + 1;
+        if (!st && strcmp(d->files[i].kind, d->files[0].kind))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "data: %s: %s is %s but %s is %s: one tokenizer's files only", path, d->files[0].path,
+                            d->files[0].kind, d->files[i].path, d->files[i].kind);
+        if (!st) d->n += d->files[i].n;
+    }
+    if (globbed) globfree(&g);
+    if (st) {
+        pdde_data_close(d);
+        return st;
+    }
+    /* the part: [b, e) of the files' tokens one after the other */
+    int64_t b = (int64_t)(begin * (double)d->n), e = (int64_t)(end * (double)d->n), at = 0;
+    for (int i = 0; i < d->n_files; i++) {
+        data_file *f = &d->files[i];
+        int64_t lo = b - at < 0 ? 0 : b - at > f->n ? f->n : b - at, hi = e - at < 0 ? 0 : e - at > f->n ? f->n : e - at;
+        at += f->n;
+        f->first = lo, f->n = hi - lo;
+    }
+    d->n = e - b;
     *out = d;
     return PDDE_OK;
 }
 
 pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out) { return pdde_data_open_part(ctx, path, 0, 1, out); }
 
-void pdde_data_close(pdde_data *d) {
-    if (!d) return;
-    free(d->tokens);
-    free(d);
-}
-
 int64_t pdde_data_token_count(const pdde_data *d) { return d ? d->n : 0; }
-int32_t pdde_data_max_token(const pdde_data *d) { return d ? d->max_token : -1; }
 uint64_t pdde_data_position(const pdde_data *d) { return d ? d->position : 0; }
 void pdde_data_set_position(pdde_data *d, uint64_t pos) { if (d) d->position = pos; }
+
+/* Calls each(arg, tokens, count) on d's tokens in order, a chunk at a time. */
+static pdde_status data_each_chunk(pdde_data *d, pdde_status (*each)(void *arg, const int32_t *tokens, int64_t count), void *arg) {
+    enum { CHUNK = 1 << 16 };
+    int32_t *chunk = malloc(CHUNK * sizeof *chunk);
+    pdde_status st = chunk ? PDDE_OK : pdde_error(d->ctx, PDDE_ERR_OOM, "data: out of memory");
+    for (int i = 0; i < d->n_files && !st; i++)
+        for (int64_t at = 0; at < d->files[i].n && !st; at += CHUNK) {
+            int64_t count = d->files[i].n - at < CHUNK ? d->files[i].n - at : CHUNK;
+            st = data_read(d, &d->files[i], at, count, chunk);
+            if (!st) st = each(arg, chunk, count);
+        }
+    free(chunk);
+    return st;
+}
+
+static pdde_status note_max(void *arg, const int32_t *tokens, int64_t count) {
+    int32_t *max = arg;
+    for (int64_t i = 0; i < count; i++) *max = tokens[i] > *max ? tokens[i] : *max;
+    return PDDE_OK;
+}
+
+int32_t pdde_data_max_token(pdde_data *d) {
+    if (!d) return -1;
+    int32_t max = 0;
+    if (d->max_token < 0 && data_each_chunk(d, note_max, &max) == PDDE_OK) d->max_token = max;
+    return d->max_token;
+}
 
 /* The k-th element of a seeded permutation of [0, n) without storing it: a Feistel-style bijection on
  * the next power of two, cycle-walking until the value falls inside [0, n). */
@@ -140,30 +225,55 @@ static uint64_t permute_index(uint64_t k, uint64_t n, uint64_t seed) {
     return x;
 }
 
+/* The windows of T + 1 tokens inside file f's part. */
+static uint64_t file_windows(const data_file *f, int T) { return f->n > T ? (uint64_t)(f->n - T) : 0; }
+
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y) {
     if (!d || batch < 1 || T < 1 || !x || !y) return PDDE_ERR_INVALID_ARG;
-    if (d->n < T + 1)
-        return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: %lld tokens are fewer than one window of %d + 1", (long long)d->n, T);
-    uint64_t windows = (uint64_t)(d->n - T - 1) + 1;
-    for (int b = 0; b < batch; b++) {
-        uint64_t k = d->position++;
-        uint64_t epoch = k / windows, start = permute_index(k % windows, windows, seed + epoch * 0x632BE59BD9B4E019ull);
-        memcpy(x + (size_t)b * T, d->tokens + start, (size_t)T * sizeof *x);
-        memcpy(y + (size_t)b * T, d->tokens + start + 1, (size_t)T * sizeof *y);
+    uint64_t windows = 0;
+    for (int i = 0; i < d->n_files; i++) windows += file_windows(&d->files[i], T);
+    if (!windows)
+        return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: %lld tokens %sare fewer than one window of %d + 1", (long long)d->n,
+                          d->n_files > 1 ? "(no file holds more) " : "", T);
+    int32_t *window = malloc(((size_t)T + 1) * sizeof *window);
+    pdde_status st = window ? PDDE_OK : pdde_error(d->ctx, PDDE_ERR_OOM, "data: out of memory");
+    for (int b = 0; b < batch && !st; b++) {
+        uint64_t k = d->position, epoch = k / windows;
+        uint64_t w = permute_index(k % windows, windows, seed + epoch * 0x632BE59BD9B4E019ull);
+        int i = 0;
+        while (w >= file_windows(&d->files[i], T)) w -= file_windows(&d->files[i++], T);
+        if ((st = data_read(d, &d->files[i], (int64_t)w, T + 1, window))) break;
+        memcpy(x + (size_t)b * T, window, (size_t)T * sizeof *x);
+        memcpy(y + (size_t)b * T, window + 1, (size_t)T * sizeof *y);
+        d->position++;
     }
-    return PDDE_OK;
+    free(window);
+    return st;
+}
+
+typedef struct {
+    FILE *f;
+    pdde_context *ctx;
+    const char *path;
+} token_writer;
+
+static pdde_status write_chunk(void *arg, const int32_t *tokens, int64_t count) {
+    token_writer *w = arg;
+    if (fwrite(tokens, 4, (size_t)count, w->f) == (size_t)count) return PDDE_OK;
+    return pdde_error(w->ctx, PDDE_ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
 }
 
 pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path) {
     if (!text_path || !out_path) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_data_write_tokens: no %s", text_path ? "output path" : "text path");
-    int32_t *tokens = NULL, max;
-    int64_t n = 0;
-    pdde_status st = load_tokens(ctx, text_path, &tokens, &n, &max);
+    pdde_data *d = NULL;
+    pdde_status st = pdde_data_open(ctx, text_path, &d);
     if (st) return st;
-    FILE *f = fopen(out_path, "wb");
-    uint64_t count = (uint64_t)n;
-    bool ok = f && fwrite(TOKENS_MAGIC, 1, 8, f) == 8 && fwrite(&count, 8, 1, f) == 1 && fwrite(tokens, 4, (size_t)n, f) == (size_t)n;
-    if (f && fclose(f) != 0) ok = false;
-    free(tokens);
-    return ok ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
+    token_writer w = {fopen(out_path, "wb"), ctx, out_path};
+    uint64_t count = (uint64_t)d->n;
+    if (!w.f || fwrite(TOKENS_MAGIC, 1, 8, w.f) != 8 || fwrite(&count, 8, 1, w.f) != 1)
+        st = pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
+    if (!st) st = data_each_chunk(d, write_chunk, &w);
+    if (w.f && fclose(w.f) != 0 && !st) st = pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
+    pdde_data_close(d);
+    return st;
 }

@@ -11,8 +11,8 @@
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
  *
  * Text is tokenized byte by byte (vocabulary 256). A token file (pdde's, or llm.c's GPT-2 / LLaMA 3
- * shards: --vocab 50304 for GPT-2's tokens) is read as its ids, and the sample prints ids. 90% of the
- * file trains, 10% validates; --val-data FILE validates on another file instead. */
+ * shards, or a glob of them: --vocab 50304 for GPT-2's tokens) is read as its ids, and the sample
+ * prints ids. 90% of the tokens train, 10% validate; --val-data validates on other files instead. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "gpt.h"
@@ -51,7 +51,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: gpt [--data FILE] [--val-data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "                              (--data: text, its bytes the tokens; or ids: llm.c's GPT-2 / LLaMA 3 shards, pdde's token\n"
-            "                              files, with --vocab above the largest; --val-data: validate there, else on --data's last 10%%)\n"
+            "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
+            "                              there, else on --data's last 10%%)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
@@ -717,6 +718,7 @@ int main(int argc, char **argv) {
     TRY(o.val_data ? pdde_data_open(ctx, o.val_data, &val) : pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
     for (int k = 0; k < 2; k++) { /* (an id past the vocabulary would stop the first step, at the embedding) */
         pdde_data *d = k ? val : train;
+        if (pdde_data_max_token(d) < 0) { fprintf(stderr, "gpt: %s\n", pdde_last_error(ctx)); return 1; }
         if (pdde_data_max_token(d) < o.model.vocab) continue;
         fprintf(stderr, "gpt: %s %s holds token id %d, past --vocab %d: give a --vocab above it (GPT-2's tokens: 50304)\n",
                 k ? "--val-data" : "--data", k && o.val_data ? o.val_data : o.data, pdde_data_max_token(d), o.model.vocab);

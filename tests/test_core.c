@@ -564,9 +564,11 @@ static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t
     fclose(f);
 }
 
-/* llm.c's shards (GPT-2's u16 tokens, LLaMA 3's u32) read as their ids; a wrong version, a count the
- * file does not hold, an id past int32 or a negative id in a PDDETOK1 file are refused naming the file
- * and the field; the largest id is known (a vocabulary must be larger). */
+/* llm.c's shards (GPT-2's u16 tokens, LLaMA 3's u32) read as their ids; a wrong version or a count the
+ * file does not hold are refused at open naming the file and the field, an id past int32 or a negative
+ * id in a PDDETOK1 file where it is read; the largest id is known (a vocabulary must be larger). A glob
+ * opens its files as one corpus: every window inside one file, each visited once an epoch; a file of
+ * another format, no match, a file that shrank: refused. */
 static void test_data_token_files(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/shard.bin", tmpdir);
@@ -597,7 +599,6 @@ static void test_data_token_files(void) {
         {20240520, 2, 64, 64, 2, 0, "header[1], the version, is 2: expected 1"},
         {20240520, 1, 65, 64, 2, 0, "header[2] says 65 tokens, the file holds 128 bytes of tokens"},
         {20240801, 7, 63, 64, 2, 0, "header[2] says 63 tokens, the file holds 128 bytes of tokens (32 of 4 bytes each)"},
-        {20240801, 7, 64, 64, 4, 0x80000000u, "token 3 is 2^31 or more"},
     };
     for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
         uint32_t t = tokens[3];
@@ -609,14 +610,61 @@ static void test_data_token_files(void) {
               "refused with '%s': %s: %s", refused[k].want, pdde_status_str(st), pdde_last_error(ctx));
         pdde_data_close(d), d = NULL;
     }
+    tokens[3] = 0x80000000u;
+    write_llmc(path, 20240801, 7, 64, tokens, 64, 4);
+    CHECK(pdde_data_open(ctx, path, &d) == PDDE_OK && pdde_data_max_token(d) == -1 && strstr(pdde_last_error(ctx), "token 3 is 2^31 or more") &&
+              pdde_data_next_batch(d, 1, 63, 1, (int32_t[63]){0}, (int32_t[63]){0}) == PDDE_ERR_CORRUPT,
+          "an id past int32 is refused where it is read: %s", pdde_last_error(ctx));
+    pdde_data_close(d), d = NULL;
     FILE *f = fopen(path, "wb");
     uint64_t n = 4;
     int32_t ids[4] = {1, 2, -7, 3};
     fwrite("PDDETOK1", 1, 8, f), fwrite(&n, 8, 1, f), fwrite(ids, 4, 4, f);
     fclose(f);
-    pdde_status st = pdde_data_open(ctx, path, &d);
-    CHECK(st == PDDE_ERR_CORRUPT && strstr(pdde_last_error(ctx), "token 2 is negative"), "a negative id in a token file: %s: %s", pdde_status_str(st),
+    CHECK(pdde_data_open(ctx, path, &d) == PDDE_OK && pdde_data_max_token(d) == -1 && strstr(pdde_last_error(ctx), "token 2 is negative"),
+          "a negative id in a token file: %s", pdde_last_error(ctx));
+    pdde_data_close(d), d = NULL;
+
+    /* a glob of two shards: tokens 0..99 and 1000..1099 */
+    char pattern[512], second[512];
+    snprintf(pattern, sizeof pattern, "%s/shard_*.bin", tmpdir);
+    snprintf(path, sizeof path, "%s/shard_0.bin", tmpdir);
+    snprintf(second, sizeof second, "%s/shard_1.bin", tmpdir);
+    uint32_t part[100];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 100; i++) part[i] = (uint32_t)(k * 1000 + i);
+        write_llmc(k ? second : path, 20240520, 1, 100, part, 100, 2);
+    }
+    enum { W = 8 };
+    CHECK(pdde_data_open(ctx, pattern, &d) == PDDE_OK && pdde_data_token_count(d) == 200 && pdde_data_max_token(d) == 1099, "a glob of 2 shards: %s",
           pdde_last_error(ctx));
+    int seen[2][100] = {{0}}, inside = 1, repeats = 0;
+    for (int k = 0; d && k < 2 * (100 - W); k++) {
+        int32_t wx[W], wy[W];
+        if (pdde_data_next_batch(d, 1, W, 5, wx, wy) != PDDE_OK) { inside = 0; break; }
+        for (int i = 0; i < W; i++) inside &= wx[i] == wx[0] + i && wy[i] == wx[0] + i + 1 && wx[0] % 1000 + W < 100;
+        if (inside) repeats += seen[wx[0] / 1000][wx[0] % 1000]++ != 0;
+    }
+    CHECK(inside && repeats == 0, "a glob's windows lie inside one shard each, each visited once an epoch (%d repeats)", repeats);
+    pdde_data_close(d), d = NULL;
+    CHECK(pdde_data_open_part(ctx, pattern, 0.9, 1.0, &d) == PDDE_OK && pdde_data_token_count(d) == 20 && pdde_data_max_token(d) == 1099,
+          "the last 10%% of a glob is the last shard's last 20 tokens: %s", pdde_last_error(ctx));
+    pdde_data_close(d), d = NULL;
+    f = fopen(second, "w"); /* (the second shard is text now) */
+    fputs("some text of more than sixteen bytes\n", f);
+    fclose(f);
+    pdde_status st = pdde_data_open(ctx, pattern, &d);
+    CHECK(st == PDDE_ERR_INVALID_ARG && !d && strstr(pdde_last_error(ctx), "is an llm.c shard of GPT-2 tokens but") &&
+              strstr(pdde_last_error(ctx), "is text"), "a glob of two formats is refused: %s", pdde_last_error(ctx));
+    unlink(second);
+    snprintf(second, sizeof second, "%s/none_*.bin", tmpdir);
+    st = pdde_data_open(ctx, second, &d);
+    CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(ctx), "no file matches"), "a glob without a match: %s", pdde_last_error(ctx));
+    /* a file that shrinks after it was opened: an error where a window reads past its end, not a crash */
+    CHECK(pdde_data_open(ctx, path, &d) == PDDE_OK && truncate(path, 1024 + 20) == 0, "open, then truncate");
+    st = PDDE_OK;
+    for (int k = 0; k < 100 && !st; k++) st = pdde_data_next_batch(d, 1, W, 5, (int32_t[W]){0}, (int32_t[W]){0});
+    CHECK(st == PDDE_ERR_IO && strstr(pdde_last_error(ctx), "shorter than when it was opened"), "a shrunk file: %s", pdde_last_error(ctx));
     pdde_data_close(d);
     pdde_context_free(ctx);
     unlink(path);

@@ -42,7 +42,7 @@ check "a 321-byte --data file under --ctx 32 trains (rc $rc: $(tail -1 "$tmp/sma
 python3 - "$tmp" <<'PY'
 import struct, sys
 text = open("/usr/share/games/fortunes/songs-poems", "rb").read()[:20000] if __import__("os").path.exists("/usr/share/games/fortunes/songs-poems") else bytes(range(256)) * 80
-for name, part in (("train.bin", text[:18000]), ("val.bin", text[18000:])):
+for name, part in (("train.bin", text[:18000]), ("val.bin", text[18000:]), ("part_0.bin", text[:9000]), ("part_1.bin", text[9000:18000])):
     ids = [b + 256 for b in part]
     with open(sys.argv[1] + "/" + name, "wb") as f:
         f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack("<%dH" % len(ids), *ids))
@@ -60,6 +60,12 @@ awk -v a="$first" -v b="$val" 'BEGIN { exit !(a > 5.5 && b < a - 1) }' && [ $rc 
     echo "$sample" | tr ' ' '\n' | awk '$1 >= 0 && $1 < 512 { n++ } $1 >= 256 { seen++ } END { exit !(n == 20 && seen >= 10) }'
 ok=$?
 check "an llm.c shard trains under --vocab 512 (loss $first, validation on --val-data $val) and samples 20 ids, most of the file's ($sample; rc $rc)" $ok
+
+"$build/gpt" "${gpt[@]}" --vocab 512 --steps 2 --sample-len 0 --data "$tmp/part_*.bin" --val-data "$tmp/val.bin" >"$tmp/glob.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -qF "gpt: data $tmp/part_*.bin (18000 training tokens)" "$tmp/glob.log"
+ok=$?
+check "--data 'part_*.bin' trains on both shards' 18000 tokens (rc $rc: $(grep -m1 'gpt: data' "$tmp/glob.log" | cut -c1-100))" $ok
 
 if [ ! -x "$build/pdde-run" ]; then
     echo "SKIP ucx: pdde-run is not built (pdde without UCX): the launcher's cases not run"
