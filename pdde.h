@@ -743,7 +743,7 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
 pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpoint_extra *extra);
 
 /* ---------------------------------------------------------------------------------------------------
- * Data: a byte-level tokenizer (vocabulary 256) and a token loader with deterministic shuffling. */
+ * Data: a token loader with deterministic shuffling: text as bytes (vocabulary 256), or a tokenizer's ids. */
 typedef struct pdde_data pdde_data;
 
 /* Opens a text file (bytes are the tokens), a token file ("PDDETOK1" u64 count, i32 tokens) or one of
