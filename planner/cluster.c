@@ -423,8 +423,8 @@ static pdde_status cluster_get_array(cluster_reader *r, const cJSON *obj, const 
 }
 
 /* PDDE_ERR_CORRUPT naming member e of object o if a member before it has the same key: the reader
- * takes the first and would ignore the other in silence (and a class's curve given twice ran past
- * its points). */
+ * takes the first and would ignore the other in silence (and a class's curves given twice would be
+ * appended past the class's room). */
 static pdde_status cluster_dup_key(cluster_reader *r, const cJSON *o, const cJSON *e, const char *path) {
     for (const cJSON *x = o->child; x && x != e; x = x->next)
         if (!strcmp(x->string, e->string)) return cluster_fail(r, path, e->string, "given twice (expected each key once)");

@@ -231,10 +231,10 @@ static void test_malformed(void) {
     expect_error(base, "\"algo\":\t\"ring\"", "\"algo\":\t\"ring of fire\"", 1, "collectives[0].algo: unknown algorithm");
     expect_error(base, "\"format\":\t\"pdde-cluster\"", "\"format\":\t\"paddle\"", 1, "format: expected \"pdde-cluster\"");
     expect_error(base, "\"hetero\",", "\"hetero\"", 1, "syntax error at line 5");
-    /* what types and ranges alone cannot say, each of which planned wrongly or failed far from its cause */
+    /* what types and ranges alone cannot say, each of which would plan wrongly or fail far from its cause */
     expect_error(base, "17000000003", "0", 1, "machines[1].devices[3].memory: expected the bytes device 23 can give a training job (> 0), got 0");
     expect_error(base, "\"b\":\t22", "\"b\":\t21", 1, "links[0].b: expected a device other than a (21): a link joins two devices");
-    /* one pair, two links (either way round): the second was ignored */
+    /* one pair, two links (either way round): only the first would be used */
     expect_error(base, "\"links\":\t[{", "\"links\":\t[{\"a\": 22, \"b\": 21, \"kind\": \"nvlink\", \"bandwidth\": 5e10, \"latency\": 1e-6, \"group\": -1}, {", 1,
                  "links[1]: a second link between devices 21 and 22 (also links[0]); expected one link per pair of devices");
     /* a group shares one bandwidth: explicit links, and a machine's intra or nic in the group */
@@ -256,14 +256,14 @@ static void test_malformed(void) {
                   "\"latency\": 1e-5, \"bandwidth\": 1e9}, {", "the same collective across machines is another measurement");
     expect_error(base, "\"gemm\":\t[{", "\"gemm\":\t[{\"dtype\": \"bf16\", \"m\": 8192, \"n\": 8192, \"k\": 8192, \"flops\": 1e14}, {", 1,
                  "specs[0].gemm[2]: a second figure for bf16 m=8192 n=8192 k=8192 (also gemm[0]); expected one per dtype and shape");
-    /* a key given twice: the first was read, the other ignored */
+    /* a key given twice: the first would be read, the other ignored */
     expect_error(base, "\"memory\":\t17000000003", "\"memory\":\t17000000003, \"memory\": 0", 1,
                  "machines[1].devices[3].memory: given twice (expected each key once)");
     expect_error(base, "\"row\":\t1.0625", "\"row\":\t1.0625, \"row\": 2", 1, "specs[1].contention.row: given twice");
     expect_error(base, "\"optimizer\":\t[[1000000, 0.1]]", "\"optimizer\":\t[[1000000, 0.1]], \"optimizer\": [[2000000, 0.2]]", 1,
                  "specs[1].curves.optimizer: given twice");
     /* a class's curve given again and again, each full and going on from the one before: its points
-     * were appended past the class's room (a crash) */
+     * would go on past the class's room (a crash) */
     char curves[8192];
     int n = 0;
     for (int a = 0; a < 4; a++)
