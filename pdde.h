@@ -1457,8 +1457,10 @@ int pdde_cluster_add_machine(pdde_cluster *c, const pdde_cluster_machine *m);
 int pdde_cluster_add_device(pdde_cluster *c, int machine, const pdde_cluster_device *d);
 int pdde_cluster_add_link(pdde_cluster *c, const pdde_cluster_link *l);
 int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k);
-/* Checks ids (unique), spec indices, links (to devices that exist), numbers (finite, >= 0). ctx gets a
- * message naming the field path ("machines[1].devices[3].memory: ..."). */
+/* Checks ids (unique, >= 0), spec indices, numbers (finite, >= 0), a device's memory (> 0), a machine's
+ * devices (at least one), links (between two different devices that exist, one per pair, one bandwidth
+ * per group), GEMM figures and collective measurements (one per shape, one per op/algo/ranks/intra).
+ * ctx gets a message naming the field path ("machines[1].devices[3].memory: ..."). */
 pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c);
 /* JSON: read with cJSON where the build finds it, else with pdde's own strict reader (the same files
  * read the same, the same errors); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT

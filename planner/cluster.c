@@ -173,6 +173,20 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 
 static int cluster_bad_num(double x) { return !isfinite(x) || x < 0; }
 
+/* The i-th of every link the cluster has, in file order (each machine's intra and nic, then links[]);
+ * NULL past the last. A group is shared by all of them: the cost model keys a flow by the group of
+ * whichever link carries it. With path, its path there. */
+static const pdde_cluster_link *cluster_link_at(const pdde_cluster *c, int i, char *path, size_t n) {
+    if (i < 2 * c->n_machines) {
+        if (path) snprintf(path, n, "machines[%d].%s", i / 2, i % 2 ? "nic" : "intra");
+        return i % 2 ? &c->machines[i / 2].nic : &c->machines[i / 2].intra;
+    }
+    i -= 2 * c->n_machines;
+    if (i >= c->n_links) return NULL;
+    if (path) snprintf(path, n, "links[%d]", i);
+    return &c->links[i];
+}
+
 static pdde_status cluster_check_link(pdde_context *ctx, const pdde_cluster_link *l, const char *path) {
     if ((unsigned)l->kind > PDDE_LINK_NET) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.kind: unknown link kind %d", path, (int)l->kind);
     if (cluster_bad_num(l->bandwidth)) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.bandwidth: expected B/s >= 0, got %g", path, l->bandwidth);
@@ -199,6 +213,11 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
             const pdde_gemm_point *g = &sp->gemm[i];
             if (g->m <= 0 || g->n <= 0 || g->k <= 0 || !isfinite(g->flops) || g->flops <= 0 || (unsigned)g->dtype >= PDDE_DTYPE_COUNT)
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].gemm[%d]: expected m, n, k > 0, a dtype and flops > 0", s, i);
+            for (int j = 0; j < i; j++) /* the cost model would take the first figure and ignore the other */
+                if (sp->gemm[j].dtype == g->dtype && sp->gemm[j].m == g->m && sp->gemm[j].n == g->n && sp->gemm[j].k == g->k)
+                    return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].gemm[%d]: a second figure for %s m=%lld n=%lld k=%lld (also gemm[%d]); "
+                                      "expected one per dtype and shape", s, i, pdde_dtype_name(g->dtype), (long long)g->m, (long long)g->n,
+                                      (long long)g->k, j);
         }
         for (int k = 0; k < PDDE_OPCLASS_COUNT; k++) {
             if (sp->n_curve[k] < 0 || sp->n_curve[k] > PDDE_CLUSTER_MAX_CURVE)
@@ -215,11 +234,19 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].contention.%s: expected a slowdown >= 1 (or 0: not measured), got %g", s,
                                   cluster_class_names[k], sp->contention[k]);
     }
+    if (c->n_machines == 0) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines: expected at least one machine, got none");
     for (int i = 0; i < c->n_machines; i++) {
         const pdde_cluster_machine *m = &c->machines[i];
+        /* (what the reader refuses, refused in clusters built in code too: their files would not load) */
+        if (m->id < 0 || m->cores < 0 || m->numa_nodes < 0)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].%s: expected an integer >= 0, got %d", i,
+                              m->id < 0 ? "id" : m->cores < 0 ? "cores" : "numa_nodes", m->id < 0 ? m->id : m->cores < 0 ? m->cores : m->numa_nodes);
         for (int j = 0; j < i; j++)
             if (c->machines[j].id == m->id)
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].id: duplicate machine id %d (also machines[%d])", i, m->id, j);
+        if (m->n_devices <= 0) /* it gives no rank, yet its nic would count as one of the links plans cross */
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices: expected at least one device on machine %d (\"%s\"), got none", i,
+                              m->id, m->name);
         pdde_status st;
         snprintf(path, sizeof path, "machines[%d].intra", i);
         if ((st = cluster_check_link(ctx, &m->intra, path))) return st;
@@ -229,6 +256,12 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
             const pdde_cluster_device *dev = &m->devices[d];
             if (dev->spec < 0 || dev->spec >= c->n_specs)
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].spec: no spec %d", i, d, dev->spec);
+            if (dev->id < 0)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].id: expected an integer >= 0, got %d", i, d, dev->id);
+            /* 0 fits nothing: the planner would refuse every plan, far from this file */
+            if (dev->memory == 0)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].memory: expected the bytes device %d can give a training job "
+                                  "(> 0), got 0", i, d, dev->id);
             int other = -1;
             const pdde_cluster_device *first = pdde_cluster_find_device(c, dev->id, &other);
             if (first != dev)
@@ -244,12 +277,39 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
             return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "links[%d].a: no device with id %d", i, l->a);
         if (!pdde_cluster_find_device(c, l->b, NULL))
             return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "links[%d].b: no device with id %d", i, l->b);
+        if (l->a == l->b)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "links[%d].b: expected a device other than a (%d): a link joins two devices", i, l->a);
+        /* the first link of a pair is the one used: a second would be ignored in silence */
+        for (int j = 0; j < i; j++)
+            if ((c->links[j].a == l->a && c->links[j].b == l->b) || (c->links[j].a == l->b && c->links[j].b == l->a))
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "links[%d]: a second link between devices %d and %d (also links[%d]); expected one "
+                                  "link per pair of devices", i, l->a, l->b, j);
     }
+    /* flows on links of one group divide one bandwidth: two figures for it cannot both be true */
+    char other[96];
+    const pdde_cluster_link *l, *o;
+    for (int i = 0; (l = cluster_link_at(c, i, NULL, 0)); i++)
+        for (int j = 0; l->group >= 0 && j < i && (o = cluster_link_at(c, j, NULL, 0)); j++)
+            if (o->group == l->group) {
+                if (o->bandwidth != l->bandwidth) {
+                    cluster_link_at(c, i, path, sizeof path), cluster_link_at(c, j, other, sizeof other);
+                    return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.bandwidth: expected %g B/s, the bandwidth of %s in the same group %d "
+                                      "(a group's links share one bandwidth), got %g", path, o->bandwidth, other, l->group, l->bandwidth);
+                }
+                break;
+            }
     for (int i = 0; i < c->n_calibs; i++) {
         const pdde_collective_calib *k = &c->calibs[i];
         if ((unsigned)k->op >= PDDE_COLL_COUNT || (unsigned)k->algo > PDDE_ALGO_TWO_LEVEL || k->ranks < 2 ||
             cluster_bad_num(k->latency) || !isfinite(k->bandwidth) || k->bandwidth <= 0)
             return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "collectives[%d]: expected an op, an algo, ranks >= 2, latency >= 0 and bandwidth > 0", i);
+        for (int j = 0; j < i; j++) { /* the first match is the one used */
+            const pdde_collective_calib *o = &c->calibs[j];
+            if (o->op == k->op && o->algo == k->algo && o->ranks == k->ranks && !o->intra == !k->intra)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "collectives[%d]: a second measurement of %s (%s, %d ranks, %s) (also collectives[%d]); "
+                                  "expected one per op, algo, ranks and intra", i, cluster_coll_names[k->op], cluster_algo_names[k->algo], k->ranks,
+                                  k->intra ? "within a machine" : "across machines", j);
+        }
     }
     return PDDE_OK;
 }
@@ -362,6 +422,15 @@ static pdde_status cluster_get_array(cluster_reader *r, const cJSON *obj, const 
     return PDDE_OK;
 }
 
+/* PDDE_ERR_CORRUPT naming member e of object o if a member before it has the same key: the reader
+ * takes the first and would ignore the other in silence (and a class's curves given twice would be
+ * appended past the class's room). */
+static pdde_status cluster_dup_key(cluster_reader *r, const cJSON *o, const cJSON *e, const char *path) {
+    for (const cJSON *x = o->child; x && x != e; x = x->next)
+        if (!strcmp(x->string, e->string)) return cluster_fail(r, path, e->string, "given twice (expected each key once)");
+    return PDDE_OK;
+}
+
 /* PDDE_ERR_CORRUPT naming a key of object o that is not one of keys (NULL-terminated) and the keys
  * allowed there: cluster files are written by hand, and a misspelt key ("memroy") would silently keep
  * a default and so give a wrong plan. */
@@ -370,7 +439,11 @@ static pdde_status cluster_only_keys(cluster_reader *r, const cJSON *o, const ch
     cJSON_ArrayForEach(e, o) {
         int k = 0;
         while (keys[k] && strcmp(e->string, keys[k])) k++;
-        if (keys[k]) continue;
+        if (keys[k]) {
+            pdde_status st = cluster_dup_key(r, o, e, path);
+            if (st) return st;
+            continue;
+        }
         char what[256];
         int n = snprintf(what, sizeof what, "unknown key (expected ");
         for (k = 0; keys[k] && n > 0 && n < (int)sizeof what; k++)
@@ -452,6 +525,7 @@ static pdde_status cluster_read_spec(cluster_reader *r, const cJSON *o, const ch
             snprintf(what, sizeof what, "unknown op class (expected elementwise, row, attention, embedding or optimizer)");
             return cluster_fail(r, p, e->string, what);
         }
+        if ((st = cluster_dup_key(r, curves, e, p))) return st;
         snprintf(p, sizeof p, "%s.curves.%s", path, e->string);
         if (!cJSON_IsArray(e)) return cluster_fail(r, p, NULL, "expected an array of [bytes, seconds] pairs");
         if (cJSON_GetArraySize(e) > PDDE_CLUSTER_MAX_CURVE) return cluster_fail(r, p, NULL, "too many points");
@@ -487,6 +561,8 @@ static pdde_status cluster_read_contention(cluster_reader *r, const cJSON *o, co
         int k = 0;
         while (k < PDDE_OPCLASS_COUNT && strcmp(e->string, cluster_class_names[k])) k++;
         if (k == PDDE_OPCLASS_COUNT) return cluster_fail(r, p, e->string, "unknown op class (expected gemm, elementwise, row, ...)");
+        pdde_status st = cluster_dup_key(r, obj, e, p);
+        if (st) return st;
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < 1)
             return cluster_fail(r, p, e->string, "expected a slowdown as a number >= 1");
         s->contention[k] = e->valuedouble;

@@ -85,6 +85,37 @@ static void expect_error(const char *base, const char *from, const char *to, int
     free(bad);
 }
 
+/* base with the text from the first `start` through the first `end` after it replaced by to. */
+static char *replace_span(const char *base, const char *start, const char *end, const char *to) {
+    const char *a = strstr(base, start), *b = a ? strstr(a, end) : NULL;
+    if (!b) return NULL;
+    b += strlen(end);
+    size_t pre = (size_t)(a - base), nt = strlen(to), rest = strlen(b);
+    char *s = malloc(pre + nt + rest + 1);
+    memcpy(s, base, pre), memcpy(s + pre, to, nt), memcpy(s + pre + nt, b, rest + 1);
+    return s;
+}
+
+static void expect_span_error(const char *base, const char *start, const char *end, const char *to, const char *want) {
+    char *bad = replace_span(base, start, end, to);
+    CHECK(bad != NULL, "the base text has no %s ... %s", start, end);
+    if (!bad) return;
+    pdde_cluster *c = NULL;
+    pdde_status st = pdde_cluster_parse(ctx, bad, &c);
+    CHECK(st == PDDE_ERR_CORRUPT && c == NULL && strstr(pdde_last_error(ctx), want), "%s ... %s -> %s: status %d, message \"%s\" (want \"%s\")",
+          start, end, to, st, pdde_last_error(ctx), want);
+    pdde_cluster_free(c);
+    free(bad);
+}
+
+static void expect_parses(const char *base, const char *from, const char *to, const char *what) {
+    char *text = mutate(base, from, to, 1);
+    pdde_cluster *c = NULL;
+    CHECK(text && pdde_cluster_parse(ctx, text, &c) == PDDE_OK, "%s: %s", what, pdde_last_error(ctx));
+    pdde_cluster_free(c);
+    free(text);
+}
+
 static void test_round_trip(void) {
     pdde_cluster *c = make_cluster();
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_OK, "%s", pdde_last_error(ctx));
@@ -200,6 +231,48 @@ static void test_malformed(void) {
     expect_error(base, "\"algo\":\t\"ring\"", "\"algo\":\t\"ring of fire\"", 1, "collectives[0].algo: unknown algorithm");
     expect_error(base, "\"format\":\t\"pdde-cluster\"", "\"format\":\t\"paddle\"", 1, "format: expected \"pdde-cluster\"");
     expect_error(base, "\"hetero\",", "\"hetero\"", 1, "syntax error at line 5");
+    /* what types and ranges alone cannot say, each of which would plan wrongly or fail far from its cause */
+    expect_error(base, "17000000003", "0", 1, "machines[1].devices[3].memory: expected the bytes device 23 can give a training job (> 0), got 0");
+    expect_error(base, "\"b\":\t22", "\"b\":\t21", 1, "links[0].b: expected a device other than a (21): a link joins two devices");
+    /* one pair, two links (either way round): only the first would be used */
+    expect_error(base, "\"links\":\t[{", "\"links\":\t[{\"a\": 22, \"b\": 21, \"kind\": \"nvlink\", \"bandwidth\": 5e10, \"latency\": 1e-6, \"group\": -1}, {", 1,
+                 "links[1]: a second link between devices 21 and 22 (also links[0]); expected one link per pair of devices");
+    /* a group shares one bandwidth: explicit links, and a machine's intra or nic in the group */
+    const char *same_group = "\"links\":\t[{\"a\": 20, \"b\": 23, \"kind\": \"pcie\", \"bandwidth\": 13000000000, \"latency\": 1e-6, \"group\": 4}, {";
+    expect_error(base, "\"links\":\t[{", same_group, 1, "links[1].bandwidth: expected 1.3e+10 B/s, the bandwidth of links[0] in the same "
+                 "group 4 (a group's links share one bandwidth), got 1.2e+10");
+    expect_error(base, "\"group\":\t-1", "\"group\":\t4", 4, "links[0].bandwidth: expected 1.25e+09 B/s, the bandwidth of machines[1].nic in "
+                 "the same group 4");
+    char *grouped = mutate(base, "\"links\":\t[{", same_group, 1);
+    if (grouped) expect_parses(grouped, "13000000000", "12000000000", "two links of group 4 at one bandwidth");
+    free(grouped);
+    expect_span_error(base, "\"devices\":\t[{", "}]", "\"devices\":\t[]",
+                      "machines[0].devices: expected at least one device on machine 7 (\"gpu-host\"), got none");
+    expect_span_error(base, "\"machines\":\t[{", "}],\n\t\"links\"", "\"machines\":\t[],\n\t\"links\"", "machines: expected at least one machine, got none");
+    expect_error(base, "\"collectives\":\t[{", "\"collectives\":\t[{\"op\": \"allreduce\", \"algo\": \"ring\", \"ranks\": 2, \"intra\": true, "
+                 "\"latency\": 1e-5, \"bandwidth\": 1e9}, {", 1, "collectives[1]: a second measurement of allreduce (ring, 2 ranks, within a machine) "
+                 "(also collectives[0]); expected one per op, algo, ranks and intra");
+    expect_parses(base, "\"collectives\":\t[{", "\"collectives\":\t[{\"op\": \"allreduce\", \"algo\": \"ring\", \"ranks\": 2, \"intra\": false, "
+                  "\"latency\": 1e-5, \"bandwidth\": 1e9}, {", "the same collective across machines is another measurement");
+    expect_error(base, "\"gemm\":\t[{", "\"gemm\":\t[{\"dtype\": \"bf16\", \"m\": 8192, \"n\": 8192, \"k\": 8192, \"flops\": 1e14}, {", 1,
+                 "specs[0].gemm[2]: a second figure for bf16 m=8192 n=8192 k=8192 (also gemm[0]); expected one per dtype and shape");
+    /* a key given twice: the first would be read, the other ignored */
+    expect_error(base, "\"memory\":\t17000000003", "\"memory\":\t17000000003, \"memory\": 0", 1,
+                 "machines[1].devices[3].memory: given twice (expected each key once)");
+    expect_error(base, "\"row\":\t1.0625", "\"row\":\t1.0625, \"row\": 2", 1, "specs[1].contention.row: given twice");
+    expect_error(base, "\"optimizer\":\t[[1000000, 0.1]]", "\"optimizer\":\t[[1000000, 0.1]], \"optimizer\": [[2000000, 0.2]]", 1,
+                 "specs[1].curves.optimizer: given twice");
+    /* a class's curve given again and again, each full and going on from the one before: its points
+     * would go on past the class's room (a crash) */
+    char curves[8192];
+    int n = 0;
+    for (int a = 0; a < 4; a++)
+        for (int i = 0; i < PDDE_CLUSTER_MAX_CURVE; i++) {
+            int pt = a * PDDE_CLUSTER_MAX_CURVE + i + 1;
+            n += snprintf(curves + n, sizeof curves - (size_t)n, "%s%s[%d, %g]%s", i ? "" : a ? ", \"ps_push\": [" : "\"ps_push\": [", i ? ", " : "",
+                          1000 * pt, 1e-6 * pt, i == PDDE_CLUSTER_MAX_CURVE - 1 ? "]" : "");
+        }
+    expect_span_error(base, "\"elementwise\":\t[[", "]]", curves, "specs[0].curves.ps_push: given twice");
     /* a version from the future is its own status */
     char *v2 = mutate(base, "\"version\":\t1", "\"version\":\t2", 1);
     pdde_cluster *c2 = NULL;
@@ -225,6 +298,34 @@ static void test_validate(void) {
     c->specs[0].contention[PDDE_OPCLASS_ROW] = 0;
     c->machines[0].nic.bandwidth = NAN;
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[0].nic.bandwidth"), "%s", pdde_last_error(ctx));
+    c->machines[0].nic.bandwidth = 2.5e10;
+    /* what the reader refuses is refused here too: a file written from it would not load */
+    c->machines[1].cores = -1;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[1].cores: expected an integer >= 0, got -1"),
+          "%s", pdde_last_error(ctx));
+    c->machines[1].cores = 8;
+    c->machines[0].devices[1].id = -11;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[0].devices[1].id: expected an integer >= 0"),
+          "%s", pdde_last_error(ctx));
+    c->machines[0].devices[1].id = 11;
+    c->machines[0].devices[1].memory = 0;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[0].devices[1].memory: expected the bytes device 11"),
+          "%s", pdde_last_error(ctx));
+    c->machines[0].devices[1].memory = 1;
+    c->links[0].b = 21;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "links[0].b: expected a device other than a (21)"),
+          "%s", pdde_last_error(ctx));
+    c->links[0].b = 22;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_OK, "restored: %s", pdde_last_error(ctx));
+    pdde_cluster_machine bare = {.id = 9, .intra = {-1, -1, PDDE_LINK_SHM, 1e10, 1e-6, -1}, .nic = {-1, -1, PDDE_LINK_NET, 1e9, 1e-6, -1}};
+    snprintf(bare.name, sizeof bare.name, "bare");
+    pdde_cluster_add_machine(c, &bare);
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG &&
+          strstr(pdde_last_error(ctx), "machines[2].devices: expected at least one device on machine 9 (\"bare\"), got none"), "%s", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+    pdde_cluster_init("empty", &c);
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines: expected at least one machine"), "%s",
+          pdde_last_error(ctx));
     pdde_cluster_free(c);
     pdde_cluster_free(NULL);
 }
