@@ -36,7 +36,7 @@ typedef struct {
     float lr, weight_decay, clip;
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
-    const char *data, *val_data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
+    const char *data, *val_data, *tokenizer, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "                              (--data: text, its bytes the tokens; or ids: llm.c's GPT-2 / LLaMA 3 shards, pdde's token\n"
             "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
             "                              there, else on --data's last 10%%)\n"
+            "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin: the sample of a token file printed as text)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
@@ -167,6 +168,7 @@ static int parse(int argc, char **argv, options *o) {
         }
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--val-data")) o->val_data = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -485,11 +487,46 @@ static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row
 #endif
 }
 
-/* Samples n bytes: the context fills every row of the batch, the next byte comes from the logits at
- * the last filled position (temperature 0.8). Every rank runs it; under pipeline stages only the last
+/* llm.c's tokenizer file: a header of 256 int32 (magic 20240328, version 1 or 2, the vocabulary size,
+ * in version 2 the end-of-text id), then each token's length (u8) and bytes. Read to print a token
+ * file's sample as text. */
+typedef struct {
+    int n;
+    char **bytes;  /* token id -> its bytes, NUL-terminated */
+} tokenizer;
+
+static void tokenizer_free(tokenizer *t) {
+    for (int i = 0; t->bytes && i < t->n; i++) free(t->bytes[i]);
+    free(t->bytes), t->bytes = NULL, t->n = 0;
+}
+
+/* 0, or 1 with why the file is not one (naming the field) */
+static int tokenizer_load(const char *path, tokenizer *t, char *why, size_t why_size) {
+    *t = (tokenizer){0};
+    FILE *f = fopen(path, "rb");
+    int32_t header[256];
+    if (!f) return snprintf(why, why_size, "%s", strerror(errno)), 1;
+    int bad = fread(header, sizeof header, 1, f) != 1;
+    if (bad) snprintf(why, why_size, "shorter than its 1024-byte header");
+    else if (header[0] != 20240328) bad = 1, snprintf(why, why_size, "header[0] is %d: expected 20240328 (llm.c's tokenizer file)", header[0]);
+    else if (header[1] != 1 && header[1] != 2) bad = 1, snprintf(why, why_size, "header[1], the version, is %d: expected 1 or 2", header[1]);
+    else if (header[2] < 1 || header[2] > 1 << 24) bad = 1, snprintf(why, why_size, "header[2], the vocabulary, is %d: expected 1 to 2^24", header[2]);
+    else if (!(t->bytes = calloc((size_t)header[2], sizeof *t->bytes))) bad = 1, snprintf(why, why_size, "out of memory");
+    for (int i = 0; !bad && i < header[2]; i++, t->n = i) {
+        unsigned char len;
+        bad = fread(&len, 1, 1, f) != 1 || !(t->bytes[i] = calloc((size_t)len + 1, 1)) || fread(t->bytes[i], 1, len, f) != len;
+        if (bad) snprintf(why, why_size, "token %d of %d: its bytes end past the end of the file", i, header[2]);
+    }
+    fclose(f);
+    if (bad) tokenizer_free(t);
+    return bad;
+}
+
+/* Samples n bytes (or a token file's ids, printed as ids or through `tok`'s bytes): the context fills
+ * every row of the batch, the next comes from the logits at the last filled position (temperature 0.8). Every rank runs it; under pipeline stages only the last
  * stage holds the logits: its first rank's choice goes to every rank, so the first stage feeds it in
  * next (the sample one process gives). `print` says which rank prints. */
-static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, const feeder *f, int n, int print) {
+static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, const tokenizer *tok, const feeder *f, int n, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = f->batch * T;
     uint64_t seed = o->seed;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
@@ -501,7 +538,7 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all);
     /* text: the next byte among the first 256 logits, from a newline; a token file's ids: among all V */
     int ids_out = o->sample_from >= 0, choices = ids_out ? V : 256;
-    char *text = malloc((size_t)n * (ids_out ? 12 : 1) + 2);
+    char *text = malloc((size_t)n * (ids_out ? 256 : 1) + 2); /* (an id as text: at most 255 bytes) */
     int len = 0, filled = 1;
     ids[0] = ids_out ? o->sample_from : '\n';
     for (int k = 0; k < n; k++) {
@@ -524,13 +561,16 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
             if (pdde_comm_broadcast(comm, &chosen, 1, PDDE_I32, root) != PDDE_OK) break;
             next = chosen;
         }
-        if (ids_out) len += sprintf(text + len, "%s%d", k ? " " : "", next);
+        if (ids_out && tok && next < tok->n) len += sprintf(text + len, "%s", tok->bytes[next]);
+        else if (ids_out && tok) len += sprintf(text + len, "<%d>", next); /* (an id the tokenizer has no bytes for) */
+        else if (ids_out) len += sprintf(text + len, "%s%d", k ? " " : "", next);
         else text[len++] = (char)next;
         if (filled == T) { memmove(ids, ids + 1, (size_t)(T - 1) * sizeof *ids); filled--; }
         ids[filled++] = next;
     }
     text[len] = 0;
-    if (print && ids_out) printf("---- sample (token ids after %d: the file's tokenizer decodes them) ----\n%s\n----------------\n", o->sample_from, text);
+    if (print && ids_out && tok) printf("---- sample (after token %d, decoded by %s) ----\n%s\n----------------\n", o->sample_from, o->tokenizer, text);
+    else if (print && ids_out) printf("---- sample (token ids after %d: --tokenizer FILE prints them as text) ----\n%s\n----------------\n", o->sample_from, text);
     else if (print) printf("---- sample ----\n%s\n----------------\n", text);
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
@@ -723,6 +763,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt: %s %s holds token id %d, past --vocab %d: give a --vocab above it (GPT-2's tokens: 50304)\n",
                 k ? "--val-data" : "--data", k && o.val_data ? o.val_data : o.data, pdde_data_max_token(d), o.model.vocab);
         return 1;
+    }
+    tokenizer tok = {0}; /* (read now: a bad file is said before training, not after) */
+    char why[160];
+    if (o.tokenizer && tokenizer_load(o.tokenizer, &tok, why, sizeof why)) {
+        fprintf(stderr, "gpt: --tokenizer %s: %s\n", o.tokenizer, why);
+        return 2;
     }
     o.sample_from = -1;
     if (pdde_data_max_token(train) > 255) { /* ids, not bytes: the sample starts from a validation token */
@@ -1079,7 +1125,8 @@ elastic_rebuild:
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
         printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each in the step, %.3f ms copying beside it\n", (long long)es.snapshots,
                es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots, 1e3 * es.copy_s / (double)es.snapshots);
-    if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == 0);
+    if (o.sample_len > 0) sample(s, &m, comm, &o, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
+    tokenizer_free(&tok);
     free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias);
     pdde_session_free(s);
     pdde_graph_free(g);

@@ -46,6 +46,11 @@ for name, part in (("train.bin", text[:18000]), ("val.bin", text[18000:]), ("par
     ids = [b + 256 for b in part]
     with open(sys.argv[1] + "/" + name, "wb") as f:
         f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack("<%dH" % len(ids), *ids))
+# llm.c's tokenizer file (version 2): ids 0..255 are "?", id 256 + b the byte b
+with open(sys.argv[1] + "/tok.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240328, 2, 512, 0, *([0] * 252)))
+    for i in range(512):
+        f.write(bytes([1]) + (b"?" if i < 256 else bytes([i - 256])))
 PY
 "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 --data "$tmp/train.bin" >"$tmp/v256.log" 2>&1
 rc=$?
@@ -61,6 +66,21 @@ awk -v a="$first" -v b="$val" 'BEGIN { exit !(a > 5.5 && b < a - 1) }' && [ $rc 
 ok=$?
 check "an llm.c shard trains under --vocab 512 (loss $first, validation on --val-data $val) and samples 20 ids, most of the file's ($sample; rc $rc)" $ok
 
+# --tokenizer prints the same sample as text: each id's bytes (here the id - 256 as a byte)
+"$build/gpt" "${gpt[@]}" --vocab 512 --steps 30 --val-every 30 --sample-len 20 --data "$tmp/train.bin" --val-data "$tmp/val.bin" \
+    --tokenizer "$tmp/tok.bin" >"$tmp/text.log" 2>&1
+rc=$?
+decoded=$(echo "$sample" | python3 -c 'import sys; sys.stdout.write("".join(chr(int(t) - 256) if int(t) >= 256 else "?" for t in sys.stdin.read().split()))')
+printed=$(sed -n '/^---- sample (after token/,/^----------------$/p' "$tmp/text.log" | sed '1d;$d')
+[ $rc = 0 ] && [ -n "$decoded" ] && [ "$printed" = "$decoded" ]
+ok=$?
+check "--tokenizer decodes the sample's ids as text ('$(echo "$printed" | head -1 | cut -c1-40)' for '$(echo "$decoded" | head -1 | cut -c1-40)'; rc $rc)" $ok
+head -c 2000 "$tmp/tok.bin" >"$tmp/cut.bin"
+"$build/gpt" "${gpt[@]}" --vocab 512 --steps 2 --data "$tmp/train.bin" --tokenizer "$tmp/cut.bin" >"$tmp/cut.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qF -- "--tokenizer $tmp/cut.bin: token " "$tmp/cut.log" && grep -qF "its bytes end past the end of the file" "$tmp/cut.log" && ! grep -q 'step *1/' "$tmp/cut.log"
+ok=$?
+check "a cut --tokenizer file is refused before training, naming the token (rc $rc: $(head -1 "$tmp/cut.log" | cut -c1-120))" $ok
 "$build/gpt" "${gpt[@]}" --vocab 512 --steps 2 --sample-len 0 --data "$tmp/part_*.bin" --val-data "$tmp/val.bin" >"$tmp/glob.log" 2>&1
 rc=$?
 [ $rc = 0 ] && grep -qF "gpt: data $tmp/part_*.bin (18000 training tokens)" "$tmp/glob.log"
