@@ -39,6 +39,14 @@ rc=$?
 ok=$?
 check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $ok
 
+# a device that does not run scale (the first op the link's graph tries): its link is measured through add
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_noscale.so" timeout 60 "$build/pdde-bench" --quick --no-comm --devices toy --time-limit 1 \
+    -o "$tmp/noscale.json" >"$tmp/noscale.out" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "): host -> device: latency" "$tmp/noscale.out"
+ok=$?
+check "pdde-bench measures the link of a toy without scale (rc $rc: $(grep -m1 "host <-> device\|host -> device" "$tmp/noscale.out"))" $ok
+
 "$build/pdde-bench" --check "$tmp/toy.json" >"$tmp/check.out" 2>&1
 code=$?
 [ $code = 1 ] && grep -q 'device 0 (".*", cpu) has no GEMM figures' "$tmp/check.out" && grep -q "pdde-bench --devices cpu,toy" "$tmp/check.out"
