@@ -3,7 +3,7 @@
 # (loaded from PDDE_BACKEND_PLUGINS, and by --plugin), which runs only f32 2-D matmuls and a few elementwise ops. Its
 # figures are its own (strict sessions: nothing timed on the CPU in its place): f32 GEMM points and the
 # elementwise curve, no bf16 GEMM, no attention curve, and one line saying what it does not run; its
-# host <-> device link measured (bandwidth and latency > 0). The file calibrates the toy alone
+# host <-> device link measured (bandwidth and latency > 0), also on a toy that does not run scale. The file calibrates the toy alone
 # (--devices toy): --check names the CPU it left unmeasured and the pdde-bench --devices to run (exit
 # 1), and the planner's error names that cluster device. A toy whose every matmul fails: pdde-bench exits 1 naming
 # the device and the first error, and the planner refuses the file, saying why. Run from the repository root.
