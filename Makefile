@@ -84,7 +84,8 @@ EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/
 # which the loader must refuse (test_plugin).
 PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so $(BUILD)/libpdde_toy_misnamed.so $(BUILD)/libpdde_toy_badmul.so \
              $(BUILD)/libpdde_toy2.so $(BUILD)/libpdde_toy_wrongmul.so $(BUILD)/libpdde_toy_claims_gelu.so $(BUILD)/libpdde_toy_declines.so \
-             $(BUILD)/libpdde_toy_silent.so $(BUILD)/libpdde_toy_nosync.so $(BUILD)/libpdde_toy_mmfails.so
+             $(BUILD)/libpdde_toy_silent.so $(BUILD)/libpdde_toy_nosync.so $(BUILD)/libpdde_toy_mmfails.so \
+             $(BUILD)/libpdde_toy_noscale.so $(BUILD)/libpdde_toy_direct.so
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
@@ -213,6 +214,14 @@ $(BUILD)/libpdde_toy_nosync.so: examples/toy_backend.c pdde.h | $(BUILD)
 $(BUILD)/libpdde_toy_mmfails.so: examples/toy_backend.c pdde.h | $(BUILD)
 	sed 's/^    int64_t n = f->host->numel(t);$$/&\n    if (t->op == PDDE_OP_MATMUL) return f->host->error(f->ctx, PDDE_ERR_BACKEND, "toy: matmul launch failed: vendor code -9");/' $< | \
 	    $(CC) $(CFLAGS) -shared -x c - -o $@
+
+# a device without scale (test_bench_plugin: its host <-> device link is measured through an op it runs)
+$(BUILD)/libpdde_toy_noscale.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/^    case PDDE_OP_SCALE: case PDDE_OP_RELU:$$/    case PDDE_OP_RELU:/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+
+# a plugin that calls pdde_op_name itself instead of host->op_name (test_plugin: refused in a static program, saying why)
+$(BUILD)/libpdde_toy_direct.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/f->host->op_name(t->op)/pdde_op_name(t->op)/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)

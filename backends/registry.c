@@ -105,8 +105,13 @@ static void plugin_load(registry_family *f, const char *path) {
     pdde_backend_plugin_fn entry = NULL;
     const pdde_backend_iface *b = NULL;
     if (!(f->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
-        snprintf(f->why, sizeof f->why, "plugin %.400s does not load: %.450s%s", path, dlerror(),
-                 strchr(path, '/') ? "" : " (a name without '/' is looked up on the library path: write ./NAME for a file here)");
+        const char *err = dlerror();
+        /* (a plugin that calls pdde_* itself loads only into programs linking libpdde.so) */
+        snprintf(f->why, sizeof f->why, "plugin %.400s does not load: %.450s%s", path, err,
+                 strstr(err, "undefined symbol: pdde_") ? " (a plugin calls pdde only through the host table its entry receives: host->error, "
+                                                          "host->op_name, ...; backends/README.md, \"Plugins\")"
+                 : strchr(path, '/')                    ? ""
+                                                        : " (a name without '/' is looked up on the library path: write ./NAME for a file here)");
     } else if (!(*(void **)&entry = dlsym(f->dl, PDDE_BACKEND_PLUGIN_ENTRY))) {
         snprintf(f->why, sizeof f->why, "plugin %.400s has no entry symbol %s (backends/README.md)", path, PDDE_BACKEND_PLUGIN_ENTRY);
     } else if ((plugin_decline_reason[0] = 0, !(b = entry(&host)))) {

@@ -895,7 +895,8 @@ static pdde_tensor *checking_loss(pdde_graph *g, pdde_tensor *y) {
     return loss;
 }
 
-/* Runs g on device with the case's inputs; reads the tensors of checks. steps > 0: training steps. */
+/* Runs g on device with the case's inputs; reads the tensors of checks. steps > 0: training steps. A device other
+ * than the CPU must run a node of op there (NULL: the table case's op; past the table, any node), else UNSUPPORTED. */
 /* How many nodes of the session run `op` on `device` (op NULL or not an op's name, as "attention": any
  * node that computes there). A device that does not run the op under test gets it moved to the CPU
  * (the fallback), so a case counts for the device only where this is not 0. */
@@ -915,6 +916,9 @@ static int g_moe_elsewhere;
 /* cross_entropy_back nodes of the last run_on's session that compute (lowering's PDDE_FUSE_CE leaves none), and
  * cross-entropies on its device that write dlogits (PDDE_P_CE_DLOGITS: where the device takes the fused form) */
 static int g_ce_back, g_ce_fused;
+/* the ops of the last run_on's session on its device (not the CPU), each once between spaces: a case fails for a
+ * wrong op of the device that runs in its graph, not only for the op it is named after */
+static char g_device_ops[256];
 /* the backends that run the MoE ops on the device: OpenCL, and CUDA with PDDE_CUDA_MOE=1 */
 static bool moe_kernels_on(const char *backend) {
     const char *env = getenv("PDDE_CUDA_MOE");
@@ -927,7 +931,7 @@ static bool rope_kernels_on(const char *backend) {
     return !strcmp(backend, "opencl") || (!strcmp(backend, "cuda") && env && env[0] && strcmp(env, "0") != 0);
 }
 
-static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
+static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, const char *op, int mode, int steps,
                           const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
     memset(out, 0, sizeof *out); /* (freed by the caller whatever happens) */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
@@ -936,15 +940,23 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     pdde_session *s;
     pdde_status st = pdde_session_init(g, &sp, &s);
     if (st) return st;
-    /* (the fused-attention comparison passes case indices past the table: any node counts there) */
-    const char *op = case_index >= 0 && case_index < N_CASES ? cases[case_index].op : NULL;
+    /* (op NULL: a table case's op; the comparisons outside the table name theirs, or NULL: any node counts) */
+    if (!op && case_index >= 0 && case_index < N_CASES) op = cases[case_index].op;
     if (device != 0 && !nodes_on(s, device, op)) {
         pdde_session_free(s);
         /* the op under test would run on the CPU: nothing to compare */
         return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "no %s node runs on device %d: the session left %s to the CPU", op ? op : "", device,
                           op ? "it" : "the graph");
     }
-    g_moe_elsewhere = 0, g_ce_back = 0, g_ce_fused = 0;
+    g_moe_elsewhere = 0, g_ce_back = 0, g_ce_fused = 0, g_device_ops[0] = '\0';
+    for (int i = 0; i < pdde_session_node_count(s) && device != 0; i++) { /* the ops placed on the device, each once */
+        const pdde_tensor *t = pdde_session_node(s, i);
+        char name[40];
+        snprintf(name, sizeof name, " %s ", pdde_op_name(t->op));
+        if (t->device != device || t->op == PDDE_OP_NONE || t->op == PDDE_OP_COPY || strstr(g_device_ops, name)) continue;
+        size_t len = strlen(g_device_ops);
+        snprintf(g_device_ops + len - (len > 0), sizeof g_device_ops - len + (len > 0), "%s", name); /* (" a b c ": each name between spaces) */
+    }
     for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         g_moe_elsewhere += t->op >= PDDE_OP_MOE_TOPK && t->op <= PDDE_OP_MOE_AUX_LOSS_BACK && t->device != device;
@@ -969,18 +981,10 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     /* the session put the nodes there because the device's supports_op took them: a device that then says it
      * does not run one fails every step of a training run, so it is a failure, not an op it does not run */
     if (st == PDDE_ERR_UNSUPPORTED && device != 0) {
-        char why[512], taken[256] = "";
+        char why[512];
         snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
-        for (int i = 0; i < pdde_session_node_count(s); i++) { /* the ops placed there, each once */
-            const pdde_tensor *t = pdde_session_node(s, i);
-            char name[40];
-            snprintf(name, sizeof name, " %s ", pdde_op_name(t->op));
-            if (t->device != device || t->op == PDDE_OP_NONE || t->op == PDDE_OP_COPY || strstr(taken, name)) continue;
-            size_t len = strlen(taken);
-            snprintf(taken + len - (len > 0), sizeof taken - len + (len > 0), "%s", name); /* (" a b c ": each name between spaces) */
-        }
         st = pdde_error(ctx, PDDE_ERR_BACKEND, "device %d's supports_op took the nodes of ops [%s], but running them returned UNSUPPORTED (%s)",
-                        device, taken, why);
+                        device, g_device_ops, why);
     }
     if (st == PDDE_OK && perf_s) {
         for (int k = 0; k < 2 && st == PDDE_OK; k++) st = pdde_session_run(s, (pdde_run_mode)mode); /* warm */
@@ -1086,7 +1090,7 @@ static void lowp_bias_model_check(const options *o, pdde_graph *g, int ci, const
     results rounded;
     pdde_dtype dt = (pdde_dtype)cases[ci].p[5];
     g_bias_rounded = dt;
-    pdde_status st = run_on(o->ctx, g, 0, ci, PDDE_RUN_FORWARD, 1, checks, 1, &rounded, NULL, 0);
+    pdde_status st = run_on(o->ctx, g, 0, ci, NULL, PDDE_RUN_FORWARD, 1, checks, 1, &rounded, NULL, 0);
     g_bias_rounded = PDDE_F32;
     double e = st || rounded.n < 1 ? INFINITY : nmse(rounded.v[0], ref->v[0], rounded.len[0]), tol = case_tolerance(&cases[ci]);
     CHECK(e > 0 && e <= tol, "%s: the bias rounded to %s moves the output by an NMSE of %.3g, not in (0, %.3g]", label, pdde_dtype_name(dt), e,
@@ -1175,7 +1179,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         double sec = 0, bytes, flops;
         results r;
         graph_traffic(g, &bytes, &flops);
-        pdde_status st = run_on(o->ctx, g, device, ci, run_mode, steps, checks, n_checks, &r, &sec, 5);
+        pdde_status st = run_on(o->ctx, g, device, ci, NULL, run_mode, steps, checks, n_checks, &r, &sec, 5);
         results_free(&r);
         if (st) printf("%-10s %-44s %-5s error %s\n", props.backend, label, what, pdde_last_error(o->ctx));
         else if (flops > 0) printf("%-10s %-44s %-5s %9.3f ms %9.2f GFLOP/s\n", props.backend, label, what, sec * 1e3, flops / sec * 1e-9);
@@ -1185,14 +1189,14 @@ static void run_case(const options *o, int ci, int device, int mode) {
     }
     results ref, got;
     double t_case = now_s();
-    pdde_status st = run_on(o->ctx, g, 0, ci, run_mode, steps, checks, n_checks, &ref, NULL, 0);
+    pdde_status st = run_on(o->ctx, g, 0, ci, NULL, run_mode, steps, checks, n_checks, &ref, NULL, 0);
     if (st) {
         CHECK(0, "%s %s: cpu reference failed: %s (%s)", label, what, pdde_status_str(st), pdde_last_error(o->ctx));
         results_free(&ref);
         pdde_graph_free(g);
         return;
     }
-    st = run_on(o->ctx, g, device, ci, run_mode, steps, checks, n_checks, &got, NULL, 0);
+    st = run_on(o->ctx, g, device, ci, NULL, run_mode, steps, checks, n_checks, &got, NULL, 0);
     if (st == PDDE_ERR_UNSUPPORTED && (!o->strict || (c->build == b_rope && !rope_kernels_on(props.backend)))) {
         n_unsupported++; /* the device does not run this op: a partial backend (its fallback is tested elsewhere) */
         if (o->verbose) printf("  %-10s %-44s %-5s not supported (runs on the CPU)\n", props.backend, label, what);
@@ -1206,8 +1210,8 @@ static void run_case(const options *o, int ci, int device, int mode) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
             if (e > worst || k == 0) worst = e, worst_name = got.t[k]->name;
         }
-        CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g (%.4g times the bound)", label, what, props.backend, worst_name, worst, tol,
-              worst / tol);
+        CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g (%.4g times the bound); ops run on the device: [%s]", label, what, props.backend,
+              worst_name, worst, tol, worst / tol, g_device_ops);
         /* (the built-in GPU backends take the fused form; a plugin may not, and then runs the two apart) */
         bool builtin_gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
         if ((c->build == b_cross_entropy_fused || c->build == b_cross_entropy_staged) && mode == 1 && (builtin_gpu || g_ce_fused))
@@ -1260,10 +1264,10 @@ static pdde_tensor *attention_graph(pdde_graph *g, const int64_t *s, bool fused,
 
 /* The unfused reference graph gu on the CPU, then the fused graph gf on `device`, both from the inputs
  * of case ci (by leaf name): their n checked tensors into *ref and *got (got zeroed when ref fails). */
-static pdde_status run_fused_and_reference(const options *o, pdde_graph *gf, pdde_graph *gu, int device, int ci,
+static pdde_status run_fused_and_reference(const options *o, pdde_graph *gf, pdde_graph *gu, int device, int ci, const char *op,
                                            const pdde_tensor **cf, const pdde_tensor **cu, int n, results *got, results *ref) {
-    pdde_status st = run_on(o->ctx, gu, 0, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cu, n, ref, NULL, 0);
-    if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cf, n, got, NULL, 0);
+    pdde_status st = run_on(o->ctx, gu, 0, ci, op, PDDE_RUN_FORWARD_BACKWARD, 1, cu, n, ref, NULL, 0);
+    if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, op, PDDE_RUN_FORWARD_BACKWARD, 1, cf, n, got, NULL, 0);
     else memset(got, 0, sizeof *got);
     return st;
 }
@@ -1305,7 +1309,8 @@ static void each_attention_case(const options *o, int device, const char *form, 
     pdde_device_props props;
     pdde_device_get_props(o->ctx, device, &props);
     static const pdde_dtype dtypes[3] = {PDDE_F32, PDDE_BF16, PDDE_F16};
-    bool gpu = strcmp(props.backend, "cpu") != 0;
+    /* (PDDE_ATTENTION chooses among the built-in GPU backends' paths; a plugin's attention has one) */
+    bool gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
     const char *cuda_was = getenv("PDDE_CUDA_ATTENTION");
     char *cuda_saved = cuda_was ? strdup(cuda_was) : NULL;
     unsetenv("PDDE_CUDA_ATTENTION");
@@ -1348,7 +1353,14 @@ static void fused_attention_case(const options *o, int device, const int64_t *s,
     CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && has_fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
     CHECK(attention_reads(gf, dt), "%s: the attention nodes do not read %s q, k, v", label, pdde_dtype_name(dt));
     results got, ref;
-    pdde_status st = run_fused_and_reference(o, gf, gu, device, 1000 + si, cf, cu, 4, &got, &ref);
+    pdde_status st = run_fused_and_reference(o, gf, gu, device, 1000 + si, "attention", cf, cu, 4, &got, &ref);
+    if (st == PDDE_ERR_UNSUPPORTED && !o->strict) { /* (a plugin that does not run attention: it runs on the CPU) */
+        n_unsupported++;
+        if (o->verbose) printf("  %-72s not supported (runs on the CPU)\n", label);
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+        return;
+    }
     CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
     const char *names[4] = {"output", cu[1]->name, cu[2]->name, cu[3]->name};
     if (st == PDDE_OK) check_attention_results(o, label, &got, &ref, names, 4, 3, s, dt); /* (dv exact at T = 1) */
@@ -1393,7 +1405,14 @@ static void packed_attention_case(const options *o, int device, const int64_t *s
     CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && clean, "%s: graphs (fused, no slice or permute): %s",
           label, pdde_last_error(o->ctx));
     results got, ref;
-    pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + si, cf, cu, 2, &got, &ref);
+    pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + si, "attention", cf, cu, 2, &got, &ref);
+    if (st == PDDE_ERR_UNSUPPORTED && !o->strict) { /* (a plugin that does not run attention: it runs on the CPU) */
+        n_unsupported++;
+        if (o->verbose) printf("  %-72s not supported (runs on the CPU)\n", label);
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+        return;
+    }
     CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
     if (st == PDDE_OK) check_attention_results(o, label, &got, &ref, (const char *const[]){"output", "qkv.grad"}, 2, 2, s, dt);
     results_free(&got), results_free(&ref);
@@ -1673,7 +1692,7 @@ static void test_rope_reference(const options *o, int device) {
         if (pdde_graph_status(g) != PDDE_OK || !w || !x->grad) { pdde_graph_free(g); continue; }
         const pdde_tensor *checks[2] = {y, x->grad};
         results got;
-        pdde_status st = run_on(o->ctx, g, device, 4000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, checks, 2, &got, NULL, 0);
+        pdde_status st = run_on(o->ctx, g, device, 4000 + (int)si, "rope", PDDE_RUN_FORWARD_BACKWARD, 1, checks, 2, &got, NULL, 0);
         if (st == PDDE_ERR_UNSUPPORTED && device != 0 && !rope_kernels_on(props.backend)) { /* (rope runs on the CPU there) */
             n_unsupported++;
             results_free(&got), pdde_graph_free(g);
@@ -1738,7 +1757,13 @@ static void test_fused_bias_gelu(const options *o, int device) {
          * factor): a single element's NMSE up to (2e-5)^2 = 4e-10; over many elements the well-conditioned rest
          * averages it below T_DEF */
         double tol = s[0] * s[1] == 1 ? 1e-9 : T_DEF;
-        pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, cf, cu, 3, &got, &ref);
+        pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, "bias_gelu", cf, cu, 3, &got, &ref);
+        if (st == PDDE_ERR_UNSUPPORTED && !o->strict) { /* (a plugin that does not run bias_gelu) */
+            n_unsupported++;
+            results_free(&got), results_free(&ref);
+            pdde_graph_free(gf), pdde_graph_free(gu);
+            continue;
+        }
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 3; k++) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
@@ -1807,7 +1832,7 @@ static void test_fused_bias_grad(const options *o, int device) {
         CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK, "%s: graphs: %s", label, pdde_last_error(o->ctx));
         results got, ref;
         unsetenv("PDDE_FUSE_BGRAD"), unsetenv("PDDE_FUSE_GRAD");
-        pdde_status st = run_on(o->ctx, gu, 0, 3000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 4, &ref, NULL, 0);
+        pdde_status st = run_on(o->ctx, gu, 0, 3000 + (int)si, NULL, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 4, &ref, NULL, 0);
         setenv("PDDE_FUSE_BGRAD", "1", 1);
         setenv("PDDE_FUSE_GRAD", s[6] ? "1" : "0", 1);
         int fused, sums;
@@ -1820,7 +1845,7 @@ static void test_fused_bias_grad(const options *o, int device) {
             continue;
         }
         CHECK(fused == 1 && sums == 0, "%s: %d fused matmuls on the device (1 expected), %d sum_to left (0 expected)", label, fused, sums);
-        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, 3000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 4, &got, NULL, 0);
+        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, 3000 + (int)si, NULL, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 4, &got, NULL, 0);
         else memset(&got, 0, sizeof got);
         unsetenv("PDDE_FUSE_BGRAD"), unsetenv("PDDE_FUSE_GRAD");
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));

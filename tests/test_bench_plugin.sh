@@ -3,7 +3,7 @@
 # (loaded from PDDE_BACKEND_PLUGINS, and by --plugin), which runs only f32 2-D matmuls and a few elementwise ops. Its
 # figures are its own (strict sessions: nothing timed on the CPU in its place): f32 GEMM points and the
 # elementwise curve, no bf16 GEMM, no attention curve, and one line saying what it does not run; its
-# host <-> device link measured (bandwidth and latency > 0). The file calibrates the toy alone
+# host <-> device link measured (bandwidth and latency > 0), also on a toy that does not run scale. The file calibrates the toy alone
 # (--devices toy): --check names the CPU it left unmeasured and the pdde-bench --devices to run (exit
 # 1), and the planner's error names that cluster device. A toy whose every matmul fails: pdde-bench exits 1 naming
 # the device and the first error, and the planner refuses the file, saying why. Run from the repository root.
@@ -38,6 +38,14 @@ rc=$?
 [ $rc = 0 ] && grep -q "^device 1 (toy:" "$tmp/p.out"
 ok=$?
 check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $ok
+
+# a device that does not run scale (the first op the link's graph tries): its link is measured through add
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_noscale.so" timeout 60 "$build/pdde-bench" --quick --no-comm --devices toy --time-limit 1 \
+    -o "$tmp/noscale.json" >"$tmp/noscale.out" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "): host -> device: latency" "$tmp/noscale.out"
+ok=$?
+check "pdde-bench measures the link of a toy without scale (rc $rc: $(grep -m1 "host <-> device\|host -> device" "$tmp/noscale.out"))" $ok
 
 "$build/pdde-bench" --check "$tmp/toy.json" >"$tmp/check.out" 2>&1
 code=$?

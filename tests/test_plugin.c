@@ -68,11 +68,12 @@ static void test_loader(void) {
  * (host->error(NULL, ...) from its entry), "gave no reason" when it gave none (never another
  * component's last error, planted here first), and the required slot it left NULL, by name. */
 static void test_refusal_reasons(void) {
-    char declines[4200], silent[4200], nosync[4200], list[13000];
+    char declines[4200], silent[4200], nosync[4200], direct[4200], list[17000];
     plugin_path(declines, sizeof declines, "libpdde_toy_declines.so");
     plugin_path(silent, sizeof silent, "libpdde_toy_silent.so");
     plugin_path(nosync, sizeof nosync, "libpdde_toy_nosync.so");
-    snprintf(list, sizeof list, "%s:%s:%s", declines, silent, nosync);
+    plugin_path(direct, sizeof direct, "libpdde_toy_direct.so");
+    snprintf(list, sizeof list, "%s:%s:%s:%s", declines, silent, nosync, direct);
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backend_plugins = list;
     pdde_context *ctx;
@@ -92,6 +93,11 @@ static void test_refusal_reasons(void) {
     st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
     CHECK(st == PDDE_ERR_INVALID_ARG && why && strstr(why, "stream_sync is NULL"), "a NULL required slot is named: %s (%s)",
           pdde_status_str(st), b >= 0 ? why : "not listed");
+    /* (this program links pdde statically: a plugin calling pdde_op_name itself finds no such symbol) */
+    b = family_of(ctx, "libpdde_toy_direct.so");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_UNAVAILABLE && why && strstr(why, "undefined symbol: pdde_op_name") && strstr(why, "through the host table"),
+          "a plugin calling pdde directly is refused, told to use the host table: %s (%s)", pdde_status_str(st), b >= 0 ? why : "not listed");
     pdde_context_free(ctx);
     /* a stale error of this thread's (as a backend that probed and failed leaves one) is not the silent plugin's reason */
     pdde_context *ctx2;

@@ -3,7 +3,8 @@
 # the toy plugin passes its ops (and counts the ones the toy leaves to the CPU as unsupported, not
 # passed), and so with the plugin from PDDE_BACKEND_PLUGINS; a plugin whose devices report another
 # backend, of another vtable version, an unknown --backend or --op fail with a message and a non-zero
-# exit instead of "0 passed"; a wrong mul fails mul's cases only; an op supports_op claims but compute calls
+# exit instead of "0 passed"; a wrong mul fails mul's cases only, each failure listing the ops the device
+# ran; the comparisons of ops the toy does not run (attention, bias_gelu, rope) are counted as not run; an op supports_op claims but compute calls
 # unsupported fails its cases; gpt's LLaMA-style blocks on the toy run a share of the step there, and a wrong mul
 # changes their losses; --help goes to stdout with exit 0.
 # Run from the repository root.
@@ -49,6 +50,19 @@ cases=$(grep -c "^  toy " "$tmp/opmul.log")
 not_mul=$(grep "^  toy " "$tmp/opmul.log" | grep -vc " mul(")
 [ "$cases" -ge 1 ] && [ "$not_mul" -eq 0 ]
 check "--op mul runs mul's cases only ($cases lines, $not_mul of other ops)" $?
+
+# each failure names the ops the device ran in its case (the op a wrong plugin's failures share is the suspect)
+[ "$(grep "^FAIL" "$tmp/badmul.log" | grep -vc "ops run on the device: \[.* mul .*\]")" -eq 0 ]
+rc=$?
+check "each of the wrong mul's failures lists the ops the device ran, mul among them ($(grep -m1 -o "ops run on the device: .*" "$tmp/badmul.log"))" $rc
+
+# the fused attention, bias_gelu and rope comparisons on the toy, which runs none of those ops, are counted as not run,
+# not as passes (the toy runs other nodes of their graphs)
+"$build/test_backend_ops" --plugin "$build/libpdde_toy.so" -v >"$tmp/toyv.log" 2>&1
+compared=$(grep -c "attention .* on toy.* NMSE\|bias_gelu \[.* NMSE\|rope \[.* NMSE" "$tmp/toyv.log")
+[ "$compared" -eq 0 ] && grep -q "fused attention f32 .* not supported (runs on the CPU)" "$tmp/toyv.log"
+rc=$?
+check "the toy's attention, bias_gelu and rope cases are not counted as passes ($compared compared: $(grep -m1 "attention .* NMSE" "$tmp/toyv.log"))" $rc
 
 # a plugin whose supports_op claims gelu but whose compute returns UNSUPPORTED for it: the cases that run gelu on it
 # fail naming the case and the plugin's message (a training run would fail every step), not "ops it does not run"

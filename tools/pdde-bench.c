@@ -560,6 +560,18 @@ static void measure_ps(pdde_context *ctx, pdde_device_spec *sp) {
     free(ids), free(rows);
 }
 
+/* A graph whose input x of n floats is read by a node of form: 0 scale, 1 add, 2 matmul (x as [n/64, 64]):
+ * the link needs x on the device, so its consumer must be an op the device runs (no run happens). */
+enum { LINK_FORMS = 3 };
+static pdde_graph *link_graph(pdde_context *ctx, int64_t n, int form, pdde_tensor **x) {
+    pdde_graph *g = new_graph(ctx);
+    *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){n});
+    if (form == 0) pdde_mark_output(pdde_scale(g, *x, 1.0f));
+    else if (form == 1) pdde_mark_output(pdde_add(g, *x, *x));
+    else pdde_mark_output(pdde_matmul(g, pdde_reshape(g, *x, 2, (int64_t[]){n / 64, 64}), pdde_input(g, "w", PDDE_F32, 2, (int64_t[]){64, 1}), 0, 0));
+    return g;
+}
+
 /* The host -> device link of device (named name): writes of 4 kB and of 64 MB into an input of a session
  * on it, each timed alone (a session write returns once the device's stream has synchronised: the
  * data is there); the bandwidth from the difference, the latency what the small write takes beyond
@@ -569,9 +581,8 @@ static int measure_link(pdde_context *ctx, int device, const char *name, pdde_cl
     double t[2] = {NAN, NAN}, bytes[2] = {4096, 64 << 20};
     char why[512] = "";
     for (int i = 0; i < 2 && !why[0]; i++) {
-        pdde_graph *g = new_graph(ctx);
-        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){(int64_t)bytes[i] / 4});
-        pdde_mark_output(pdde_scale(g, x, 1.0f));
+        pdde_tensor *x = NULL;
+        pdde_graph *g = NULL;
         pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
         sp.device = device;
         sp.no_cpu_fallback = 1; /* (x on the device: its consumer runs there) */
@@ -579,9 +590,15 @@ static int measure_link(pdde_context *ctx, int device, const char *name, pdde_cl
         void *h = calloc(1, (size_t)bytes[i]);
         double v[32];
         int n = 0;
+        pdde_status st = PDDE_ERR_UNSUPPORTED;
+        for (int form = 0; form < LINK_FORMS && h && st == PDDE_ERR_UNSUPPORTED; form++) { /* (the first the device runs) */
+            pdde_graph_free(g);
+            g = link_graph(ctx, (int64_t)bytes[i] / 4, form, &x);
+            if (!(st = pdde_graph_status(g))) st = pdde_session_init(g, &sp, &s);
+        }
         if (!h) snprintf(why, sizeof why, "out of memory for %.0f bytes", bytes[i]);
-        else if (pdde_graph_status(g) || pdde_session_init(g, &sp, &s) || pdde_session_write(s, x, h, (size_t)bytes[i]) /* (warm-up) */)
-            snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
+        else if (st || pdde_session_write(s, x, h, (size_t)bytes[i]) /* (warm-up) */)
+            snprintf(why, sizeof why, "%s%s", pdde_last_error(ctx), st == PDDE_ERR_UNSUPPORTED ? " (the device runs none of scale, add, matmul)" : "");
         for (double end = bench_now() + budget_s; !why[0] && n < 32 && (n < 3 || bench_now() < end);) {
             double t0 = bench_now();
             if (pdde_session_write(s, x, h, (size_t)bytes[i])) snprintf(why, sizeof why, "%s", pdde_last_error(ctx));
