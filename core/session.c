@@ -1753,6 +1753,10 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (pdde_tensor_numel(t) == 0) return PDDE_OK;
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
+    if (st == PDDE_ERR_UNSUPPORTED) /* (its supports_op took the node at session init: the backend contradicts itself) */
+        return pdde_error(s->ctx, st, "session: node %s (op %s) on device %d: the backend's compute refused a node its supports_op accepted "
+                          "(the backend must say no in supports_op, so that the node runs on the CPU): %s", t->name, pdde_op_name(t->op), t->device,
+                          pdde_last_error(s->ctx));
     /* timing an asynchronous device needs its stream drained; only when profiling */
     if ((s->profile || (s->trace && !s->devprof)) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;

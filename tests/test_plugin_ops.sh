@@ -65,10 +65,11 @@ rc=$?
 check "the toy's attention, bias_gelu and rope cases are not counted as passes ($compared compared: $(grep -m1 "attention .* NMSE" "$tmp/toyv.log"))" $rc
 
 # a plugin whose supports_op claims gelu but whose compute returns UNSUPPORTED for it: the cases that run gelu on it
-# fail naming the case and the plugin's message (a training run would fail every step), not "ops it does not run"
+# fail naming the case, the node, the contradiction and the plugin's message (a training run would fail every step),
+# not "ops it does not run"
 "$build/test_backend_ops" --plugin "$build/libpdde_toy_claims_gelu.so" >"$tmp/gelu.log" 2>&1
 code=$?
-[ $code -ne 0 ] && grep -q "^FAIL.* gelu(.*supports_op took the nodes of ops \[.*gelu.*UNSUPPORTED (toy: op gelu is not supported)" "$tmp/gelu.log"
+[ $code -ne 0 ] && grep -q "^FAIL.* gelu(.*supports_op took the nodes of ops \[.*gelu.*UNSUPPORTED (session: node gelu\.[0-9]* (op gelu) on device [0-9]*: the backend's compute refused a node its supports_op accepted .*: toy: op gelu is not supported)" "$tmp/gelu.log"
 rc=$?
 check "a claimed op whose compute says UNSUPPORTED fails its cases (exit $code: $(grep -m1 '^FAIL.* gelu(' "$tmp/gelu.log"))" $rc
 
