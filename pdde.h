@@ -122,7 +122,8 @@ typedef struct {
                              the cores there), else all online cores; at most 4 per online core (more are
                              capped, with a message on stderr) */
     uint64_t seed;        /* seed of the context RNG (initial weights); 0 = 1234 */
-    int log_level;        /* 0 = errors only (default), 1 = info, 2 = debug */
+    int log_level;        /* what this context adds to the log (pdde_log_set): 0 = warnings and info (default),
+                             1 = also how the pipeline was sized, 2 = also every error raised */
     /* Out-of-tree backends, tried after the built-in ones (the registry is fixed for the context). */
     const pdde_backend_iface *const *extra_backends;
     int n_extra_backends;
@@ -156,6 +157,15 @@ pdde_status pdde_error(pdde_context *ctx, pdde_status status, const char *fmt, .
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* What the library says on its own, a line at a time (no newline): warnings (a node moved to the CPU,
+ * a setting it could not honour, a bad environment value), info (elastic changes, the PDDE_PROFILE
+ * report, where a trace went) and debug (every error, under log_level 2). By default each line goes to
+ * stderr; pdde_log_set sends them to fn instead (NULL: stderr again). Process-wide, as the environment
+ * variables are. fn is called from any of the library's threads, one line at a time (never two at
+ * once), and must not call pdde itself. */
+typedef enum { PDDE_LOG_WARN = 0, PDDE_LOG_INFO = 1, PDDE_LOG_DEBUG = 2 } pdde_log_level;
+typedef void (*pdde_log_fn)(pdde_log_level level, const char *line, void *user);
+void pdde_log_set(pdde_log_fn fn, void *user);
 
 /* ---------------------------------------------------------------------------------------------------
  * Data types. Parameters, gradients and optimizer state are f32; matmuls and attention also compute in

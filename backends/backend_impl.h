@@ -101,6 +101,11 @@ PDDE_PRIVATE void error_vset(pdde_context *ctx, const char *fmt, va_list ap);
 PDDE_PRIVATE void error_clear(pdde_context *ctx);
 PDDE_PRIVATE uint64_t error_count(void);
 PDDE_PRIVATE const char *error_here(void);
+/* base.c: a line of the library's log (pdde_log_set), formatted (a trailing newline dropped) */
+#define PDDE_HAS_LOG 1
+PDDE_PRIVATE void pdde_log(pdde_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ... and each line of text (a report written to a memory stream) */
+PDDE_PRIVATE void pdde_log_lines(pdde_log_level level, const char *text);
 
 /* env_values.c: the library's tuning variables, one policy for every layer. Unset or empty: the default
  * (*out = dflt, false). A value that parses whole within [lo, hi]: it (true). Anything else: the default,

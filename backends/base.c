@@ -74,7 +74,41 @@ PDDE_PRIVATE void error_vset(pdde_context *ctx, const char *fmt, va_list ap) {
     pthread_mutex_lock(&ctx->error_lock);
     memcpy(ctx->last_error, text, sizeof text);
     pthread_mutex_unlock(&ctx->error_lock);
-    if (ctx->log_level >= 2) fprintf(stderr, "pdde: %s\n", text);
+    if (ctx->log_level >= 2) pdde_log(PDDE_LOG_DEBUG, "pdde: %s", text);
+}
+
+/* The log's sink, under a lock that each line holds while it is written: lines of several threads never
+ * interleave, and a sink set anew is never called with the old one's argument */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static pdde_log_fn log_fn;
+static void *log_user;
+
+void pdde_log_set(pdde_log_fn fn, void *user) {
+    pthread_mutex_lock(&log_lock);
+    log_fn = fn, log_user = user;
+    pthread_mutex_unlock(&log_lock);
+}
+
+PDDE_PRIVATE void pdde_log(pdde_log_level level, const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n') line[n - 1] = 0;
+    pthread_mutex_lock(&log_lock);
+    if (log_fn) log_fn(level, line, log_user);
+    else fprintf(stderr, "%s\n", line);
+    pthread_mutex_unlock(&log_lock);
+}
+
+PDDE_PRIVATE void pdde_log_lines(pdde_log_level level, const char *text) {
+    for (const char *p = text; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        pdde_log(level, "%.*s", (int)n, p);
+        p += n + (p[n] == '\n');
+    }
 }
 
 PDDE_PRIVATE void error_clear(pdde_context *ctx) {

@@ -403,7 +403,7 @@ static void pcu_graph_refuse(pcu_dev *d, const char *why, pcu_result r) {
     if (d->fam->cu.GetErrorName) d->fam->cu.GetErrorName(r, &name);
     d->graph_on = 0;
     if (!atomic_exchange(&said, 1))
-        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 but %s%s%s%s: steps run without graph capture\n", why, r ? " (" : "",
+        pdde_log(PDDE_LOG_WARN, "pdde: cuda: PDDE_CUDA_GRAPH=1 but %s%s%s%s: steps run without graph capture\n", why, r ? " (" : "",
                 r ? (name ? name : "?") : "", r ? ")" : "");
 }
 
@@ -483,7 +483,7 @@ static void pclt_load(pcu_family *f) {
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        if (asked == 1) fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
+        if (asked == 1) pdde_log(PDDE_LOG_WARN, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
         return;
     }
     pclt_api a = {.lib = lib};
@@ -501,7 +501,7 @@ static void pclt_load(pcu_family *f) {
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *p = dlsym(lib, syms[i].name);
         if (!p) {
-            fprintf(stderr, "pdde: cuda: libcublasLt lacks %s: matmul epilogues run as separate kernels\n", syms[i].name);
+            pdde_log(PDDE_LOG_WARN, "pdde: cuda: libcublasLt lacks %s: matmul epilogues run as separate kernels\n", syms[i].name);
             dlclose(lib);
             return;
         }
@@ -521,7 +521,7 @@ static void pclt_plan_free(const pclt_api *a, pclt_plan *p) {
 static void pclt_device_close(pcu_dev *d) {
     const pclt_api *a = &d->fam->lt;
     if (d->lt_cache && d->lt_cache->replaced)
-        fprintf(stderr, "pdde: cuda: cublasLt: %lld plans made for %lld matmuls, %lld in place of others (more problems than %d)\n",
+        pdde_log(PDDE_LOG_INFO, "pdde: cuda: cublasLt: %lld plans made for %lld matmuls, %lld in place of others (more problems than %d)\n",
                 d->lt_cache->made, d->lt_calls, d->lt_cache->replaced, PGD_GEMM_PLANS);
     for (int i = 0; d->lt_cache && i < d->lt_cache->n; i++) pclt_plan_free(a, &d->lt_plans[i]);
     free(d->lt_plans), free(d->lt_cache);
@@ -599,7 +599,7 @@ static void pclt_note_none(const pclt_plan *p, const char *epilogue, pdde_dtype 
                            int64_t K, int64_t batch, const uint32_t align[4], int has_bias, const char *instead) {
     static atomic_int notes;
     if (atomic_fetch_add(&notes, 1) >= PCLT_NOTES) return;
-    fprintf(stderr, "pdde: cuda: cublasLt has no algorithm for the %lldx%lldx%lld %s -> %s matmul (ta %d tb %d batch %lld, %s epilogue%s; "
+    pdde_log(PDDE_LOG_WARN, "pdde: cuda: cublasLt has no algorithm for the %lldx%lldx%lld %s -> %s matmul (ta %d tb %d batch %lld, %s epilogue%s; "
                     "aligned A %u B %u D %u bias %u bytes; heuristic status %d): %s\n", (long long)M, (long long)N, (long long)K,
             pdde_dtype_name(dt), pdde_dtype_name(ddt), ta, tb, (long long)batch, epilogue, has_bias ? " with a bias" : "", align[1], align[0],
             align[2], has_bias ? align[3] : 0, p->heuristic_status, instead);
@@ -652,7 +652,7 @@ static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size
     if (scratch) cu->StreamSynchronize(s->s), cu->MemFree(scratch);
     if (best < 0) return;
     p->algo = p->cand[best], p->workspace = p->cand_ws[best];
-    fprintf(stderr, "pdde: cuda: cublasLt %s %lldx%lldx%lld: %d candidates, fastest #%d %.4f ms, first %.4f ms\n", what, (long long)M,
+    pdde_log(PDDE_LOG_INFO, "pdde: cuda: cublasLt %s %lldx%lldx%lld: %d candidates, fastest #%d %.4f ms, first %.4f ms\n", what, (long long)M,
             (long long)N, (long long)K, p->n_cand, best, ms[best] / PCLT_TUNE_RUNS, ms[0] >= 0 ? ms[0] / PCLT_TUNE_RUNS : -1.0f);
 }
 
@@ -673,7 +673,7 @@ static void pclt_workspace(pcu_dev *d, pcu_stream *s) {
     const char *name = NULL;
     if (d->fam->cu.GetErrorName) d->fam->cu.GetErrorName(r, &name);
     if (!atomic_exchange(&said, 1))
-        fprintf(stderr, "pdde: cuda: cublasLt's workspace of %zu MiB for a stream could not be allocated (%s): that stream's fused matmuls "
+        pdde_log(PDDE_LOG_WARN, "pdde: cuda: cublasLt's workspace of %zu MiB for a stream could not be allocated (%s): that stream's fused matmuls "
                         "take algorithms without one, or separate kernels\n", d->lt_workspace_want >> 20, name ? name : "?");
 }
 
@@ -746,7 +746,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     int st = pclt_run(d, p, &c, &p->algo, s);
     if (st != 0) {
         p->ok = 0; /* (the generic path from now on, for this shape) */
-        fprintf(stderr, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
+        pdde_log(PDDE_LOG_WARN, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
                 (long long)M, (long long)N, (long long)K);
         return 1;
     }
@@ -782,7 +782,7 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
     int st = pclt_run(d, p, &c, &p->algo, s);
     if (st != 0) {
         p->ok = 0;
-        fprintf(stderr, "pdde: cuda: cublasLtMatmul (BGRADA) failed (status %d) on a %lldx%lldx%lld matmul: its bias gradient runs as a "
+        pdde_log(PDDE_LOG_WARN, "pdde: cuda: cublasLtMatmul (BGRADA) failed (status %d) on a %lldx%lldx%lld matmul: its bias gradient runs as a "
                         "separate kernel\n", st, (long long)M, (long long)N, (long long)K);
         return 1;
     }
@@ -834,7 +834,7 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     int st = pclt_run(d, p, &c, &p->algo, s);
     if (st != 0) {
         p->ok = 0;
-        fprintf(stderr, "pdde: cuda: cublasLtMatmul (%s) failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n",
+        pdde_log(PDDE_LOG_WARN, "pdde: cuda: cublasLtMatmul (%s) failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n",
                 act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", st, (long long)M, (long long)N, (long long)K);
         return 1;
     }
@@ -1039,13 +1039,13 @@ static pdde_status pcu_load_module(pcu_dev *d) {
             const char *name = NULL;
             f->cu.GetErrorName(r, &name);
             if (!atomic_exchange(&said, 1))
-                fprintf(stderr, "pdde: cuda: the compute_80 kernels did not load on %s (%s, %d): the compute_75 ones run, "
+                pdde_log(PDDE_LOG_WARN, "pdde: cuda: the compute_80 kernels did not load on %s (%s, %d): the compute_75 ones run, "
                                 "without the tiled attention: %.300s\n", in->name, name ? name : "?", r, elog);
         }
     } else {
         static atomic_int said;
         if (!atomic_exchange(&said, 1))
-            fprintf(stderr, "pdde: cuda: %s (compute capability %d.%d) has no bf16 tensor cores: the tiled attention does "
+            pdde_log(PDDE_LOG_WARN, "pdde: cuda: %s (compute capability %d.%d) has no bf16 tensor cores: the tiled attention does "
                             "not run there\n", in->name, in->cc_major, in->cc_minor);
     }
     if (r != PCU_SUCCESS) r = pcu_load_ptx(d, pdde_cuda_ptx_parts, elog, sizeof elog);
@@ -1118,7 +1118,7 @@ static void pcu_device_close(void *dev) {
     if (!d) return;
     pcu_family *f = d->fam;
     if (d->graph_captures)
-        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 on %s: %lld segments captured (%lld not kept), %lld replayed (%lld kernels patched), "
+        pdde_log(PDDE_LOG_INFO, "pdde: cuda: PDDE_CUDA_GRAPH=1 on %s: %lld segments captured (%lld not kept), %lld replayed (%lld kernels patched), "
                         "%lld fell back\n", f->info[d->index].name, d->graph_captures, d->graph_discards, d->graph_replays, d->graph_patches,
                 d->graph_fallbacks);
     if (d->cu_ctx) {
@@ -1778,7 +1778,7 @@ static int pcu_graph_flush(pcu_dev *d, pcu_stream *s) {
         else {
             static atomic_int said;
             if (s->patch_failed && !atomic_exchange(&said, 1))
-                fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1: a step's per-step kernel arguments cannot be patched in its graph (%s): "
+                pdde_log(PDDE_LOG_WARN, "pdde: cuda: PDDE_CUDA_GRAPH=1: a step's per-step kernel arguments cannot be patched in its graph (%s): "
                                 "such segments run captured anew\n", G->GetCaptureInfo && G->KernelNodeSetParams ? "a capture's node was not found"
                                 : "the driver lacks cuStreamGetCaptureInfo_v2 or cuGraphExecKernelNodeSetParams");
             G->ExecDestroy(ex), G->Destroy(gr);

@@ -32,7 +32,7 @@ PDDE_PRIVATE void pdde_env_warn(const char *name, const char *value, const char 
     for (int i = 0; i < env_n_said && !said; i++) said = env_said[i] == key;
     if (!said && env_n_said < ENV_SAID_MAX) env_said[env_n_said++] = key;
     pthread_mutex_unlock(&env_said_lock);
-    if (!said) fprintf(stderr, "pdde: %s=\"%s\": expected %s; using the default, %s\n", name, value, expected, used);
+    if (!said) pdde_log(PDDE_LOG_WARN, "pdde: %s=\"%s\": expected %s; using the default, %s\n", name, value, expected, used);
 }
 
 PDDE_PRIVATE bool pdde_env_int(const char *name, long dflt, long lo, long hi, long *out) {

@@ -1112,13 +1112,17 @@ static pgd_ptr pgd_update_shadow(const pdde_tensor *u, int32_t *sdt) {
     return *sdt ? pgd_ptr_of(u->src[u->nsrc - 1]) : pgd_null;
 }
 
-/* A line on stderr, once per process for each `which` (a notice, not an error: nothing failed). */
+/* A line of the log, once per process for each `which` (a notice, not an error: nothing failed). */
 static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c) {
     static atomic_int said;
     if (atomic_fetch_or(&said, 1 << which) & (1 << which)) return;
-    fprintf(stderr, "pdde: ");
-    fprintf(stderr, fmt, a, b, c);
-    fputc('\n', stderr);
+    char line[512];
+    snprintf(line, sizeof line, fmt, a, b, c);
+#ifdef PDDE_HAS_LOG /* (in the library; a test or benchmark including this header alone writes to stderr) */
+    pdde_log(PDDE_LOG_WARN, "pdde: %s", line);
+#else
+    fprintf(stderr, "pdde: %s\n", line);
+#endif
 }
 
 static const char *const pgd_att_names[PGD_ATT_COUNT] = {"rows", "unfused", "flash", "flash2"};

@@ -130,7 +130,7 @@ static void plugin_load(registry_family *f, const char *path) {
         f->status = PDDE_OK;
         return;
     }
-    fprintf(stderr, "pdde: %s\n", f->why);
+    pdde_log(PDDE_LOG_WARN, "pdde: %s\n", f->why);
 }
 #endif
 
@@ -202,7 +202,7 @@ PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_par
         for (int d = 0; d < n_dev && f->dl; d++) { /* (a plugin's devices must carry its name: selection goes by it) */
             pdde_device_props props = {0};
             if (f->iface->device_props(f->family, d, &props) == PDDE_OK && strncmp(props.backend, f->iface->name, sizeof props.backend)) {
-                fprintf(stderr, "pdde: plugin backend %.64s: its device %d says backend '%.16s' (device_props.backend must be the backend's "
+                pdde_log(PDDE_LOG_WARN, "pdde: plugin backend %.64s: its device %d says backend '%.16s' (device_props.backend must be the backend's "
                                 "name): a choice of device by backend name will not find it\n", f->iface->name, d, props.backend);
                 break;
             }

@@ -871,7 +871,7 @@ static pdde_status ps_auto_checkpoint(pdde_ps_server *s, int64_t step, bool forc
          * so the file, written after, holds them all */
         int64_t held = ps_step(s->table);
         if ((st = pdde_ps_table_save(s->table, s->ckpt_path)))
-            fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx));
+            pdde_log(PDDE_LOG_WARN, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx));
         else {
             s->ckpt_step = held;
             if (!holds_lock) pthread_mutex_lock(&s->lock); /* (a sync round closes under it) */
@@ -1141,7 +1141,7 @@ static pdde_status ps_handle(ps_run *run, int i, ps_hdr h, bool *holding) {
         char path[4096];
         pdde_ps_shard_path(path, sizeof path, (const char *)ids, s->index, s->p.n_servers);
         pdde_status sa = pdde_ps_table_save(s->table, path);
-        if (sa) fprintf(stderr, "pdde ps server %d: %s\n", s->index, pdde_last_error(s->ctx));
+        if (sa) pdde_log(PDDE_LOG_WARN, "pdde ps server %d: %s\n", s->index, pdde_last_error(s->ctx));
         st = ps_reply(comm, peer, h.req, sa, 0);
         break;
     }

@@ -193,7 +193,7 @@ static void store_log(pdde_store_server *srv, const char *fmt, ...)
 static void store_log(pdde_store_server *srv, const char *fmt, ...) {
     double now = comm_now();
     if (now - srv->log_window > 10) {
-        if (srv->log_dropped) fprintf(stderr, "pdde store: (%d more messages suppressed)\n", srv->log_dropped);
+        if (srv->log_dropped) pdde_log(PDDE_LOG_WARN, "pdde store: (%d more messages suppressed)\n", srv->log_dropped);
         srv->log_window = now;
         srv->log_lines = srv->log_dropped = 0;
     }
@@ -203,7 +203,7 @@ static void store_log(pdde_store_server *srv, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "pdde store (port %d): %s\n", srv->port, msg);
+    pdde_log(PDDE_LOG_WARN, "pdde store (port %d): %s\n", srv->port, msg);
 }
 
 static store_kv *store_find(pdde_store_server *srv, const void *key, size_t klen) {

@@ -394,7 +394,7 @@ static pdde_status ucx_accept(void *lp, void **recv_comm) {
     if (!ok || !grown) {
         if (ok) { free(hello); return PDDE_ERR_OOM; }
         if (tr->refused++ < 10)
-            fprintf(stderr, "pdde: ucx: refused a connection that did not prove the job secret (pid %d)\n", (int)getpid());
+            pdde_log(PDDE_LOG_WARN, "pdde: ucx: refused a connection that did not prove the job secret (pid %d)\n", (int)getpid());
         free(hello);
         return PDDE_OK;
     }

@@ -23,7 +23,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     /* more threads than this only contend for the cores, and thousands exhaust the process's thread
      * limit (device runtimes started later then fail to start their own) */
     if (ctx->n_threads > PDDE_THREADS_PER_CORE * cores) {
-        fprintf(stderr, "pdde: %d threads asked for; using %ld (%d per online core, %ld cores)\n", ctx->n_threads,
+        pdde_log(PDDE_LOG_WARN, "pdde: %d threads asked for; using %ld (%d per online core, %ld cores)\n", ctx->n_threads,
                 PDDE_THREADS_PER_CORE * cores, PDDE_THREADS_PER_CORE, cores);
         ctx->n_threads = (int)(PDDE_THREADS_PER_CORE * cores);
     }

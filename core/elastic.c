@@ -222,7 +222,7 @@ static void elastic_renew(pdde_elastic *e) {
         }
     } else if (st == PDDE_ERR_PEER_LOST && e->etcd && !elastic_stalled(e)) {
         if (!atomic_load(&e->reregister))
-            fprintf(stderr, "elastic: member %d: the store ended its lease of %.3g s while the process ran and the store did not "
+            pdde_log(PDDE_LOG_WARN, "elastic: member %d: the store ended its lease of %.3g s while the process ran and the store did not "
                     "answer (down, frozen or cut off): it registers again and goes on\n", e->id, e->lease_s);
         st = elastic_register_again(e);
         if (st == PDDE_OK) atomic_store(&e->renewed_ok_at, elastic_now()), e->withdraw_again = 4;
@@ -451,7 +451,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     }
     const char *hold = getenv("PDDE_TEST_ELASTIC_HOLD"); /* (tests: a member killed before it registers; up to 60 s) */
     if (hold && *hold && atoi(hold) == e->id && !joiner) {
-        fprintf(stderr, "elastic: member %d holds before it registers (PDDE_TEST_ELASTIC_HOLD)\n", e->id);
+        pdde_log(PDDE_LOG_INFO, "elastic: member %d holds before it registers (PDDE_TEST_ELASTIC_HOLD)\n", e->id);
         for (double until = elastic_now() + 60; elastic_now() < until;) elastic_sleep(0.05);
     }
     snprintf(key, sizeof key, "%s/dead/%d", e->job, e->id);
@@ -570,7 +570,7 @@ static int elastic_exchange_end(pdde_elastic *e, elastic_snapshot *sn, int wait)
             st = pdde_comm_wait(sn->reqs[k], left > 0.001 ? left : 0.001);
             done = 1;
             if (st == PDDE_ERR_TIMEOUT) {
-                fprintf(stderr, "elastic: rank %d: the peer copy of step %lld's snapshot %s rank %d did not complete within %.3g s "
+                pdde_log(PDDE_LOG_WARN, "elastic: rank %d: the peer copy of step %lld's snapshot %s rank %d did not complete within %.3g s "
                         "while no member was known lost: the members are out of step; the world re-forms\n", e->rank,
                         (long long)sn->step, k ? "to" : "from", k ? (e->rank + 1) % e->n_members : (e->rank + e->n_members - 1) % e->n_members,
                         bound);
@@ -866,7 +866,7 @@ static int elastic_test_lag(pdde_elastic *e, int64_t step) {
  * thread, stays up), then renews, which the store refuses. */
 static void elastic_test_stall(pdde_elastic *e, int64_t step) {
     if (!elastic_test_hook_at(e, "PDDE_TEST_ELASTIC_STALL", step)) return;
-    fprintf(stderr, "elastic: member %d stalls %.3g s at step %lld (PDDE_TEST_ELASTIC_STALL)\n", e->id, 2 * e->lease_s + 0.5,
+    pdde_log(PDDE_LOG_INFO, "elastic: member %d stalls %.3g s at step %lld (PDDE_TEST_ELASTIC_STALL)\n", e->id, 2 * e->lease_s + 0.5,
             (long long)step);
     atomic_store(&e->mute, 1);
     elastic_sleep(2 * e->lease_s + 0.5);
@@ -1396,7 +1396,7 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
         double dt = elastic_now() - e->change_t0;
         snprintf(e->line, sizeof e->line, "elastic: %s; re-plan %d -> %d ranks: %s; resumed at step %lld in %.2f s", e->what, e->old_size,
                  e->n_members, plan && *plan ? plan : "(same plan)", (long long)e->resume_step, dt);
-        if (e->rank == 0) fprintf(stderr, "%s\n", e->line);
+        if (e->rank == 0) pdde_log(PDDE_LOG_INFO, "%s\n", e->line);
         e->changing = 0, e->joined = 0;
         e->stats.changes++, e->stats.last_recover_s = dt;
         return PDDE_OK;
@@ -1432,7 +1432,7 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
     double dt = elastic_now() - e->change_t0;
     snprintf(e->line, sizeof e->line, "elastic: %s; re-plan %d -> %d ranks: %s; resumed at step %lld in %.2f s", e->what, e->old_size,
              e->n_members, plan && *plan ? plan : "(same plan)", (long long)sn->step, dt);
-    if (e->rank == 0) fprintf(stderr, "%s\n", e->line);
+    if (e->rank == 0) pdde_log(PDDE_LOG_INFO, "%s\n", e->line);
     e->changing = 0, e->joined = 0;
     e->stats.changes++, e->stats.last_recover_s = dt;
     return PDDE_OK;

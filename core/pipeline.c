@@ -154,7 +154,7 @@ static void pipe_size(pdde_pipeline *pl, const char *source) {
     }
     if (len < cap) snprintf(b + len, cap - len, "; predicted %.3g ms per batch (the slowest stage per worker), %.3g ms in turn", 1e3 * slowest, 1e3 * in_turn);
     pl->sized = true;
-    if (pl->ctx->log_level >= 1) fprintf(stderr, "pdde: pipeline sized from %s\n", b);
+    if (pl->ctx->log_level >= 1) pdde_log(PDDE_LOG_INFO, "pdde: pipeline sized from %s\n", b);
 }
 
 typedef struct {

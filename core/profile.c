@@ -160,7 +160,7 @@ static pdde_status profile_open(pdde_session *s) {
         if (!profile_can_time(s->devs[d].iface)) without = s->devs[d].iface->name;
     }
     if (!any || without) {
-        fprintf(stderr, "pdde: PDDE_PROFILE=device: the %s backend cannot time on the device; timing on the host, synchronising "
+        pdde_log(PDDE_LOG_WARN, "pdde: PDDE_PROFILE=device: the %s backend cannot time on the device; timing on the host, synchronising "
                         "after each node (PDDE_PROFILE=1)\n", without ? without : s->n_devs ? s->devs[0].iface->name : "cpu");
         profile_free(s);
         s->profile = true;
@@ -171,7 +171,7 @@ static pdde_status profile_open(pdde_session *s) {
 }
 
 static void profile_stop(pdde_session *s) {
-    if (!s->devprof->stopped) fprintf(stderr, "pdde: PDDE_PROFILE=device: timing stopped: %s\n", pdde_last_error(s->ctx));
+    if (!s->devprof->stopped) pdde_log(PDDE_LOG_WARN, "pdde: PDDE_PROFILE=device: timing stopped: %s\n", pdde_last_error(s->ctx));
     s->devprof->stopped = true;
 }
 
@@ -354,17 +354,18 @@ double pdde_session_device_op_ms(const pdde_session *s, pdde_op op) {
     return T->runs ? T->op_ms[op] / (double)T->runs : 0;
 }
 
-static void profile_print(const pdde_session *s) {
+/* The PDDE_PROFILE=device report of session s, written to out. */
+static void profile_write(const pdde_session *s, FILE *out) {
     pdde_device_profile f;
     if (!s->devprof->pool) return; /* (a session that failed to start) */
     if (pdde_session_device_profile(s, &f) || !f.runs) {
-        fprintf(stderr, "pdde device profile: no run timed\n");
+        fprintf(out, "pdde device profile: no run timed\n");
         return;
     }
     const profile_totals *T = profile_figures(s);
     double n = (double)T->runs, total = 0;
     for (int op = 0; op < PDDE_OP_COUNT; op++) total += T->op_ms[op];
-    fprintf(stderr, "pdde device profile: %lld run%s%s; per run: wall %.3f ms, device busy %.3f ms (span %.3f), idle %.1f%%, host issue %.3f ms, "
+    fprintf(out, "pdde device profile: %lld run%s%s; per run: wall %.3f ms, device busy %.3f ms (span %.3f), idle %.1f%%, host issue %.3f ms, "
                     "%.0f ops; before the run's end the host waited %.3f ms for a device (%.1f times)\n",
             (long long)T->runs, T->runs == 1 ? "" : "s", s->devprof->rest.runs ? " (the first left out)" : "", f.wall_ms, f.busy_ms,
             f.span_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms, f.host_waits);
@@ -372,44 +373,56 @@ static void profile_print(const pdde_session *s) {
     for (int d = 0; d < s->n_devs; d++) {
         const struct profile_peaks *pk = &s->devprof->peaks[d];
         if (s->devs[d].host || !pk->source) continue;
-        fprintf(stderr, "  peaks of device %d (%s): ", s->devs[d].device, s->devs[d].iface->name);
-        if (pk->source == PROFILE_PEAKS_CLUSTER) fprintf(stderr, "the cluster's \"%s\", measured by pdde-bench", pk->spec);
-        else fprintf(stderr, "PDDE_PROFILE_PEAKS");
-        fprintf(stderr, ": %.4g GB/s, GEMMs f32 %.4g TFLOP/s, bf16 %.4g, f16 %.4g\n", pk->bw / 1e9, pk->flops[PDDE_F32] / 1e12,
+        fprintf(out, "  peaks of device %d (%s): ", s->devs[d].device, s->devs[d].iface->name);
+        if (pk->source == PROFILE_PEAKS_CLUSTER) fprintf(out, "the cluster's \"%s\", measured by pdde-bench", pk->spec);
+        else fprintf(out, "PDDE_PROFILE_PEAKS");
+        fprintf(out, ": %.4g GB/s, GEMMs f32 %.4g TFLOP/s, bf16 %.4g, f16 %.4g\n", pk->bw / 1e9, pk->flops[PDDE_F32] / 1e12,
                 pk->flops[PDDE_BF16] / 1e12, pk->flops[PDDE_F16] / 1e12);
     }
     if (!bound)
-        fprintf(stderr, "  no peaks%s: no bound column (give the session a cluster pdde-bench measured, or PDDE_PROFILE_PEAKS=GBPS,TFLOPS)\n",
+        fprintf(out, "  no peaks%s: no bound column (give the session a cluster pdde-bench measured, or PDDE_PROFILE_PEAKS=GBPS,TFLOPS)\n",
                 s->devprof->partial_peaks ? " for every device" : "");
-    fprintf(stderr, "  %-22s %10s %6s %10s %8s %14s %10s %9s %8s", "op", "device ms", "%", "issue ms", "calls", "idle before ms", "MB", "GB/s",
+    fprintf(out, "  %-22s %10s %6s %10s %8s %14s %10s %9s %8s", "op", "device ms", "%", "issue ms", "calls", "idle before ms", "MB", "GB/s",
             "TFLOP/s");
-    fprintf(stderr, bound ? " %10s\n" : "\n", "bound ms");
+    fprintf(out, bound ? " %10s\n" : "\n", "bound ms");
     for (int op = 0; op < PDDE_OP_COUNT; op++)
         if (T->op_calls[op]) {
             double ms = T->op_ms[op] / n;
-            fprintf(stderr, "  %-22s %10.3f %5.1f%% %10.3f %8.1f %14.3f %10.3f %9.2f %8.3f", pdde_op_name((pdde_op)op), ms,
+            fprintf(out, "  %-22s %10.3f %5.1f%% %10.3f %8.1f %14.3f %10.3f %9.2f %8.3f", pdde_op_name((pdde_op)op), ms,
                     100.0 * T->op_ms[op] / (total > 0 ? total : 1), T->op_host_ms[op] / n, (double)T->op_calls[op] / n, T->op_gap_ms[op] / n,
                     T->op_bytes[op] / n / 1e6, ms > 0 ? T->op_bytes[op] / n / ms / 1e6 : 0, ms > 0 ? T->op_flops[op] / n / ms / 1e9 : 0);
-            if (bound) fprintf(stderr, " %10.3f", T->op_bound_ms[op] / n);
-            fprintf(stderr, "\n");
+            if (bound) fprintf(out, " %10.3f", T->op_bound_ms[op] / n);
+            fprintf(out, "\n");
         }
-    fprintf(stderr, "  the last run's longest idles on a device, before:");
+    fprintf(out, "  the last run's longest idles on a device, before:");
     for (int k = 0; k < PROFILE_GAPS && s->devprof->gap[k].t; k++)
-        fprintf(stderr, "%s %s (%s) %.3f ms", k ? "," : "", s->devprof->gap[k].t->name, pdde_op_name(s->devprof->gap[k].t->op), s->devprof->gap[k].ms);
-    fprintf(stderr, "\n");
+        fprintf(out, "%s %s (%s) %.3f ms", k ? "," : "", s->devprof->gap[k].t->name, pdde_op_name(s->devprof->gap[k].t->op), s->devprof->gap[k].ms);
+    fprintf(out, "\n");
     /* (for tools/gpu-check.sh: per run, as the table) */
     for (int op = 0; op < PDDE_OP_COUNT; op++)
         if (T->op_calls[op]) {
             double ms = T->op_ms[op] / n, bytes = T->op_bytes[op] / n, flops = T->op_flops[op] / n;
-            fprintf(stderr, "PROFILE op name=%s ms=%.6f calls=%.6g bytes=%.0f flops=%.0f gbps=%.6g tflops=%.6g", pdde_op_name((pdde_op)op), ms,
+            fprintf(out, "PROFILE op name=%s ms=%.6f calls=%.6g bytes=%.0f flops=%.0f gbps=%.6g tflops=%.6g", pdde_op_name((pdde_op)op), ms,
                     (double)T->op_calls[op] / n, bytes, flops, ms > 0 ? bytes / ms / 1e6 : 0, ms > 0 ? flops / ms / 1e9 : 0);
-            if (bound) fprintf(stderr, " bound_ms=%.6f", T->op_bound_ms[op] / n);
-            fprintf(stderr, "\n");
+            if (bound) fprintf(out, " bound_ms=%.6f", T->op_bound_ms[op] / n);
+            fprintf(out, "\n");
         }
-    fprintf(stderr, "PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f bytes=%.0f flops=%.0f",
+    fprintf(out, "PROFILE device busy_ms=%.3f wall_ms=%.3f idle_pct=%.1f host_issue_ms=%.3f ops=%.0f host_wait_ms=%.3f bytes=%.0f flops=%.0f",
             f.busy_ms, f.wall_ms, f.idle_pct, f.host_issue_ms, f.ops, f.host_wait_ms, f.bytes, f.flops);
     if (bound)
-        fprintf(stderr, " bound_ms=%.3f over_bound_ms=%.3f peaks=%s", f.bound_ms, f.over_bound_ms,
+        fprintf(out, " bound_ms=%.3f over_bound_ms=%.3f peaks=%s", f.bound_ms, f.over_bound_ms,
                 f.peaks == PROFILE_PEAKS_CLUSTER ? "cluster" : f.peaks == PROFILE_PEAKS_ENV ? "env" : "cluster+env");
-    fprintf(stderr, "\n");
+    fprintf(out, "\n");
+}
+
+/* The report, to the log a line at a time (stderr by default: gpu-check reads its PROFILE lines there) */
+static void profile_print(const pdde_session *s) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out) return;
+    profile_write(s, out);
+    fclose(out);
+    pdde_log_lines(PDDE_LOG_INFO, text);
+    free(text);
 }

@@ -451,7 +451,7 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_session_pa
             pdde_device_collectives_params p = {s->ctx, s->axis_comm[bi->axis], sd->iface, sd->dev, 60};
             pdde_status st = dc->init(&p, &s->dcoll_impl[bi->axis]);
             if (st == PDDE_ERR_UNAVAILABLE) {
-                fprintf(stderr, "pdde: device collectives \"%s\" unavailable (%s): the gradient buckets go through host memory\n",
+                pdde_log(PDDE_LOG_WARN, "pdde: device collectives \"%s\" unavailable (%s): the gradient buckets go through host memory\n",
                         dc->name ? dc->name : "?", pdde_last_error(s->ctx));
                 s->dcoll_impl[bi->axis] = NULL;
                 return PDDE_OK; /* (every rank finds the same) */
@@ -1340,7 +1340,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     if (st == PDDE_OK) st = trace_open(s, p.trace);
     if (st == PDDE_OK && s->prog->n_fallback)
-        fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
+        pdde_log(PDDE_LOG_WARN, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
     if (st == PDDE_OK && profile == 2) st = profile_want(s, p.cluster);
     if (st == PDDE_OK) st = session_place(s);
@@ -1968,7 +1968,7 @@ static pdde_status scaler_after_update(pdde_session *s) {
         sc->skipped_steps++, sc->good_steps = 0;
         sc->scale *= PDDE_LOSS_SCALE_BACKOFF;
         if (s->ctx->log_level >= 1)
-            fprintf(stderr, "pdde: step %lld skipped: the f16 gradients overflowed; loss scale now %g\n", (long long)s->step + 1, sc->scale);
+            pdde_log(PDDE_LOG_INFO, "pdde: step %lld skipped: the f16 gradients overflowed; loss scale now %g\n", (long long)s->step + 1, sc->scale);
         return scaler_write(s);
     }
     s->step++;

@@ -1089,7 +1089,7 @@ static void snap_pause(const char *what, int rank, uint64_t gen) {
     if (!strcmp(what, "shard")) snprintf(want, sizeof want, "shard:%d:%llu", rank, (unsigned long long)gen);
     else snprintf(want, sizeof want, "manifest:%llu", (unsigned long long)gen);
     if (!e || strcmp(e, want)) return;
-    fprintf(stderr, "pdde: checkpoint paused at %s (pid %d)\n", want, (int)getpid());
+    pdde_log(PDDE_LOG_INFO, "pdde: checkpoint paused at %s (pid %d)\n", want, (int)getpid());
     for (int i = 0; i < 600; i++) nanosleep(&(struct timespec){0, 100000000}, NULL);
 }
 

@@ -48,7 +48,7 @@ static pdde_status trace_open(pdde_session *s, const char *path) {
         int n = ++env_sessions;
         pthread_mutex_unlock(&env_lock);
         if (n > 1 && snprintf(numbered, sizeof numbered, "%s.session%d", path, n) < (int)sizeof numbered) {
-            if (n == 2) fprintf(stderr, "pdde: trace: %s holds this process's first traced session; the later ones go to %s.session<N>\n", path, path);
+            if (n == 2) pdde_log(PDDE_LOG_INFO, "pdde: trace: %s holds this process's first traced session; the later ones go to %s.session<N>\n", path, path);
             path = numbered;
         }
     }
@@ -110,7 +110,7 @@ static void trace_write(pdde_session *s) {
     struct session_trace *tr = s->trace;
     FILE *f = fopen(tr->path, "w");
     if (!f) {
-        fprintf(stderr, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
+        pdde_log(PDDE_LOG_WARN, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
         return;
     }
     fprintf(f, "{\"traceEvents\":[\n");
@@ -139,7 +139,7 @@ static void trace_write(pdde_session *s) {
         fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");
-    if (fclose(f)) fprintf(stderr, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
+    if (fclose(f)) pdde_log(PDDE_LOG_WARN, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
 }
 
 static void trace_close(pdde_session *s) {
@@ -153,9 +153,9 @@ static void trace_close(pdde_session *s) {
 static void print_profile(const pdde_session *s) {
     double total = 0;
     for (int op = 0; op < PDDE_OP_COUNT; op++) total += s->op_seconds[op];
-    fprintf(stderr, "pdde profile: %.3f s in kernels\n", total);
+    pdde_log(PDDE_LOG_INFO, "pdde profile: %.3f s in kernels\n", total);
     for (int op = 0; op < PDDE_OP_COUNT; op++)
         if (s->op_calls[op])
-            fprintf(stderr, "  %-22s %9.3f ms %5.1f%% %8lld calls\n", pdde_op_name((pdde_op)op), 1e3 * s->op_seconds[op],
+            pdde_log(PDDE_LOG_INFO, "  %-22s %9.3f ms %5.1f%% %8lld calls\n", pdde_op_name((pdde_op)op), 1e3 * s->op_seconds[op],
                     100.0 * s->op_seconds[op] / (total > 0 ? total : 1), (long long)s->op_calls[op]);
 }

@@ -685,11 +685,57 @@ static void test_dtypes(void) {
     CHECK(strcmp(pdde_status_str(PDDE_ERR_SHAPE), "shape mismatch") == 0, "status strings");
 }
 
+/* pdde_log_set: what the library says on its own reaches the program's function, a line a call with
+ * its level (a context asked for more threads than allowed: a warning; PDDE_PROFILE=1's report: info),
+ * and NULL gives stderr back */
+typedef struct {
+    int warnings, info, newlines;
+    char first_warning[256];
+} log_seen;
+
+static void note_log(pdde_log_level level, const char *line, void *user) {
+    log_seen *seen = user;
+    if (level == PDDE_LOG_WARN && !seen->warnings++) snprintf(seen->first_warning, sizeof seen->first_warning, "%s", line);
+    seen->info += level == PDDE_LOG_INFO;
+    seen->newlines += strchr(line, '\n') != NULL;
+}
+
+static void test_log(void) {
+    log_seen seen = {0};
+    pdde_log_set(note_log, &seen);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 100000;
+    pdde_context *ctx = NULL;
+    CHECK(pdde_context_init(&cp, &ctx) == PDDE_OK && seen.warnings == 1 && strstr(seen.first_warning, "100000 threads asked for"),
+          "a capped thread count is one warning through pdde_log_set: %d warnings, '%s'", seen.warnings, seen.first_warning);
+    pdde_context_free(ctx);
+    setenv("PDDE_PROFILE", "1", 1);
+    pdde_context_init(NULL, &ctx);
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){2, 3});
+    pdde_tensor *loss = pdde_mean(g, pdde_matmul(g, x, pdde_param(g, "w", 2, (int64_t[]){3, 4}, 0.3f), 0, 0), -1, 0);
+    pdde_session *s = NULL;
+    CHECK(!pdde_backward(g, loss) && !pdde_optimizer_adamw(g, NULL) && !pdde_session_init(g, NULL, &s) && !pdde_session_run(s, PDDE_RUN_STEP),
+          "a profiled step: %s", pdde_last_error(ctx));
+    pdde_session_free(s); /* (the PDDE_PROFILE report: a line per op, at info) */
+    unsetenv("PDDE_PROFILE");
+    CHECK(seen.info >= 3 && seen.newlines == 0, "the profile report went to the log as %d info lines (%d with a newline)", seen.info, seen.newlines);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+    pdde_log_set(NULL, NULL);
+    int before = seen.warnings;
+    pdde_context_init(&cp, &ctx); /* (to stderr now) */
+    CHECK(seen.warnings == before, "after pdde_log_set(NULL) the log is stderr's again: %d more warnings here", seen.warnings - before);
+    pdde_context_free(ctx);
+}
+
 int main(void) {
     /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
     setenv("PDDE_BACKENDS", "cpu", 0);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_core.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
+    test_log();
     test_memory_plan();
     test_grad_accumulation();
     test_sgd_and_schedule();
