@@ -39,6 +39,13 @@ rc=$?
 ok=$?
 check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $ok
 
+# the plugin forgotten: the backend is not known, and the message says how to load it
+timeout 60 "$build/pdde-bench" --quick --no-comm --devices cpu,toy -o "$tmp/none.json" >"$tmp/none.out" 2>&1
+code=$?
+[ $code = 1 ] && grep -q "no backend named toy (this machine has devices of cpu.*--plugin FILE or PDDE_BACKEND_PLUGINS" "$tmp/none.out" && [ ! -e "$tmp/none.json" ]
+ok=$?
+check "pdde-bench --devices cpu,toy without the plugin says to load it (exit $code: $(tail -1 "$tmp/none.out" | cut -c1-150))" $ok
+
 # a device that does not run scale (the first op the link's graph tries): its link is measured through add
 PDDE_BACKEND_PLUGINS="$build/libpdde_toy_noscale.so" timeout 60 "$build/pdde-bench" --quick --no-comm --devices toy --time-limit 1 \
     -o "$tmp/noscale.json" >"$tmp/noscale.out" 2>&1

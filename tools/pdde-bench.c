@@ -952,8 +952,11 @@ static int devices_missing(pdde_context *ctx, const pdde_cluster *c, const char 
         int b = pdde_backend_count(ctx) - 1;
         while (b >= 0 && strcmp(pdde_backend_name(ctx, b), name)) b--;
         if (b >= 0) pdde_backend_status(ctx, b, &why);
-        if (b >= 0 && why) fprintf(stderr, "pdde-bench: --devices %s: %s is unavailable: %s\n", devices, name, why);
-        else fprintf(stderr, "pdde-bench: --devices %s: %s %s (this machine has %s)\n", devices, b < 0 ? "no backend named" : name, b < 0 ? name : "has no device", have[0] ? have : "none");
+        if (b >= 0 && why) fprintf(stderr, "pdde-bench: --devices %s: %s is unavailable: %s\n", devices, name, why[0] ? why : "its init gave no reason");
+        else if (b < 0) /* (a plugin's backend is known only once the plugin is loaded) */
+            fprintf(stderr, "pdde-bench: --devices %s: no backend named %s (this machine has devices of %s); a plugin's backend needs its library: "
+                    "--plugin FILE or PDDE_BACKEND_PLUGINS\n", devices, name, have[0] ? have : "none");
+        else fprintf(stderr, "pdde-bench: --devices %s: %s has no device (this machine has devices of %s)\n", devices, name, have[0] ? have : "none");
         return 1;
     }
     return 0;
