@@ -24,7 +24,8 @@
  *   pdde-run -n 4 --elastic --min 2 --max 4 [--max-restarts K] [--rdzv tcp://HOST:PORT/JOB] ./prog
  *       an elastic job: a rank that dies or is stopped does not stop the others; the program recovers
  *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
- *       store how each rank ended (SIGKILL; stopped, once the store wrote it off or it stayed stopped
+ *       store how each rank ended (a --join or restarted rank's under the member id pdde-run took for
+ *       it before starting it) (SIGKILL; stopped, once the store wrote it off or it stayed stopped
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
  *       done, and succeeds when at least --min ranks finish cleanly. SIGINT/SIGTERM to pdde-run stop the
  *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
@@ -120,7 +121,9 @@ static void usage(FILE *f) {
             "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max).\n"
             "                 With etcd:// the job's store address is read from etcd, where the job's pdde-run keeps it\n"
             "                 while it runs; a job not found there is an error at once. A job at its --max:\n"
-            "                 said at once; the ranks wait for a member to leave (PDDE_ELASTIC_TIMEOUT, default 300 s)\n"
+            "                 said at once; the ranks wait for a member to leave (PDDE_ELASTIC_TIMEOUT, default 300 s).\n"
+            "                 pdde-run notes how each of them ends, as the job's does its ranks': the members go on\n"
+            "                 at once when one is killed, not when its lease ends\n"
             "  -h, --help     this text\n"
             "SIGINT or SIGTERM to pdde-run goes to its ranks (SIGKILL after --grace S); pdde-run then says \"stopped by\n"
             "SIGTERM\" and exits with 128 + the signal (130, 143), also after losses an --elastic job went on from\n"
