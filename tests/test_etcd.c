@@ -14,7 +14,8 @@
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
  *    the world, report it within 5 s (not at the 60 s timeout), naming it;
  *  - pdde-run --restart 1 with etcd: a rank killed, started again, taken in, killed again (its end noted
- *    under its member id, and it is not taken in again while its lease lasts);
+ *    under its member id, and it is not taken in again while its lease lasts); the restarted rank killed
+ *    before it registered: its end noted under the member id pdde-run took for it;
  *  - growing with etcd: a job of 2 ranks grows to 3 by a pdde-run --join that finds the job's store
  *    through etcd (the address its pdde-run keeps there on a lease, gone once the job ends); the
  *    losses go on as a run of 2 ranks without changes; a join to a job etcd does not know fails at
@@ -495,6 +496,35 @@ static void test_restart(void) {
     free(j.out);
 }
 
+/* A rank started again by pdde-run --restart and killed at once, before it could register: pdde-run
+ * took its member id before starting it, so it notes its end under that id (its line names the member),
+ * and the job finishes on the other 2 ranks without taking it in. */
+static void test_restart_early(void) {
+    char rdzv[160], m[300], run[600], gpt[600];
+    snprintf(m, sizeof m, "%s/restart_early.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/restart-early", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    char *argv[] = {run, "-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--restart", "1", "--rdzv", rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "300", "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", NULL};
+    double limit = 60 * test_load_factor();
+    job j = job_spawn(argv, env);
+    if (!job_wait_step(&j, m, 20, limit)) kill_rank(&j, 2);
+    int pid = 0;
+    const char *said = job_says(&j, "rank 2 restarted (pid ", limit) ? strstr(job_text(&j), "rank 2 restarted (pid ") : NULL;
+    if (said) pid = atoi(said + strlen("rank 2 restarted (pid "));
+    if (pid > 0) kill(pid, SIGKILL); /* (it is still loading: gpt has not reached the store yet) */
+    int rc = job_end(&j, limit);
+    char want[96];
+    snprintf(want, sizeof want, "rank 2 (member 65536, pid %d) was killed by signal 9", pid);
+    const char *t = job_text(&j);
+    CHECK(pid > 0 && rc == 0 && strstr(t, want) && !strstr(t, "rank joined") && strstr(t, "2 ranks finished, 2 lost"),
+          "--rdzv etcd, --restart 1: the restarted rank killed before it registered: its end noted under its member id: rc %d\n%s", rc, t);
+    free(j.out);
+}
+
 /* The losses of steps 1..to in two gpt metrics files agree within tol (relative; NaN or a missing step fails). */
 static void compare_losses(const char *what, const char *got_path, const char *want_path, int to, double tol) {
     double *got = malloc((size_t)(to + 1) * sizeof *got), *want = malloc((size_t)(to + 1) * sizeof *want);
@@ -895,11 +925,11 @@ int main(int argc, char **argv) {
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
         else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages();
-        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart();
+        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart(), test_restart_early();
         else if (argc > 1 && !strcmp(argv[1], "join-lost")) test_join_lost();
         else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
         else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen(), test_stalled();
-        else test_messages(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(), test_join_lost(),
+        else test_messages(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_restart_early(), test_grow(), test_join_lost(),
                  test_same_name(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
