@@ -24,8 +24,8 @@
  *   pdde-run -n 4 --elastic --min 2 --max 4 [--max-restarts K] [--rdzv tcp://HOST:PORT/JOB] ./prog
  *       an elastic job: a rank that dies or is stopped does not stop the others; the program recovers
  *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
- *       store how each rank ended (a --join or restarted rank's under the member id pdde-run took for
- *       it before starting it) (SIGKILL; stopped, once the store wrote it off or it stayed stopped
+ *       store how each rank ended, a --join or restarted rank's under the member id pdde-run took for
+ *       it before starting it (SIGKILL; stopped, once the store wrote it off or it stayed stopped
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
  *       done, and succeeds when at least --min ranks finish cleanly. SIGINT/SIGTERM to pdde-run stop the
  *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
@@ -315,7 +315,7 @@ static int new_joiner_id(pdde_store *notes, const char *members) {
  * keeps its lease and goes on as a member. */
 static int rank_written_off(pdde_store *notes, const char *members, int id, double stopped_s, double peer_timeout_s) {
     if (stopped_s > peer_timeout_s) return 1;
-    if (!notes || id < 0) return 0; /* (id < 0: not registered, no lease of its to end) */
+    if (!notes || id < 0) return 0; /* (id < 0: none, no lease of its to end) */
     char key[300];
     void *v = NULL;
     size_t len;
