@@ -31,7 +31,8 @@
  *    wait's length; a --join to a job at its --max says at once that it is full (N of --max M) and how long
  *    its ranks wait; SIGTERM to a joiner's pdde-run and to a job's after a loss it recovered from: "stopped
  *    by SIGTERM", exit 143 (as without --elastic), neither the old loss as the cause nor "the others go on"
- *    for the ranks it stopped. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one,
+ *    for the ranks it stopped; a joiner given a member id no joiner has (PDDE_ELASTIC_ID=12): a clear
+ *    error. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one,
  *    `test_etcd join-lost` the killed joiner.) */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -902,6 +903,25 @@ static void test_joiner_cut_off(pdde_context *ctx) {
     CHECK(!etcd_answers(), "etcd answers again after SIGCONT");
 }
 
+/* A joiner given a member id that is no joiner's (PDDE_ELASTIC_ID, which pdde-run sets): it stops at
+ * once naming the variable and what it must be. */
+static void test_bad_joiner_id(void) {
+    char gpt[600], rdzv_env[160];
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(rdzv_env, sizeof rdzv_env, "PDDE_RDZV=etcd://127.0.0.1:%d", g_client_port);
+    char *argv[] = {gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "10",
+                    "--val-every", "0", "--sample-len", "0", "--threads", "1", NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC=1", "PDDE_ELASTIC_JOIN=1", "PDDE_ELASTIC_ID=12", rdzv_env, "PDDE_ELASTIC_JOB=badid",
+                         "PDDE_PEER_TIMEOUT=1.0", "PDDE_ELASTIC_TIMEOUT=20", "PDDE_STORE_ADDR=127.0.0.1:1", "PDDE_WORLD_SIZE=1", "PDDE_RANK=0",
+                         "PDDE_LOCAL_RANK=0", "PDDE_LOCAL_SIZE=1", "PDDE_JOB_SECRET=test-etcd-secret-0123456789abcdef", NULL};
+    job j = job_spawn(argv, env);
+    int rc = job_end(&j, 30);
+    double took = job_now() - j.t0;
+    CHECK(rc > 0 && took < 10 && strstr(job_text(&j), "PDDE_ELASTIC_ID=12 is not a joiner's member id (an integer from 65536 up"),
+          "a joiner with PDDE_ELASTIC_ID=12: a clear error at once: rc %d after %.2f s:\n%s", rc, took, job_text(&j));
+    free(j.out);
+}
+
 int main(int argc, char **argv) {
     test_binary_dir(argv[0], g_dir, sizeof g_dir);
     if (system("command -v etcd >/dev/null 2>&1")) {
@@ -924,12 +944,12 @@ int main(int argc, char **argv) {
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
-        else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages();
+        else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages(), test_bad_joiner_id();
         else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart(), test_restart_early();
         else if (argc > 1 && !strcmp(argv[1], "join-lost")) test_join_lost();
         else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
         else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen(), test_stalled();
-        else test_messages(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_restart_early(), test_grow(), test_join_lost(),
+        else test_messages(), test_bad_joiner_id(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_restart_early(), test_grow(), test_join_lost(),
                  test_same_name(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);
