@@ -9,7 +9,9 @@
  *                        lease (heartbeats every lease/4) ends, so a killed or frozen member is known
  *   J/left/<id>          a member that left at a step boundary on purpose
  *   J/exit/<id>          how the launcher saw the process end ("SIGKILL", "stopped (SIGSTOP)"; optional)
- *   J/slot/<rank>        the id of the process the launcher started again in launch rank <rank>'s place
+ *   J/joined             the joiners' counter: joiner k (from 1) is member id 65536 + k - 1; pdde-run takes
+ *                        the ids of the ranks it starts as joiners itself (PDDE_ELASTIC_ID), so it knows
+ *                        the id under which to note a rank's end however early that rank dies
  *   J/g<G>/...           generation G: its world communicator's keys (prefix J/g<G>/comm), the
  *                        survivors' announcements here/<id> ("<latest snapshot step> <previous>"), and
  *                        members: "<resume step> <n> <id0> .. <id n-1>", written once (compare-and-set)
@@ -438,16 +440,22 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     if (st) goto fail;
     int joiner = pdde_env_bool("PDDE_ELASTIC_JOIN", 0) == 1;
     if (joiner) { /* an id of its own, after those of the ranks started and of earlier joiners */
-        int64_t k = 0;
-        snprintf(key, sizeof key, "%s/joined", e->job);
-        if ((st = pdde_store_add(e->store, key, 1, &k))) goto fail;
-        e->id = ELASTIC_JOINER_ID0 + (int)k - 1;
-        /* a rank its launcher started again: the launcher notes its end under this id (J/slot/<launch rank>) */
-        const char *slot = getenv("PDDE_ELASTIC_SLOT");
-        char id[16];
-        snprintf(id, sizeof id, "%d", e->id);
-        snprintf(key, sizeof key, "%s/slot/%.16s", e->job, slot ? slot : "");
-        if (slot && *slot && (st = el_set(e, key, id))) goto fail;
+        const char *given = getenv("PDDE_ELASTIC_ID");
+        if (given && *given) { /* (its launcher took it from the counter before starting it, to note its end however early) */
+            char *end;
+            long id = strtol(given, &end, 10);
+            if (*end || id < ELASTIC_JOINER_ID0 || id > INT_MAX) {
+                st = pdde_error(ctx, PDDE_ERR_ENV, "elastic: PDDE_ELASTIC_ID=%.40s is not a joiner's member id (an integer from %d "
+                                "up, taken from the job's counter %s/joined: pdde-run sets it)", given, ELASTIC_JOINER_ID0, e->job);
+                goto fail;
+            }
+            e->id = (int)id;
+        } else {
+            int64_t k = 0;
+            snprintf(key, sizeof key, "%s/joined", e->job);
+            if ((st = pdde_store_add(e->store, key, 1, &k))) goto fail;
+            e->id = ELASTIC_JOINER_ID0 + (int)k - 1;
+        }
     }
     const char *hold = getenv("PDDE_TEST_ELASTIC_HOLD"); /* (tests: a member killed before it registers; up to 60 s) */
     if (hold && *hold && atoi(hold) == e->id && !joiner) {
@@ -819,6 +827,19 @@ static int elastic_leaves(const pdde_elastic *e, int id, int64_t step) {
 }
 
 
+/* Whether joiner `id` (not a member) waits to be taken in: it asked, and neither its death notice nor
+ * its launcher's note of its end is there (a joiner killed while it waits holds its lease a while
+ * longer: taken in, it would fail the world that forms with it). */
+static int elastic_joiner_asks(pdde_elastic *e, int id) {
+    char key[300];
+    snprintf(key, sizeof key, "%s/join/%d", e->job, id);
+    if (!el_exists(e, key)) return 0;
+    snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
+    if (el_exists(e, key)) return 0;
+    snprintf(key, sizeof key, "%s/exit/%d", e->job, id);
+    return !el_exists(e, key);
+}
+
 /* The joiners waiting to be taken in (rank 0 asks the store; everyone learns it by broadcast). */
 static int elastic_joiners_waiting(pdde_elastic *e, int cap) {
     char key[300], *v = NULL;
@@ -829,11 +850,7 @@ static int elastic_joiners_waiting(pdde_elastic *e, int cap) {
     for (int k = 0; k < count && waiting < cap; k++) {
         int id = ELASTIC_JOINER_ID0 + k, member = 0;
         for (int r = 0; r < e->n_members; r++) member |= e->members[r] == id;
-        if (member) continue;
-        snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
-        if (el_exists(e, key)) continue;
-        snprintf(key, sizeof key, "%s/join/%d", e->job, id);
-        waiting += el_exists(e, key);
+        if (!member) waiting += elastic_joiner_asks(e, id);
     }
     return waiting;
 }
@@ -1125,10 +1142,7 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
             for (int k = 0; k < waiting && count < e->max_ranks && jl < (int)sizeof joiners - 16; k++) {
                 int id = ELASTIC_JOINER_ID0 + k, member = 0;
                 for (int r = 0; r < n_old; r++) member |= e->members[r] == id;
-                snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
-                if (member || el_exists(e, key)) continue;
-                snprintf(key, sizeof key, "%s/join/%d", e->job, id);
-                if (!el_exists(e, key)) continue;
+                if (member || !elastic_joiner_asks(e, id)) continue;
                 len += sprintf(list + len, " %d", id);
                 jl += snprintf(joiners + jl, sizeof joiners - (size_t)jl, " %d", id);
                 count++, joined++;

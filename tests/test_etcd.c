@@ -14,11 +14,13 @@
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
  *    the world, report it within 5 s (not at the 60 s timeout), naming it;
  *  - pdde-run --restart 1 with etcd: a rank killed, started again, taken in, killed again (its end noted
- *    under its member id);
+ *    under its member id, and it is not taken in again while its lease lasts); the restarted rank killed
+ *    before it registered: its end noted under the member id pdde-run took for it;
  *  - growing with etcd: a job of 2 ranks grows to 3 by a pdde-run --join that finds the job's store
  *    through etcd (the address its pdde-run keeps there on a lease, gone once the job ends); the
  *    losses go on as a run of 2 ranks without changes; a join to a job etcd does not know fails at
- *    once, naming etcd and the job;
+ *    once, naming etcd and the job; a rank started by --join and killed once taken in: its pdde-run's
+ *    exit note has the members re-form within 3 s, not at its lease's end (4.5 s or more);
  *  - one job name, several runs: twice in a row, then after a run killed by SIGKILL (its keys left in
  *    etcd): each trains with the losses of a fresh name; a run's keys are gone from etcd after it ends
  *    cleanly, and a killed run's after the next run that starts once its lease has ended;
@@ -29,7 +31,9 @@
  *    wait's length; a --join to a job at its --max says at once that it is full (N of --max M) and how long
  *    its ranks wait; SIGTERM to a joiner's pdde-run and to a job's after a loss it recovered from: "stopped
  *    by SIGTERM", exit 143 (as without --elastic), neither the old loss as the cause nor "the others go on"
- *    for the ranks it stopped. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one.) */
+ *    for the ranks it stopped; a joiner given a member id no joiner has (PDDE_ELASTIC_ID=12): a clear
+ *    error. (`test_etcd messages` runs this part alone, `test_etcd restart` the --restart one,
+ *    `test_etcd join-lost` the killed joiner.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -459,30 +463,66 @@ static void test_forming(const char *rdzv_kind) {
 }
 
 /* A rank killed and started again by pdde-run --restart 1 with the membership in etcd: it joins as a
- * new member (its id from etcd's counter) and the job finishes on 3 ranks again. */
+ * new member (its id from etcd's counter, taken by pdde-run) and the job finishes on 3 ranks again.
+ * Killed again once a member, it is lost once: the members do not take it in again as a joiner while
+ * its lease lasts (its launcher noted its end). The waits grow with the machine's load. */
+static int count_of(const char *text, const char *what);
+static int job_says(job *j, const char *text, double limit_s);
 static void test_restart(void) {
     char rdzv[160], m[300], run[600], gpt[600];
     snprintf(m, sizeof m, "%s/restart_rank.jsonl", g_tmp);
     snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/restart-rank", g_client_port);
     snprintf(run, sizeof run, "%s/pdde-run", g_dir);
     snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    /* (3000 steps: the restarted rank must be taken in, and run 20 steps, before the job ends) */
     char *argv[] = {run, "-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--restart", "1", "--rdzv", rdzv, gpt,
-                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "8000", "--val-every", "0",
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "3000", "--val-every", "0",
                     "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
     const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", NULL};
+    double limit = 60 * test_load_factor();
     job j = job_spawn(argv, env);
-    if (!job_wait_step(&j, m, 40, 30)) kill_rank(&j, 2);
+    if (!job_wait_step(&j, m, 40, limit)) kill_rank(&j, 2);
     /* killed again once it is a member (its id is etcd's, not its rank): pdde-run's note of its end names
      * that member, so the others know at once how it ended ("lost (SIGKILL)"), not when its lease ends */
-    for (double t0 = test_now(); !strstr(job_text(&j), "1 rank joined") && test_now() - t0 < 60;) job_poll(&j, 50);
-    int joined_at = metrics_last_step(m), again = strstr(job_text(&j), "1 rank joined") && !job_wait_step(&j, m, joined_at + 20, 30);
+    job_says(&j, "1 rank joined", limit);
+    int joined_at = metrics_last_step(m), again = strstr(job_text(&j), "1 rank joined") && !job_wait_step(&j, m, joined_at + 20, limit);
     if (again) kill_rank(&j, 2);
-    int rc = job_end(&j, 60);
+    int rc = job_end(&j, limit);
     const char *t = job_text(&j), *first = strstr(t, "lost (SIGKILL)"), *second = first ? strstr(first + 1, "lost (SIGKILL)") : NULL;
-    CHECK(again && rc == 0 && strstr(t, "rank 2 restarted") && strstr(t, "1 rank joined") && strstr(t, "rank 2 (member 65536, pid") && second,
-          "--rdzv etcd, --restart 1: rank 2 killed, started again, taken in, killed again, each end noted: rc %d\n%s", rc, t);
+    CHECK(again && rc == 0 && strstr(t, "rank 2 restarted") && strstr(t, "1 rank joined") && strstr(t, "rank 2 (member 65536, pid") && second &&
+              count_of(t, "rank joined") == 1,
+          "--rdzv etcd, --restart 1: rank 2 killed, started again, taken in (once), killed again, each end noted: rc %d\n%s", rc, t);
     const char *line = strstr(t, "1 rank joined");
     if (line) printf("--rdzv etcd, --restart 1: ...%.*s\n", (int)strcspn(line, "\n"), line);
+    free(j.out);
+}
+
+/* A rank started again by pdde-run --restart and killed at once, before it could register: pdde-run
+ * took its member id before starting it, so it notes its end under that id (its line names the member),
+ * and the job finishes on the other 2 ranks without taking it in. */
+static void test_restart_early(void) {
+    char rdzv[160], m[300], run[600], gpt[600];
+    snprintf(m, sizeof m, "%s/restart_early.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/restart-early", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    char *argv[] = {run, "-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--restart", "1", "--rdzv", rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "300", "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", NULL};
+    double limit = 60 * test_load_factor();
+    job j = job_spawn(argv, env);
+    if (!job_wait_step(&j, m, 20, limit)) kill_rank(&j, 2);
+    int pid = 0;
+    const char *said = job_says(&j, "rank 2 restarted (pid ", limit) ? strstr(job_text(&j), "rank 2 restarted (pid ") : NULL;
+    if (said) pid = atoi(said + strlen("rank 2 restarted (pid "));
+    if (pid > 0) kill(pid, SIGKILL); /* (it is still loading: gpt has not reached the store yet) */
+    int rc = job_end(&j, limit);
+    char want[96];
+    snprintf(want, sizeof want, "rank 2 (member 65536, pid %d) was killed by signal 9", pid);
+    const char *t = job_text(&j);
+    CHECK(pid > 0 && rc == 0 && strstr(t, want) && !strstr(t, "rank joined") && strstr(t, "2 ranks finished, 2 lost"),
+          "--rdzv etcd, --restart 1: the restarted rank killed before it registered: its end noted under its member id: rc %d\n%s", rc, t);
     free(j.out);
 }
 
@@ -578,6 +618,48 @@ static void test_grow(void) {
           "--join to a job etcd does not know: a clear error at once: rc %d after %.2f s:\n%s", rc_c, took, job_text(&c));
     printf("--join, no such job in etcd: rc %d after %.2f s: %.*s\n", rc_c, took, (int)strcspn(job_text(&c), "\n"), job_text(&c));
     free(c.out);
+}
+
+/* A rank started by pdde-run --join and killed once the job took it in: that pdde-run notes its end
+ * under the rank's member id, so the members re-form at once naming it "lost (SIGKILL)", well before
+ * its lease ends: within 3 s, which leaves a loaded machine room (a peer timeout of 6 s: etcd ends the
+ * lease of 5.75 s once its TTL, 6 s, has passed since the last renewal, at most 1.44 s before the kill). */
+static void test_join_lost(void) {
+    char rdzv[160], m[300], m_join[300], run[600], gpt[600];
+    snprintf(m, sizeof m, "%s/join_lost.jsonl", g_tmp);
+    snprintf(m_join, sizeof m_join, "%s/join_lost_joiner.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/join-lost", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", "PDDE_JOB_SECRET=test-etcd-joinlost-secret-0123456789abcdef", NULL};
+    double limit = 60 * test_load_factor();
+#define JL_GPT(steps) gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps, \
+                      "--val-every", "0", "--sample-len", "0", "--threads", "1", "--metrics"
+    /* (3000 steps: the joiner must start, be taken in and run 20 steps before the job ends) */
+    char *job_argv[] = {run, "-n", "2", "--elastic", "--min", "1", "--max", "3", "--peer-timeout", "6", "--grace", "1", "--rdzv", rdzv,
+                        JL_GPT("3000"), m, NULL};
+    char *join_argv[] = {run, "-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", "6", "--grace", "1", "--rdzv", rdzv,
+                         JL_GPT("3000"), m_join, NULL};
+#undef JL_GPT
+    job a = job_spawn(job_argv, env);
+    int ok = !job_wait_step(&a, m, 20, limit);
+    job b = job_spawn(join_argv, env);
+    ok = ok && job_says(&a, "1 rank joined", limit);
+    int joined_at = metrics_last_step(m);
+    ok = ok && !job_wait_step(&a, m, joined_at + 20, limit);
+    pid_t pids[8];
+    job_ranks(b.pid, pids, 8); /* (its pdde-run is node 1 of one rank: the rank is PDDE_RANK 1) */
+    ok = ok && job_signal_rank(pids[1], SIGKILL) == 0;
+    int rc_b = job_end(&b, limit), rc_a = job_end(&a, limit);
+    const char *t = job_text(&a), *lost = strstr(t, "rank 2 lost (SIGKILL)"), *resumed = lost ? strstr(lost, "resumed at step ") : NULL;
+    double took = -1;
+    int at = -1;
+    if (resumed && sscanf(resumed, "resumed at step %d in %lf s", &at, &took) != 2) took = -1;
+    CHECK(ok && rc_a == 0 && lost && took >= 0 && took < 3 && strstr(job_text(&b), "(member 65536, pid") && rc_b != 0,
+          "--join, the joined rank killed: its pdde-run notes its end, the members re-form within 3 s (its lease ends after 4.5 s or more): "
+          "%.2f s; rc %d, %d (joiner)\n%s\n--- joiner:\n%s", took, rc_a, rc_b, t, job_text(&b));
+    if (lost) printf("--join, the joined rank killed: ...%.*s\n", (int)strcspn(lost, "\n"), lost);
+    free(a.out), free(b.out);
 }
 
 /* Polls the job until its output has `text` or limit_s passed; 1 when it has. */
@@ -822,6 +904,25 @@ static void test_joiner_cut_off(pdde_context *ctx) {
     CHECK(!etcd_answers(), "etcd answers again after SIGCONT");
 }
 
+/* A joiner given a member id that is no joiner's (PDDE_ELASTIC_ID, which pdde-run sets): it stops at
+ * once naming the variable and what it must be. */
+static void test_bad_joiner_id(void) {
+    char gpt[600], rdzv_env[160];
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(rdzv_env, sizeof rdzv_env, "PDDE_RDZV=etcd://127.0.0.1:%d", g_client_port);
+    char *argv[] = {gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "10",
+                    "--val-every", "0", "--sample-len", "0", "--threads", "1", NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC=1", "PDDE_ELASTIC_JOIN=1", "PDDE_ELASTIC_ID=12", rdzv_env, "PDDE_ELASTIC_JOB=badid",
+                         "PDDE_PEER_TIMEOUT=1.0", "PDDE_ELASTIC_TIMEOUT=20", "PDDE_STORE_ADDR=127.0.0.1:1", "PDDE_WORLD_SIZE=1", "PDDE_RANK=0",
+                         "PDDE_LOCAL_RANK=0", "PDDE_LOCAL_SIZE=1", "PDDE_JOB_SECRET=test-etcd-secret-0123456789abcdef", NULL};
+    job j = job_spawn(argv, env);
+    int rc = job_end(&j, 30);
+    double took = job_now() - j.t0;
+    CHECK(rc > 0 && took < 10 && strstr(job_text(&j), "PDDE_ELASTIC_ID=12 is not a joiner's member id (an integer from 65536 up"),
+          "a joiner with PDDE_ELASTIC_ID=12: a clear error at once: rc %d after %.2f s:\n%s", rc, took, job_text(&j));
+    free(j.out);
+}
+
 int main(int argc, char **argv) {
     test_binary_dir(argv[0], g_dir, sizeof g_dir);
     if (system("command -v etcd >/dev/null 2>&1")) {
@@ -844,11 +945,12 @@ int main(int argc, char **argv) {
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
         else if (argc > 1 && !strcmp(argv[1], "same-name")) test_same_name(); /* (one test alone, while working on it) */
         else if (argc > 1 && !strcmp(argv[1], "cut-off")) test_joiner_cut_off(ctx);
-        else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages();
-        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart();
+        else if (argc > 1 && !strcmp(argv[1], "messages")) test_messages(), test_bad_joiner_id();
+        else if (argc > 1 && !strcmp(argv[1], "restart")) test_restart(), test_restart_early();
+        else if (argc > 1 && !strcmp(argv[1], "join-lost")) test_join_lost();
         else if (argc > 1 && !strcmp(argv[1], "job")) test_job();
         else if (argc > 1 && !strcmp(argv[1], "frozen")) test_frozen(), test_stalled();
-        else test_messages(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_grow(),
+        else test_messages(), test_bad_joiner_id(), test_job(), test_frozen(), test_stalled(), test_forming("etcd"), test_forming("tcp"), test_restart(), test_restart_early(), test_grow(), test_join_lost(),
                  test_same_name(), test_joiner_cut_off(ctx);
     }
     etcd_stop(SIGTERM);

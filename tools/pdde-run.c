@@ -24,7 +24,8 @@
  *   pdde-run -n 4 --elastic --min 2 --max 4 [--max-restarts K] [--rdzv tcp://HOST:PORT/JOB] ./prog
  *       an elastic job: a rank that dies or is stopped does not stop the others; the program recovers
  *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
- *       store how each rank ended (SIGKILL; stopped, once the store wrote it off or it stayed stopped
+ *       store how each rank ended, a --join or restarted rank's under the member id pdde-run took for
+ *       it before starting it (SIGKILL; stopped, once the store wrote it off or it stayed stopped
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
  *       done, and succeeds when at least --min ranks finish cleanly. SIGINT/SIGTERM to pdde-run stop the
  *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
@@ -44,6 +45,7 @@ int main(void) {
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -70,8 +72,11 @@ typedef struct {
     int exited, status;
     double stopped_since; /* --elastic: when it was first seen stopped (0: not stopped) */
     int written_off;      /* --elastic: stopped long enough that the others go on without it */
-    int restarted;        /* --restart: started again, as a joiner with an id of its own (member_id) */
+    int id;               /* --elastic: its member id: its rank, or a joiner's (new_joiner_id); -1: none */
 } child;
+
+/* core/elastic.c: joiner k of the job's counter `joined` (from 1) is member 65536 + k - 1 */
+#define JOINER_ID0 65536
 
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
@@ -116,7 +121,9 @@ static void usage(FILE *f) {
             "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max).\n"
             "                 With etcd:// the job's store address is read from etcd, where the job's pdde-run keeps it\n"
             "                 while it runs; a job not found there is an error at once. A job at its --max:\n"
-            "                 said at once; the ranks wait for a member to leave (PDDE_ELASTIC_TIMEOUT, default 300 s)\n"
+            "                 said at once; the ranks wait for a member to leave (PDDE_ELASTIC_TIMEOUT, default 300 s).\n"
+            "                 pdde-run notes how each of them ends, as the job's does its ranks': the members go on\n"
+            "                 at once when one is killed, not when its lease ends\n"
             "  -h, --help     this text\n"
             "SIGINT or SIGTERM to pdde-run goes to its ranks (SIGKILL after --grace S); pdde-run then says \"stopped by\n"
             "SIGTERM\" and exits with 128 + the signal (130, 143), also after losses an --elastic job went on from\n"
@@ -246,8 +253,8 @@ static void signal_rank(const child *c, int sig) {
     if (sig != SIGKILL) kill(-c->pid, SIGCONT);
 }
 
-/* Starts (or, restarted = 1, starts again as a joiner of the elastic job) local rank r of ch with its
- * own pipes and process group. */
+/* Starts (or, restarted = 1, starts again) local rank r of ch with its own pipes and process group; as
+ * a joiner of the elastic job under its member id when that is a joiner's. */
 static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, int bind, int restarted) {
     child *c = &ch[r];
     char v[64];
@@ -269,7 +276,10 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
         setpgid(0, 0);
         snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
         snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
-        if (restarted) setenv("PDDE_ELASTIC_JOIN", "1", 1), setenv("PDDE_ELASTIC_SLOT", v, 1); /* (v: its rank) */
+        if (c->id >= JOINER_ID0) {
+            snprintf(v, sizeof v, "%d", c->id);
+            setenv("PDDE_ELASTIC_JOIN", "1", 1), setenv("PDDE_ELASTIC_ID", v, 1);
+        }
         if (bind) bind_rank(r);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
@@ -284,22 +294,19 @@ static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, 
     setpgid(c->pid, c->pid); /* here too: the group exists before the first signal, whoever runs first */
     close(out[1]); close(err[1]);
     c->fd[0] = out[0]; c->fd[1] = err[0];
-    c->exited = 0, c->status = 0, c->stopped_since = 0, c->written_off = 0, c->restarted |= restarted;
+    c->exited = 0, c->status = 0, c->stopped_since = 0, c->written_off = 0;
     return 0;
 }
 
-/* The elastic member id of c's process: its rank, or, started again, the id it registered under
- * (core/elastic.c's J/slot/<rank>); -1 when it has not registered. */
-static int member_id(pdde_store *notes, const char *members, const child *c) {
-    if (!c->restarted) return c->rank;
+/* A member id for a rank started as a joiner (--join, or --restart), taken from the job's counter here
+ * before the rank starts (it gets it as PDDE_ELASTIC_ID): then pdde-run can note the rank's end under it
+ * however early the rank dies. -1 when the store does not answer. */
+static int new_joiner_id(pdde_store *notes, const char *members) {
     char key[300];
-    void *v = NULL;
-    size_t len = 0;
-    snprintf(key, sizeof key, "%s/slot/%d", members, c->rank);
-    char text[32] = "";
-    if (notes && pdde_store_get(notes, key, &v, &len) == PDDE_OK) snprintf(text, sizeof text, "%.*s", (int)(len < 31 ? len : 31), (const char *)v);
-    free(v);
-    return text[0] ? atoi(text) : -1;
+    int64_t k = 0;
+    snprintf(key, sizeof key, "%s/joined", members);
+    if (!notes || pdde_store_add(notes, key, 1, &k) || k < 1 || k > INT_MAX - JOINER_ID0) return -1;
+    return JOINER_ID0 + (int)k - 1;
 }
 
 /* Whether a rank seen stopped for `stopped_s` is lost to the job: the store wrote it off (its death
@@ -308,7 +315,7 @@ static int member_id(pdde_store *notes, const char *members, const child *c) {
  * keeps its lease and goes on as a member. */
 static int rank_written_off(pdde_store *notes, const char *members, int id, double stopped_s, double peer_timeout_s) {
     if (stopped_s > peer_timeout_s) return 1;
-    if (!notes || id < 0) return 0; /* (id < 0: not registered, no lease of its to end) */
+    if (!notes || id < 0) return 0; /* (id < 0: none, no lease of its to end) */
     char key[300];
     void *v = NULL;
     size_t len;
@@ -689,8 +696,8 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     child *ch = calloc((size_t)n, sizeof *ch);
-    pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
-    pdde_status notes_st = elastic && !join ? (etcd ? connect_etcd(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes)) : PDDE_OK;
+    pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended (a joiner's too) */
+    pdde_status notes_st = elastic ? (etcd ? connect_etcd(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes)) : PDDE_OK;
     if (notes_st) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
         return notes_st == PDDE_ERR_INVALID_ARG ? 2 : 1; /* (2: the command line's URL, as other bad arguments) */
@@ -703,9 +710,18 @@ int main(int argc, char **argv) {
     double notes_lease = peer_timeout_s, notes_ping = 0;
     int publish = etcd && notes && node_rank == 0; /* (then the lease also keeps the store's address in etcd) */
     if (publish) clear_dead_runs(ctx, notes, job); /* (before this run registers anything there) */
+    for (int r = 0; r < n; r++) {
+        ch[r].rank = node_rank * n + r;
+        ch[r].id = join ? new_joiner_id(notes, members) : ch[r].rank;
+        if (ch[r].id < 0) {
+            fprintf(stderr, "pdde-run: --join: cannot take member ids from the job's counter %s/joined: %s\n", members, pdde_last_error(ctx));
+            return 1;
+        }
+    }
     if (notes) {
-        char key[300];
-        snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
+        char key[300]; /* (a joiner's agent: its node number is no one's, its first rank's id is its own) */
+        if (join) snprintf(key, sizeof key, "%s/agent/join%d", members, ch[0].id);
+        else snprintf(key, sizeof key, "%s/agent/%d", members, node_rank);
         if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
         if (node_rank == 0) { /* (the members before the first change, for a joiner's pdde-run: say_if_full) */
             snprintf(key, sizeof key, "%s/started", members);
@@ -738,10 +754,8 @@ int main(int argc, char **argv) {
     setenv("OPENBLAS_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 0);
     setenv("OMP_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 0);
     fflush(NULL);
-    for (int r = 0; r < n; r++) {
-        ch[r].rank = node_rank * n + r;
+    for (int r = 0; r < n; r++)
         if (spawn_rank(ch, n, r, cmd, log_dir, bind, 0)) return 1;
-    }
 
     int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
     char cause[700] = ""; /* the store's first recorded failure: when the first rank ended (--elastic: at the end) */
@@ -787,7 +801,7 @@ int main(int argc, char **argv) {
                     char key[300], how[128];
                     if (WIFSIGNALED(status)) snprintf(how, sizeof how, "SIG%s", sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
                     else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
-                    int id = member_id(notes, members, &ch[r]);
+                    int id = ch[r].id;
                     snprintf(key, sizeof key, "%s/exit/%d", members, id);
                     if (notes && id >= 0) pdde_store_set(notes, key, how, strlen(how));
                     if (!bad) finished_ok++;
@@ -802,9 +816,10 @@ int main(int argc, char **argv) {
                         if (restarts > 0 && WIFSIGNALED(status) && !got_signal && running > 0) {
                             restarts--;
                             drain_rank(&ch[r]);
-                            snprintf(key, sizeof key, "%s/slot/%d", members, ch[r].rank); /* (the next one writes its own) */
-                            if (notes) pdde_store_remove(notes, key);
-                            if (spawn_rank(ch, n, r, cmd, log_dir, bind, 1) == 0) {
+                            if ((ch[r].id = new_joiner_id(notes, members)) < 0)
+                                fprintf(stderr, "pdde-run: rank %d not restarted: cannot take a member id from the job's counter "
+                                        "%s/joined: %s\n", ch[r].rank, members, pdde_last_error(ctx));
+                            else if (spawn_rank(ch, n, r, cmd, log_dir, bind, 1) == 0) {
                                 running++;
                                 fprintf(stderr, "pdde-run: rank %d restarted (pid %d): it joins at the members' next step boundary\n",
                                         ch[r].rank, (int)ch[r].pid);
@@ -854,7 +869,7 @@ int main(int argc, char **argv) {
                     stuck++;
                     continue;
                 }
-                int id = member_id(notes, members, c);
+                int id = c->id;
                 if (rank_written_off(notes, members, id, now - c->stopped_since, peer_timeout_s)) {
                     c->written_off = 1;
                     char key[300];
