@@ -176,6 +176,14 @@ plan_sizing=$(grep -A1 'dense on device 0 (cpu' "$tmp/dlrm_slow.log" | sed -n 's
     grep -q 'push [0-9.]* ms x 2' "$tmp/dlrm_run.log"
 ok=$?
 check "pdde-plan's dlrm prediction on the CPU ($plan_ms ms/batch: $plan_sizing) is build/dlrm --pipeline's ($run_ms ms, rc $rc)" $ok
+# a cluster whose machines list no CPU (the GPU example files): nothing to time the rows' pull and push on,
+# an error; the refusals as many as --top, the rest counted
+"$build/pdde-plan" --auto --cluster tools/clusters/h100_128.json --model dlrm:batch=256 --top 2 >"$tmp/dlrm_nocpu.log" 2>&1
+rc=$?
+[ $rc = 1 ] && [ "$(grep -c '^no   dense on device' "$tmp/dlrm_nocpu.log")" = 2 ] && grep -q '^no   126 more devices refused' "$tmp/dlrm_nocpu.log" &&
+    grep -q 'no device of tools/clusters/h100_128.json can be timed for the recommender' "$tmp/dlrm_nocpu.log"
+ok=$?
+check "pdde-plan --model dlrm on a cluster without CPUs fails, listing --top 2 refusals and counting the rest (rc $rc: $(tail -1 "$tmp/dlrm_nocpu.log"))" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/mixed.json" --model dlrm:batch=256,tables=26 >"$tmp/dlrm_bad.log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "^pdde-plan: --model dlrm:batch=256,tables=26: no key 'tables' (keys: batch, dim, hidden, threads (N); dense=adamw|sgd|servers; optimizer=sgd|adagrad|adam)" "$tmp/dlrm_bad.log"

@@ -1,9 +1,12 @@
-/* pdde-plan — plans the example GPT without running it.
+/* pdde-plan — plans the example GPT, or the example recommender, without running it.
  *   pdde-plan --auto [--model gpt:layers=96,width=12288,heads=96,ctx=2048,vocab=50304,batch=1536]
  *             [--cluster cluster.json] [--ranks N] [--top K] [--simulate]
  *       the planner's best plans for the model on the cluster's devices (or N ranks on this machine,
  *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why;
  *       --simulate ranks the best by simulating every rank's lowered program (as --timeline does)
+ *   pdde-plan --auto --model dlrm:batch=256,dim=8,hidden=64 [--cluster cluster.json] [--top K]
+ *       build/dlrm's pipeline with its dense stage on each device in turn, the table's pull and push on
+ *       that machine's CPU: predicted time per batch and each stage's threads, the fastest first
  *   pdde-plan --plan dp=1,pp=2,mb=4 [--model gpt:...] [--cluster FILE] [--timeline out.svg] [--trace out.json]
  *       (also after --auto, for the plan it picks) one step of that plan simulated on the cluster's devices
  *       from every rank's real lowered program: a text timeline on the terminal (a lane per rank; '#'
@@ -173,19 +176,22 @@ static int plan_dlrm(pdde_context *ctx, const char *cluster, const dlrm_config *
                "planned in %.2f s\n", c->batch, c->dim, c->hidden, DLRM_DENSE, DLRM_SPARSE, dense_names[c->dense], opt_names[opt], n, cluster,
                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
         printf("(the table on the parameter servers, in host memory; a worker pulls and pushes its rows on its machine's CPU)\n");
-        for (int i = 0, shown = 0; i < n && shown < top; i++) {
+        int shown = 0, refused = 0;
+        for (int i = 0; i < n; i++) {
             const dlrm_placement *p = &pl[i];
             const pdde_cluster_device *dev = pdde_cluster_find_device(cl, p->dense_id, NULL);
             const char *spec = dev ? cl->specs[dev->spec].name : "?", *backend = dev ? cl->specs[dev->spec].backend : "?";
-            if (p->why[0]) {
-                printf("no   dense on device %d (%s, %s): %s\n", p->dense_id, backend, spec, p->why);
+            if (p->why[0]) { /* (as many as the best shown: a cluster of thousands refused says so in a few lines) */
+                if (refused++ < top) printf("no   dense on device %d (%s, %s): %s\n", p->dense_id, backend, spec, p->why);
                 continue;
             }
+            if (shown >= top) continue;
             printf("%s dense on device %d (%s, %s), pull and push on CPU device %d of %s: %10.4g s/batch %10.4g samples/s\n", shown ? "    " : "best",
                    p->dense_id, backend, spec, p->cpu_id, cl->machines[p->machine].name, p->batch_s, c->batch / p->batch_s);
             printf("     sized from %s\n", p->ps.sizing);
             shown++;
         }
+        if (refused > top) printf("no   %d more devices refused (a larger --top lists them)\n", refused - top);
     } else fprintf(stderr, "pdde-plan: dlrm: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
     int none = !st && (n == 0 || pl[0].why[0]);
     if (none) fprintf(stderr, "pdde-plan: no device of %s can be timed for the recommender (the lines above say why)\n", cluster);
