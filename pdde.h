@@ -1897,6 +1897,10 @@ void pdde_pipeline_free(pdde_pipeline *pl);
 /* Runs batches first .. first + n - 1 through every stage; returns when the last one has left the
  * last stage, or at the first error (every thread joined; the slots are free again either way). */
 pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n);
+/* Sizes the stages from their predicted_s (every stage needs one) without running a batch, as the
+ * first run would: pdde_pipeline_stats_get then gives each stage's workers and the sizing text (a
+ * planner's prediction of the pipeline). Once sized (given workers, or run), it changes nothing. */
+pdde_status pdde_pipeline_size(pdde_pipeline *pl);
 void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out);
 /* Zeroes the counters (after warm-up batches); the sizing stays. */
 void pdde_pipeline_stats_reset(pdde_pipeline *pl);

@@ -268,6 +268,17 @@ static pdde_status pipe_calibrate(pdde_pipeline *pl, int64_t first, int64_t m) {
     return PDDE_OK;
 }
 
+pdde_status pdde_pipeline_size(pdde_pipeline *pl) {
+    if (!pl) return PDDE_ERR_INVALID_ARG;
+    for (int k = 0; k < pl->p.n_stages; k++)
+        if (!(pl->stage[k].predicted_s > 0))
+            return pdde_error(pl->ctx, PDDE_ERR_INVALID_ARG, "pipeline: stage %d (%s) has no predicted_s to be sized from", k, pl->stage[k].name);
+    if (pl->sized) return PDDE_OK;
+    for (int k = 0; k < pl->p.n_stages; k++) pl->per_batch_s[k] = pl->stage[k].predicted_s;
+    pipe_size(pl, "the given predictions");
+    return PDDE_OK;
+}
+
 pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n) {
     if (!pl || n < 0 || first < 0) return pl ? pdde_error(pl->ctx, PDDE_ERR_INVALID_ARG, "pipeline: run of %lld batches from %lld", (long long)n, (long long)first) : PDDE_ERR_INVALID_ARG;
     int ns = pl->p.n_stages;
@@ -277,10 +288,8 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n) {
     if (!pl->sized && n > 0) {
         bool predicted = true;
         for (int k = 0; k < ns; k++) predicted &= pl->stage[k].predicted_s > 0;
-        if (predicted) {
-            for (int k = 0; k < ns; k++) pl->per_batch_s[k] = pl->stage[k].predicted_s;
-            pipe_size(pl, "the given predictions");
-        } else {
+        if (predicted) st = pdde_pipeline_size(pl);
+        else {
             int64_t m = n < pl->p.calibrate_batches ? n : pl->p.calibrate_batches;
             st = pipe_calibrate(pl, first, m);
             first += m;

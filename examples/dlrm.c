@@ -89,7 +89,7 @@ static int parse(int argc, char **argv, options *o) {
     if (env_servers && flag_long("PDDE_PS_SERVERS", env_servers, &env_n)) return -1;
     *o = (options){.vocab = 1000, .epochs = 1, .servers = (int)env_n, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
                    .mode = PDDE_PS_SYNC, .local = 1, .optimizer = PDDE_PS_ADAGRAD, .table_lr = 0.05f,
-                   .cfg = {256, 8, 64, 0.01f, DLRM_DENSE_ADAMW}};
+                   .cfg = DLRM_CONFIG_INIT};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) { usage(); exit(0); }

@@ -34,6 +34,7 @@ typedef struct {
     float lr;                 /* dense AdamW / SGD */
     dlrm_dense_update dense;
 } dlrm_config;
+#define DLRM_CONFIG_INIT {256, 8, 64, 0.01f, DLRM_DENSE_ADAMW} /* build/dlrm's defaults */
 
 typedef struct {
     dlrm_config cfg;
@@ -408,11 +409,17 @@ static inline int dlrm_stages_predict(pdde_context *ctx, const pdde_cluster *c, 
     return known;
 }
 
-/* The id of the first device of cluster c whose spec has this backend ("cpu", "opencl", ...); -1: none. */
+/* The id of the first device of machine h of cluster c whose spec has this backend ("cpu", "opencl", ...); -1: none. */
+static inline int dlrm_machine_device(const pdde_cluster *c, int h, const char *backend) {
+    for (int d = 0; c && h >= 0 && h < c->n_machines && d < c->machines[h].n_devices; d++)
+        if (!strcmp(c->specs[c->machines[h].devices[d].spec].backend, backend)) return c->machines[h].devices[d].id;
+    return -1;
+}
+
+/* The same, of the whole cluster (its machines in order). */
 static inline int dlrm_cluster_device(const pdde_cluster *c, const char *backend) {
     for (int h = 0; c && h < c->n_machines; h++)
-        for (int d = 0; d < c->machines[h].n_devices; d++)
-            if (!strcmp(c->specs[c->machines[h].devices[d].spec].backend, backend)) return c->machines[h].devices[d].id;
+        if (dlrm_machine_device(c, h, backend) >= 0) return dlrm_machine_device(c, h, backend);
     return -1;
 }
 

@@ -281,8 +281,9 @@ static pdde_status no_op(void *u, void *slot, int64_t k, int worker) {
     return PDDE_OK;
 }
 
-/* The workers pdde_pipeline gives the three stages sized at st's predictions (max_threads 8). */
-static pdde_status size_stages(pdde_context *ctx, const pdde_pipeline_stage *predicted, pdde_pipeline_stats *ps) {
+/* The workers pdde_pipeline gives the three stages sized at st's predictions (max_threads 8): by
+ * pdde_pipeline_size (run = 0) or by a run of 4 batches through stages that do nothing (run = 1). */
+static pdde_status size_stages(pdde_context *ctx, const pdde_pipeline_stage *predicted, int run, pdde_pipeline_stats *ps) {
     pdde_pipeline_stage st[3];
     memcpy(st, predicted, sizeof st);
     for (int k = 0; k < 3; k++) st[k].fn = no_op;
@@ -292,7 +293,7 @@ static pdde_status size_stages(pdde_context *ctx, const pdde_pipeline_stage *pre
     p.n_stages = 3, p.stages = st, p.slots = slots, p.n_slots = 4, p.max_threads = 8;
     pdde_pipeline *pl = NULL;
     pdde_status s = pdde_pipeline_init(ctx, &p, &pl);
-    if (!s) s = pdde_pipeline_run(pl, 0, 4);
+    if (!s) s = run ? pdde_pipeline_run(pl, 0, 4) : pdde_pipeline_size(pl);
     if (!s) pdde_pipeline_stats_get(pl, ps);
     pdde_pipeline_free(pl);
     return s;
@@ -319,11 +320,23 @@ static void test_cost_sizing(pdde_context *ctx, const char *dir) {
           BB, ids, 1e3 * want_pull, 1e3 * s[2].predicted_s, 1e3 * want_push, known == 3 ? "ok" : pdde_last_error(ctx));
     pdde_pipeline_stats ps;
     memset(&ps, 0, sizeof ps);
-    pdde_status sz = known == 3 ? size_stages(ctx, s, &ps) : PDDE_ERR_NO_PLAN;
+    pdde_status sz = known == 3 ? size_stages(ctx, s, 1, &ps) : PDDE_ERR_NO_PLAN;
     printf("sized: %s\n", ps.sizing);
     CHECK(!sz && s[0].predicted_s > s[1].predicted_s && s[0].predicted_s > s[2].predicted_s && ps.stage[0].workers > 1 &&
           ps.stage[0].workers > ps.stage[2].workers,
           "sizing: the slowest stage, parse + pull, gets %d workers (push %d, dense %d)", ps.stage[0].workers, ps.stage[2].workers, ps.stage[1].workers);
+    /* sized without a run (a planner's prediction): the same workers and text as the run's */
+    pdde_pipeline_stats unrun;
+    memset(&unrun, 0, sizeof unrun);
+    pdde_status usz = known == 3 ? size_stages(ctx, s, 0, &unrun) : PDDE_ERR_NO_PLAN;
+    CHECK(!usz && unrun.batches == 0 && !strcmp(unrun.sizing, ps.sizing) && unrun.stage[0].workers == ps.stage[0].workers &&
+          unrun.stage[2].workers == ps.stage[2].workers, "pdde_pipeline_size sizes as a run does, running nothing (%s)", unrun.sizing);
+    pdde_pipeline_stage none[3];
+    memcpy(none, s, sizeof none);
+    none[2].predicted_s = 0;
+    usz = size_stages(ctx, none, 0, &unrun);
+    CHECK(usz == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "stage 2 (push) has no predicted_s"),
+          "pdde_pipeline_size without a stage's prediction names the stage (%s)", pdde_last_error(ctx));
     /* the same cluster without the table's curves prices pulling as a graph's lookup (bytes only) */
     pdde_cluster *old = ps_cluster(200e-9, 50e-9);
     if (old) old->specs[0].n_curve[PDDE_OPCLASS_PS_PULL] = old->specs[0].n_curve[PDDE_OPCLASS_PS_PUSH] = 0;

@@ -130,6 +130,71 @@ check "--model gpt:layers=x says what it expected (rc $rc: $(head -1 "$tmp/model
 rc=$?
 check "a missing cluster file is an error naming it ($(head -1 "$tmp/bad.log"))" $rc
 
+# the recommender (build/dlrm's model) on a machine with a CPU and a GPU (peak figures only) and a machine
+# with a GPU alone: the dense stage goes to the GPU, the table's pull and push to its machine's CPU; the
+# GPU of the machine without a CPU is refused, saying why
+cat >"$tmp/mixed.json" <<'JSON'
+{"format": "pdde-cluster", "version": 1, "name": "mixed",
+ "specs": [{"name": "cpu", "kind": "cpu", "backend": "cpu", "peak_flops": 5e10, "mem_bandwidth": 1e10, "gemm": [],
+            "curves": {"elementwise": [[49152, 2e-5]], "row": [], "attention": [], "embedding": [], "optimizer": []}},
+           {"name": "gpu", "kind": "gpu", "backend": "cuda", "peak_flops": 5e13, "mem_bandwidth": 2e12, "gemm": [],
+            "curves": {"elementwise": [], "row": [], "attention": [], "embedding": [], "optimizer": []}}],
+ "machines": [{"id": 0, "name": "host", "cores": 4, "numa_nodes": 1, "host_memory": 8000000000, "l3_cache": 0,
+               "intra": {"kind": "shm", "bandwidth": 5e9, "latency": 2e-6, "group": -1},
+               "nic": {"kind": "net", "bandwidth": 1e9, "latency": 1e-5, "group": -1},
+               "devices": [{"id": 0, "spec": "cpu", "memory": 8000000000}, {"id": 1, "spec": "gpu", "memory": 16000000000}]},
+              {"id": 1, "name": "gpuonly", "cores": 4, "numa_nodes": 1, "host_memory": 8000000000, "l3_cache": 0,
+               "intra": {"kind": "shm", "bandwidth": 5e9, "latency": 2e-6, "group": -1},
+               "nic": {"kind": "net", "bandwidth": 1e9, "latency": 1e-5, "group": -1},
+               "devices": [{"id": 2, "spec": "gpu", "memory": 16000000000}]}],
+ "links": [], "collectives": []}
+JSON
+"$build/pdde-plan" --auto --cluster "$tmp/mixed.json" --model dlrm:batch=256,dim=8,hidden=64 >"$tmp/dlrm_plan.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q '^DLRM batch 256, dim 8, hidden 64' "$tmp/dlrm_plan.log" &&
+    grep -q '^best dense on device 1 (cuda, gpu), pull and push on CPU device 0 of host: ' "$tmp/dlrm_plan.log" &&
+    grep -q '^     dense on device 0 (cpu, cpu), pull and push on CPU device 0 of host: ' "$tmp/dlrm_plan.log" &&
+    grep -q "^no   dense on device 2 (cuda, gpu): machine gpuonly lists no CPU device" "$tmp/dlrm_plan.log"
+ok=$?
+check "pdde-plan --model dlrm: the dense stage on the GPU, the table's rows on its machine's CPU, the CPU-less machine refused (rc $rc: $(grep -m1 '^best' "$tmp/dlrm_plan.log"))" $ok
+# its prediction is build/dlrm's own: the same stages timed, the same threads (4: the machine's cores;
+# PDDE_NUM_THREADS for dlrm) sized by the pipeline. The table's pull and push are slow here, so the
+# pipeline gives push a second thread.
+sed 's/"embedding": \[\], "optimizer": \[\]}},/"embedding": [], "optimizer": [], "ps_pull": [[1e5, 4e-3]], "ps_push": [[1e5, 4e-3]]}},/' \
+    "$tmp/mixed.json" >"$tmp/slowps.json"
+"$build/pdde-plan" --auto --cluster "$tmp/slowps.json" --model dlrm:batch=256 >"$tmp/dlrm_slow.log" 2>&1
+mkdir -p "$tmp/dlrm_run/build" # (dlrm --synthetic writes its data to build/ under its folder)
+dlrm_bin=$(realpath "$build/dlrm")
+(cd "$tmp/dlrm_run" && PDDE_NUM_THREADS=4 timeout 120 "$dlrm_bin" --device cpu --pipeline 2 --cluster "$tmp/slowps.json" \
+    --synthetic 1000 >"$tmp/dlrm_run.log" 2>&1)
+rc=$?
+# (the CPU line's batch time, in ms to dlrm's 3 digits, and dlrm's sizing)
+plan_ms=$(awk '/dense on device 0 \(cpu/ { for (i = 1; i <= NF; i++) if ($i == "s/batch") printf "%.3g", 1e3 * $(i - 1) }' "$tmp/dlrm_slow.log")
+run_ms=$(sed -n 's/^pipeline sized from .*; predicted \([0-9.e+-]*\) ms per batch.*/\1/p' "$tmp/dlrm_run.log")
+plan_sizing=$(grep -A1 'dense on device 0 (cpu' "$tmp/dlrm_slow.log" | sed -n 's/^ *sized from //p')
+[ $rc = 0 ] && [ -n "$run_ms" ] && [ "$plan_ms" = "$run_ms" ] && grep -q "^pipeline sized from $plan_sizing\$" "$tmp/dlrm_run.log" &&
+    grep -q 'push [0-9.]* ms x 2' "$tmp/dlrm_run.log"
+ok=$?
+check "pdde-plan's dlrm prediction on the CPU ($plan_ms ms/batch: $plan_sizing) is build/dlrm --pipeline's ($run_ms ms, rc $rc)" $ok
+# a cluster whose machines list no CPU (the GPU example files): nothing to time the rows' pull and push on,
+# an error; the refusals as many as --top, the rest counted
+"$build/pdde-plan" --auto --cluster tools/clusters/h100_128.json --model dlrm:batch=256 --top 2 >"$tmp/dlrm_nocpu.log" 2>&1
+rc=$?
+[ $rc = 1 ] && [ "$(grep -c '^no   dense on device' "$tmp/dlrm_nocpu.log")" = 2 ] && grep -q '^no   126 more devices refused' "$tmp/dlrm_nocpu.log" &&
+    grep -q 'no device of tools/clusters/h100_128.json can be timed for the recommender' "$tmp/dlrm_nocpu.log"
+ok=$?
+check "pdde-plan --model dlrm on a cluster without CPUs fails, listing --top 2 refusals and counting the rest (rc $rc: $(tail -1 "$tmp/dlrm_nocpu.log"))" $ok
+"$build/pdde-plan" --auto --cluster "$tmp/mixed.json" --model dlrm:batch=256,tables=26 >"$tmp/dlrm_bad.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "^pdde-plan: --model dlrm:batch=256,tables=26: no key 'tables' (keys: batch, dim, hidden, threads (N); dense=adamw|sgd|servers; optimizer=sgd|adagrad|adam)" "$tmp/dlrm_bad.log"
+ok=$?
+check "--model dlrm:tables=26 names the key and lists the keys (rc $rc: $(head -1 "$tmp/dlrm_bad.log"))" $ok
+"$build/pdde-plan" --auto --cluster "$tmp/mixed.json" --model dlrm:optimizer=rmsprop >"$tmp/dlrm_bad.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "optimizer=rmsprop: want sgd, adagrad or adam" "$tmp/dlrm_bad.log"
+ok=$?
+check "--model dlrm:optimizer=rmsprop says what it expected (rc $rc: $(head -1 "$tmp/dlrm_bad.log"))" $ok
+
 # the losses of steps 1..4, as gpt prints them (rank 0 or the only process)
 losses() { grep -E 'step +[1-4]/4 ' "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' '; }
 args=(--steps 4 --val-every 0 --sample-len 0 --threads 1)

@@ -1,9 +1,12 @@
-/* pdde-plan — plans the example GPT without running it.
+/* pdde-plan — plans the example GPT, or the example recommender, without running it.
  *   pdde-plan --auto [--model gpt:layers=96,width=12288,heads=96,ctx=2048,vocab=50304,batch=1536]
  *             [--cluster cluster.json] [--ranks N] [--top K] [--simulate]
  *       the planner's best plans for the model on the cluster's devices (or N ranks on this machine,
  *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why;
  *       --simulate ranks the best by simulating every rank's lowered program (as --timeline does)
+ *   pdde-plan --auto --model dlrm:batch=256,dim=8,hidden=64 [--cluster cluster.json] [--top K]
+ *       build/dlrm's pipeline with its dense stage on each device in turn, the table's pull and push on
+ *       that machine's CPU: predicted time per batch and each stage's threads, the fastest first
  *   pdde-plan --plan dp=1,pp=2,mb=4 [--model gpt:...] [--cluster FILE] [--timeline out.svg] [--trace out.json]
  *       (also after --auto, for the plan it picks) one step of that plan simulated on the cluster's devices
  *       from every rank's real lowered program: a text timeline on the terminal (a lane per rank; '#'
@@ -16,6 +19,7 @@
  *       the local program rank R runs (lowered here: no process, communicator or memory for it) */
 #include "pdde.h"
 #include "examples/gpt.h"
+#include "examples/dlrm.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -62,9 +66,147 @@ static int parse_model(const char *spec, gpt_config *c, char *why, size_t why_si
     return 0;
 }
 
+/* "dlrm:batch=N,dim=N,hidden=N[,dense=adamw|sgd|servers][,optimizer=sgd|adagrad|adam][,threads=N]": build/dlrm's
+ * --batch, --dim, --hidden, --dense-on-servers (servers) and table --optimizer, onto c and *opt (its defaults
+ * otherwise); threads (0: the machine's cores) bounds the pipeline's threads, as PDDE_NUM_THREADS does dlrm's.
+ * -1 with why (the key and what it expected) on a bad spec. */
+static int parse_dlrm(const char *spec, dlrm_config *c, pdde_ps_optimizer *opt, int *threads, char *why, size_t why_size) {
+    static const char *const keys = "batch, dim, hidden, threads (N); dense=adamw|sgd|servers; optimizer=sgd|adagrad|adam";
+    for (const char *s = spec + 5; *s;) {
+        char key[32] = "", val[32] = "";
+        int n = 0, len = (int)strcspn(s, ",");
+        if (sscanf(s, "%31[^=,]=%31[^,]%n", key, val, &n) != 2 || n != len)
+            return snprintf(why, why_size, "'%.*s' is not KEY=VALUE (keys: %s)", len, s, keys), -1;
+        char *end;
+        long v = strtol(val, &end, 10);
+        int *f = !strcmp(key, "batch") ? &c->batch : !strcmp(key, "dim") ? &c->dim : !strcmp(key, "hidden") ? &c->hidden
+               : !strcmp(key, "threads") ? threads : NULL;
+        if (f && (*end || end == val || v < 1 || v > 1000000000))
+            return snprintf(why, why_size, "%s=%s: want a whole number in 1..1000000000", key, val), -1;
+        if (f) *f = (int)v;
+        else if (!strcmp(key, "dense")) {
+            if (!strcmp(val, "adamw")) c->dense = DLRM_DENSE_ADAMW;
+            else if (!strcmp(val, "sgd")) c->dense = DLRM_DENSE_SGD;
+            else if (!strcmp(val, "servers")) c->dense = DLRM_DENSE_ON_SERVERS;
+            else return snprintf(why, why_size, "dense=%s: want adamw, sgd or servers", val), -1;
+        } else if (!strcmp(key, "optimizer")) {
+            if (!strcmp(val, "sgd")) *opt = PDDE_PS_SGD;
+            else if (!strcmp(val, "adagrad")) *opt = PDDE_PS_ADAGRAD;
+            else if (!strcmp(val, "adam")) *opt = PDDE_PS_ADAM;
+            else return snprintf(why, why_size, "optimizer=%s: want sgd, adagrad or adam", val), -1;
+        } else return snprintf(why, why_size, "no key '%s' (keys: %s)", key, keys), -1;
+        s += n;
+        if (*s == ',') s++;
+    }
+    return 0;
+}
+
+typedef struct {
+    int dense_id, cpu_id, machine;
+    double batch_s;                   /* the pipeline's predicted seconds per batch (its slowest stage per worker) */
+    pdde_pipeline_stats ps;
+    char why[256];                    /* not placeable: why */
+} dlrm_placement;
+
+static int dlrm_placement_cmp(const void *a, const void *b) {
+    const dlrm_placement *x = a, *y = b;
+    if (!x->why[0] != !y->why[0]) return x->why[0] ? 1 : -1; /* the placeable first, fastest first */
+    if (x->batch_s != y->batch_s) return (x->batch_s > y->batch_s) - (x->batch_s < y->batch_s);
+    double xt = 0, yt = 0; /* (as fast, bound by the same stage: the shorter batch in turn, the shorter latency) */
+    for (int k = 0; k < 3; k++) xt += x->ps.stage[k].predicted_s, yt += y->ps.stage[k].predicted_s;
+    return (xt > yt) - (xt < yt);
+}
+
+/* The recommender (examples/dlrm.h) on every device of the cluster: its dense stage there, the pull
+ * and push of the table's rows on its machine's CPU (the table itself on the parameter servers, in
+ * host memory), each stage timed by dlrm_stages_predict and the stages' threads sized by the pipeline,
+ * as build/dlrm --pipeline --cluster sizes them; the fastest first. */
+static int plan_dlrm(pdde_context *ctx, const char *cluster, const dlrm_config *c, pdde_ps_optimizer opt, int threads, int top) {
+    pdde_cluster *cl = NULL;
+    pdde_graph *g = NULL;
+    dlrm_model m = {0};
+    dlrm_placement *pl = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pdde_status st = pdde_cluster_load(ctx, cluster, &cl);
+    if (st) {
+        fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
+        if (access(cluster, F_OK)) fprintf(stderr, "(write a cluster file with build/pdde-bench -o %s)\n", cluster);
+        pdde_context_free(ctx);
+        return 1;
+    }
+    int n = pdde_cluster_device_count(cl);
+    if (!(st = pdde_graph_init(ctx, &g))) st = dlrm_build(g, c, &m);
+    if (!st && !(pl = calloc((size_t)n + 1, sizeof *pl))) st = PDDE_ERR_OOM;
+    for (int h = 0, i = 0; !st && h < cl->n_machines; h++)
+        for (int k = 0; k < cl->machines[h].n_devices; k++, i++) {
+            dlrm_placement *p = &pl[i];
+            p->dense_id = cl->machines[h].devices[k].id, p->machine = h, p->cpu_id = dlrm_machine_device(cl, h, "cpu");
+            if (p->cpu_id < 0) {
+                snprintf(p->why, sizeof p->why, "machine %s lists no CPU device for the pull and push of the table's rows", cl->machines[h].name);
+                continue;
+            }
+            dlrm_stages d = {&m, NULL, NULL, NULL, NULL, NULL}; /* (sized, never run) */
+            pdde_pipeline_stage stages[3];
+            dlrm_stages_fill(&d, stages);
+            if (dlrm_stages_predict(ctx, cl, g, &m, opt, p->cpu_id, p->dense_id, 0, stages) < 3) {
+                size_t len = (size_t)snprintf(p->why, sizeof p->why, "the cost model cannot time");
+                for (int s = 0; s < 3; s++)
+                    if (!stages[s].predicted_s && len < sizeof p->why)
+                        len += (size_t)snprintf(p->why + len, sizeof p->why - len, " %s", stages[s].name);
+                if (len < sizeof p->why) snprintf(p->why + len, sizeof p->why - len, " (no curve or peak figure: pdde-bench measures them)");
+                continue;
+            }
+            void *slot = NULL;
+            pdde_pipeline_params pp = PDDE_PIPELINE_PARAMS_INIT;
+            pp.n_stages = 3, pp.stages = stages, pp.slots = &slot, pp.n_slots = 1;
+            pp.max_threads = threads ? threads : cl->machines[h].cores > 0 ? cl->machines[h].cores : 1;
+            pdde_pipeline *pipe = NULL;
+            if (!(st = pdde_pipeline_init(ctx, &pp, &pipe)) && !(st = pdde_pipeline_size(pipe))) {
+                pdde_pipeline_stats_get(pipe, &p->ps);
+                for (int s = 0; s < 3; s++) p->batch_s = fmax(p->batch_s, p->ps.stage[s].predicted_s / p->ps.stage[s].workers);
+            }
+            pdde_pipeline_free(pipe);
+        }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!st) {
+        qsort(pl, (size_t)n, sizeof *pl, dlrm_placement_cmp);
+        static const char *const dense_names[] = {"adamw", "sgd", "servers"}, *const opt_names[] = {"sgd", "adagrad", "adam"};
+        printf("DLRM batch %d, dim %d, hidden %d (%d dense features, %d sparse fields), dense update %s, table optimizer %s; %d devices (%s); "
+               "planned in %.2f s\n", c->batch, c->dim, c->hidden, DLRM_DENSE, DLRM_SPARSE, dense_names[c->dense], opt_names[opt], n, cluster,
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+        printf("(the table on the parameter servers, in host memory; a worker pulls and pushes its rows on its machine's CPU)\n");
+        int shown = 0, refused = 0;
+        for (int i = 0; i < n; i++) {
+            const dlrm_placement *p = &pl[i];
+            const pdde_cluster_device *dev = pdde_cluster_find_device(cl, p->dense_id, NULL);
+            const char *spec = dev ? cl->specs[dev->spec].name : "?", *backend = dev ? cl->specs[dev->spec].backend : "?";
+            if (p->why[0]) { /* (as many as the best shown: a cluster of thousands refused says so in a few lines) */
+                if (refused++ < top) printf("no   dense on device %d (%s, %s): %s\n", p->dense_id, backend, spec, p->why);
+                continue;
+            }
+            if (shown >= top) continue;
+            printf("%s dense on device %d (%s, %s), pull and push on CPU device %d of %s: %10.4g s/batch %10.4g samples/s\n", shown ? "    " : "best",
+                   p->dense_id, backend, spec, p->cpu_id, cl->machines[p->machine].name, p->batch_s, c->batch / p->batch_s);
+            printf("     sized from %s\n", p->ps.sizing);
+            shown++;
+        }
+        if (refused > top) printf("no   %d more devices refused (a larger --top lists them)\n", refused - top);
+    } else fprintf(stderr, "pdde-plan: dlrm: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
+    int none = !st && (n == 0 || pl[0].why[0]);
+    if (none) fprintf(stderr, "pdde-plan: no device of %s can be timed for the recommender (the lines above say why)\n", cluster);
+    free(pl);
+    pdde_graph_free(g);
+    pdde_cluster_free(cl);
+    pdde_context_free(ctx);
+    return st || none ? 1 : 0;
+}
+
 static const char help[] =
     "usage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]]]\n"
     "                 (llama:...,kv_heads=N instead of gpt: the LLaMA-style model, gpt --arch llama)\n"
+    "                 (dlrm:batch=N,dim=N,hidden=N[,dense=adamw|sgd|servers][,optimizer=sgd|adagrad|adam][,threads=N]: the recommender,\n"
+    "                 build/dlrm: its dense stage on each device, the table's pull and push on that machine's CPU)\n"
     "                 [--cluster FILE] [--ranks N] [--top K] [--simulate]    the best plans, predicted, and the rejected ones with why\n"
     "       pdde-plan --plan dp=N,tp=N,pp=N,mb=N,zero=N[,...] [--model ...] [--cluster FILE] [--timeline out.svg] [--trace out.json]\n"
     "                 one step of that plan simulated on the cluster's devices (also after --auto, for the plan it picks)\n"
@@ -158,7 +300,9 @@ static int plan_auto(int argc, char **argv) {
     gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8}; /* build/gpt's default */
     const char *cluster = "build/cluster.json";
     const char *svg = NULL, *trace = NULL, *forced = NULL;
-    int ranks = 0, top = 8, auto_ = 0, simulate = 0;
+    int ranks = 0, top = 8, auto_ = 0, simulate = 0, dlrm = 0, rec_threads = 0;
+    dlrm_config rec = DLRM_CONFIG_INIT;
+    pdde_ps_optimizer rec_opt = PDDE_PS_ADAGRAD; /* (build/dlrm's) */
     pdde_plan fp;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -166,11 +310,11 @@ static int plan_auto(int argc, char **argv) {
         if (!strcmp(a, "--simulate")) { simulate = 1; continue; }
         if (v && !strcmp(a, "--model")) {
             char why[256];
-            if (parse_model(v, &c, why, sizeof why)) {
+            if (!strncmp(v, "dlrm:", 5) ? parse_dlrm(v, &rec, &rec_opt, &rec_threads, why, sizeof why) : parse_model(v, &c, why, sizeof why)) {
                 fprintf(stderr, "pdde-plan: --model %s: %s\n", v, why);
                 return 2;
             }
-            i++;
+            dlrm = !strncmp(v, "dlrm:", 5), i++;
         }
         else if (v && !strcmp(a, "--cluster")) cluster = v, i++;
         else if (v && !strcmp(a, "--ranks") && (ranks = atoi(v)) > 0) i++;
@@ -184,10 +328,16 @@ static int plan_auto(int argc, char **argv) {
             return 2;
         }
     }
+    if (dlrm && (forced || ranks || simulate || svg || trace)) {
+        fprintf(stderr, "pdde-plan: --model dlrm:... takes --auto [--cluster FILE] [--top K] only (one worker's pipeline: no --plan, --ranks, "
+                "--simulate, --timeline or --trace)\n");
+        return 2;
+    }
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx)) return 1;
+    if (dlrm) return plan_dlrm(ctx, cluster, &rec, rec_opt, rec_threads, top);
     if (forced && !auto_) { /* a plan given: its timeline only */
         int rc = 2;
         if (fp.pp > 1 && fp.stage_first[fp.pp] && fp.stage_first[fp.pp] != c.layers + 2)
