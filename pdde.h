@@ -157,9 +157,10 @@ pdde_status pdde_error(pdde_context *ctx, pdde_status status, const char *fmt, .
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-/* What the library says on its own, a line at a time (no newline): warnings (a node moved to the CPU,
- * a setting it could not honour, a bad environment value), info (elastic changes, the PDDE_PROFILE
- * report, where a trace went) and debug (every error, under log_level 2). By default each line goes to
+/* What the library says on its own, a line at a time (no newline): warnings (a setting it could not
+ * honour, a bad environment value, a plugin that misreports itself), info (nodes moved to the CPU,
+ * elastic changes, the PDDE_PROFILE report, where a trace went) and debug (every error, under
+ * log_level 2). By default each line goes to
  * stderr; pdde_log_set sends them to fn instead (NULL: stderr again). Process-wide, as the environment
  * variables are. fn is called from any of the library's threads, one line at a time (never two at
  * once), and must not call pdde itself. */

@@ -1340,7 +1340,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     if (st == PDDE_OK) st = trace_open(s, p.trace);
     if (st == PDDE_OK && s->prog->n_fallback)
-        pdde_log(PDDE_LOG_WARN, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
+        pdde_log(PDDE_LOG_INFO, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
     if (st == PDDE_OK && profile == 2) st = profile_want(s, p.cluster);
     if (st == PDDE_OK) st = session_place(s);

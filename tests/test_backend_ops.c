@@ -2115,9 +2115,17 @@ static bool known_op(const char *name) {
     return false;
 }
 
+/* Without -v the library's info lines (one per case that moved nodes to the CPU: hundreds) are counted, not
+ * printed; its warnings are printed */
+static void count_log_line(pdde_log_level level, const char *line, void *user) {
+    if (level == PDDE_LOG_WARN) fprintf(stderr, "%s\n", line);
+    else ++*(long *)user;
+}
+
 int main(int argc, char **argv) {
     options o = {0};
     const char *plugin = NULL;
+    static long log_lines;
     /* lowering's fusions off unless the environment sets them (on CUDA some are on by default in bf16): the
      * device runs the graph the CPU's reference runs; the fused cases set theirs */
     static const char *const fusions[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_BF16_LOGITS",
@@ -2142,6 +2150,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (!o.verbose) pdde_log_set(count_log_line, &log_lines);
     const char *salt = getenv("PDDE_TEST_SEED");
     if (salt && salt[0]) {
         char *end;
@@ -2255,5 +2264,6 @@ int main(int argc, char **argv) {
     if (!o.perf && (!o.op || !strcmp(o.op, "sum_to") || !strcmp(o.op, "matmul")) && !o.backend) test_fused_bias_grad(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
+    if (log_lines) printf("the library logged %ld info lines (nodes moved to the CPU and the like): -v prints them\n", log_lines);
     return test_finish();
 }
