@@ -1602,6 +1602,12 @@ typedef struct {
 } pdde_cost_plan;
 pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph *g, const pdde_session_params *sp,
                                         const pdde_cost_plan *plan, pdde_cost_program **out);
+/* The same for a plan text's plan: g built for it (gpt_plan_build), rank r on cluster device
+ * rank_devices[r] (NULL: the cluster's devices in order), and its place= layers on the first device of
+ * that backend on rank 0's machine (PDDE_ERR_NOT_FOUND where this process or that machine has none:
+ * lowering for it needs one here). */
+pdde_status pdde_plan_cost_program(const pdde_cluster *c, const pdde_graph *g, const pdde_plan *plan, const int *rank_devices,
+                                   pdde_cost_program **out);
 
 typedef struct {
     int rank, op;

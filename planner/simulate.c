@@ -315,6 +315,23 @@ static pdde_status sim_placement(const pdde_graph *g, const pdde_cluster *c, con
     return PDDE_OK;
 }
 
+pdde_status pdde_plan_cost_program(const pdde_cluster *c, const pdde_graph *g, const pdde_plan *plan, const int *rank_devices,
+                                   pdde_cost_program **out) {
+    if (!c || !g || !plan || !out) return g ? pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan_cost_program: an argument is NULL") : PDDE_ERR_INVALID_ARG;
+    int n = plan->dp * plan->tp * plan->pp;
+    pdde_cost_plan cpl = {n > 1 ? n : 0, rank_devices, NULL, 0};
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    int *layer_devices = NULL, *local = NULL;
+    pdde_status st = PDDE_OK;
+    if (plan->place[0])
+        st = sim_placement(g, c, plan, rank_devices ? rank_devices[0] : sim_device_at(c, 0), &layer_devices, &sp.n_layer_devices, &local,
+                           &cpl.n_local_devices);
+    sp.layer_devices = layer_devices, cpl.local_devices = local;
+    if (!st) st = pdde_cost_program_from_plan(c, g, &sp, &cpl, out);
+    free(layer_devices), free(local);
+    return st;
+}
+
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan) {
     pdde_context *ctx = g->ctx;
@@ -332,10 +349,8 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
         pdde_plan_str(plan, s, sizeof s);
         st = pdde_error(ctx, st, "plan %s: building its graph: %s", s, pdde_last_error(ctx));
     }
-    pdde_cost_plan cpl = {n > 1 ? n : 0, rank_devices, NULL, 0};
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    int *layer_devices = NULL, *local = NULL;
-    if (!st && plan->place[0] && sim_placement(pg, c, plan, rank_devices[0], &layer_devices, &sp.n_layer_devices, &local, &cpl.n_local_devices)) {
+    if (!st && (st = pdde_plan_cost_program(c, pg, plan, rank_devices, &cp)) == PDDE_ERR_NOT_FOUND && plan->place[0]) {
+        /* (sim_placement's: no such device here or on that machine; the plan is out, not the search) */
         snprintf(plan->why, sizeof plan->why, "place=%s: simulated where this process and the cluster's machine have such a device; here: %s",
                  plan->place, pdde_last_error(ctx));
         plan->step_s = DBL_MAX, plan->peak_device = -1;
@@ -343,9 +358,6 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
         pdde_graph_free(pg);
         return PDDE_OK;
     }
-    sp.layer_devices = layer_devices, cpl.local_devices = local;
-    if (!st) st = pdde_cost_program_from_plan(c, pg, &sp, &cpl, &cp);
-    free(layer_devices), free(local);
     if (!st) st = pdde_cost_simulate(ctx, c, cp, &r);
     if (!st) {
         plan->step_s = r->step_time, plan->bubble_s = 0, plan->peak_bytes = 0, plan->peak_device = -1, plan->why[0] = 0;

@@ -40,6 +40,20 @@ compute=$(sed -n 's/^rank   [01] |.*| compute \([0-9.e-]*\) s.*/\1/p' "$tmp/tl2.
 [ "$(grep -c '^rank   [01] |' "$tmp/tl2.log")" = 2 ] && [ "$(echo "$compute" | wc -l)" = 1 ]
 rc=$?
 check "a plan of 2 ranks beside a slow accelerator is simulated with both on the CPU (compute: $(echo $compute))" $rc
+# a forced plan's place= is simulated on that device: the slow accelerator's step is far longer than the CPU's,
+# half the blocks on it about half as long again (PoCL is the OpenCL device lowered for)
+if "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
+    for pl in dp=1 dp=1,place=opencl dp=1,place=opencl:1-2; do
+        "$build/pdde-plan" --plan $pl --cluster "$tmp/slow_acc.json" >"$tmp/pl.log" 2>&1
+        sed -n 's/^rank   0 |.*| compute \([0-9.e-]*\) s.*/\1/p' "$tmp/pl.log"
+    done >"$tmp/placed.txt"
+    read -r own all part < <(tr '\n' ' ' <"$tmp/placed.txt")
+    awk -v o="$own" -v a="$all" -v p="$part" 'BEGIN { exit !(o > 0 && a > 20 * o && p > o && p < a) }'
+    rc=$?
+    check "pdde-plan --plan place=opencl simulates the blocks on the slow accelerator (compute: own $own s, all placed $all s, blocks 1-2 $part s)" $rc
+else
+    echo "SKIP opencl: pdde-plan --plan place=opencl (no OpenCL device here)"
+fi
 "$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 >"$tmp/est.log" 2>&1
 "$build/pdde-plan" --auto --cluster "$tmp/slow_acc.json" --ranks 2 --top 1 --simulate >"$tmp/sim.log" 2>&1
 est=$(awk '/^best/ {print $3}' "$tmp/est.log") sim=$(awk '/^best/ {print $3}' "$tmp/sim.log")

@@ -253,19 +253,17 @@ static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan
     p = &even;
     gpt_plan gp = gpt_plan_of(p);
     int ranks = p->dp * p->tp * p->pp;
-    pdde_cost_plan plan = {ranks > 1 ? ranks : 0, NULL, NULL, 0};
-    int *rank_devices = NULL;
+    int *rank_devices = NULL; /* (NULL: the cluster's devices in order) */
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
     if (!st && d && d->cluster_device && ranks <= d->n_devices) {
         if (!(rank_devices = malloc((size_t)ranks * sizeof *rank_devices))) st = PDDE_ERR_OOM;
         for (int r = 0; !st && r < ranks; r++)
             if ((rank_devices[r] = cluster_device_id(cl, d->cluster_device[r])) < 0)
                 st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "rank %d's device %d is not in %s", r, d->cluster_device[r], cluster_path);
-        plan.rank_devices = rank_devices;
     }
     if (!st) st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build_plan(g, c, &gp, &op, &m);
-    if (!st) st = pdde_cost_program_from_plan(cl, g, NULL, &plan, &cp);
+    if (!st) st = pdde_plan_cost_program(cl, g, p, rank_devices, &cp); /* (with its place= layers on their device) */
     if (!st) st = pdde_cost_simulate(ctx, cl, cp, &res);
     if (!st) {
         char s[256];
@@ -334,7 +332,9 @@ static int plan_auto(int argc, char **argv) {
         return 2;
     }
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-    cp.backends = "cpu";
+    char backends[80];
+    snprintf(backends, sizeof backends, "cpu%s%.60s", forced && fp.place[0] ? "," : "", forced ? fp.place : ""); /* (place=: lowered for its device) */
+    cp.backends = backends;
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx)) return 1;
     if (dlrm) return plan_dlrm(ctx, cluster, &rec, rec_opt, rec_threads, top);
