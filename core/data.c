@@ -21,7 +21,6 @@ static const struct { int32_t magic, version, width; const char *kind; } llmc_fo
 
 typedef struct {
     char *path;
-    int fd;
     int width;            /* bytes a token: 1 (text), 2 or 4 */
     bool signed_ids;      /* int32 ids (pdde's token files), else unsigned */
     const char *kind;     /* "text", "a pdde token file", an llm.c format's */
@@ -38,6 +37,8 @@ struct pdde_data {
     uint64_t position;    /* windows handed out so far */
     uint8_t *buf;         /* a window's bytes as read */
     size_t buf_cap;
+    int fd;               /* the file read last (-1: none): one open at a time, as a glob may match thousands */
+    const data_file *fd_of;
 };
 
 /* Reads count tokens from token `at` of f's part into out[], checking each is an id in [0, 2^31). */
@@ -48,10 +49,18 @@ static pdde_status data_read(pdde_data *d, const data_file *f, int64_t at, int64
         if (!b) return pdde_error(d->ctx, PDDE_ERR_OOM, "data: out of memory for a window of %lld tokens", (long long)count);
         d->buf = b, d->buf_cap = bytes;
     }
+    if (d->fd_of != f) {
+        struct stat sb;
+        pdde_status st;
+        if (d->fd >= 0) close(d->fd);
+        d->fd_of = NULL;
+        if ((d->fd = open_regular(d->ctx, f->path, "data", &sb, &st)) < 0) return st;
+        d->fd_of = f;
+    }
     off_t offset = (off_t)(f->header + (f->first + at) * f->width);
     size_t got = 0;
     while (got < bytes) {
-        ssize_t r = pread(f->fd, d->buf + got, bytes - got, offset + (off_t)got);
+        ssize_t r = pread(d->fd, d->buf + got, bytes - got, offset + (off_t)got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
             return pdde_error(d->ctx, PDDE_ERR_IO, "data: cannot read %s at byte %lld: %s", f->path, (long long)(offset + (off_t)got),
@@ -70,18 +79,10 @@ static pdde_status data_read(pdde_data *d, const data_file *f, int64_t at, int64
     return PDDE_OK;
 }
 
-/* Opens path as one file of tokens: its format from its first bytes, its token count checked against its size. */
-static pdde_status data_file_open(pdde_context *ctx, const char *path, data_file *f) {
-    struct stat sb;
-    pdde_status st;
-    *f = (data_file){.fd = open_regular(ctx, path, "data", &sb, &st), .width = 1, .kind = "text"};
-    if (f->fd < 0) return st;
-    if (!(f->path = strdup(path))) return pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory");
-    int64_t size = (int64_t)sb.st_size;
-    uint8_t head[16] = {0};
+/* f's format from the first bytes of path (head, of a file of size bytes), its token count checked
+ * against its size. */
+static pdde_status data_file_format(pdde_context *ctx, const char *path, const uint8_t head[16], int64_t size, data_file *f) {
     int32_t header[3];
-    if (pread(f->fd, head, sizeof head, 0) != (ssize_t)(size < 16 ? size : 16))
-        return pdde_error(ctx, PDDE_ERR_IO, "data: cannot read %s: %s", path, strerror(errno));
     memcpy(header, head, sizeof header);
     for (size_t k = 0; k < sizeof llmc_formats / sizeof *llmc_formats && size >= LLMC_HEADER_BYTES; k++) {
         if (header[0] != llmc_formats[k].magic) continue;
@@ -108,14 +109,27 @@ static pdde_status data_file_open(pdde_context *ctx, const char *path, data_file
     return PDDE_OK;
 }
 
-static void data_file_close(data_file *f) {
-    if (f->fd >= 0) close(f->fd);
-    free(f->path);
+/* Opens path as one file of tokens (closed again: data_read opens it when a window needs it). */
+static pdde_status data_file_open(pdde_context *ctx, const char *path, data_file *f) {
+    struct stat sb;
+    pdde_status st;
+    *f = (data_file){.width = 1, .kind = "text"};
+    int fd = open_regular(ctx, path, "data", &sb, &st);
+    if (fd < 0) return st;
+    int64_t size = (int64_t)sb.st_size;
+    uint8_t head[16] = {0};
+    if (!(f->path = strdup(path))) st = pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory");
+    else if (pread(fd, head, sizeof head, 0) != (ssize_t)(size < 16 ? size : 16))
+        st = pdde_error(ctx, PDDE_ERR_IO, "data: cannot read %s: %s", path, strerror(errno));
+    else st = data_file_format(ctx, path, head, size, f);
+    close(fd);
+    return st;
 }
 
 void pdde_data_close(pdde_data *d) {
     if (!d) return;
-    for (int i = 0; i < d->n_files; i++) data_file_close(&d->files[i]);
+    for (int i = 0; i < d->n_files; i++) free(d->files[i].path);
+    if (d->fd >= 0) close(d->fd);
     free(d->files), free(d->buf), free(d);
 }
 
@@ -143,7 +157,7 @@ pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begi
     if (st) return st;
     int n_files = globbed ? (int)g.gl_pathc : 1;
     pdde_data *d = calloc(1, sizeof *d);
-    if (d) d->ctx = ctx, d->max_token = -1, d->files = calloc((size_t)n_files, sizeof *d->files);
+    if (d) d->ctx = ctx, d->max_token = -1, d->fd = -1, d->files = calloc((size_t)n_files, sizeof *d->files);
     if (!d || !d->files) st = pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory");
     for (int i = 0; !st && i < n_files; i++) {
         st = data_file_open(ctx, globbed ? g.gl_pathv[i] : path, &d->files[i]);

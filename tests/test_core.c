@@ -8,6 +8,7 @@
 #include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -660,6 +661,31 @@ static void test_data_token_files(void) {
     snprintf(second, sizeof second, "%s/none_*.bin", tmpdir);
     st = pdde_data_open(ctx, second, &d);
     CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(ctx), "no file matches"), "a glob without a match: %s", pdde_last_error(ctx));
+    /* a glob of more shards than the process may hold files open (300 under a limit of 64): opened and read */
+    char dir[400];
+    snprintf(dir, sizeof dir, "%.300s/many", tmpdir);
+    mkdir(dir, 0700);
+    for (int k = 0; k < 300; k++) {
+        char shard[600];
+        snprintf(shard, sizeof shard, "%s/s%03d.bin", dir, k);
+        for (int i = 0; i < 20; i++) part[i] = (uint32_t)(k * 20 + i);
+        write_llmc(shard, 20240520, 1, 20, part, 20, 2);
+    }
+    struct rlimit was, few = {64, 64};
+    getrlimit(RLIMIT_NOFILE, &was);
+    few.rlim_max = was.rlim_max, setrlimit(RLIMIT_NOFILE, &few);
+    snprintf(pattern, sizeof pattern, "%s/s*.bin", dir);
+    int64_t n_many = -1;
+    st = pdde_data_open(ctx, pattern, &d);
+    if (!st) n_many = pdde_data_token_count(d);
+    for (int k = 0; !st && k < 120; k++) st = pdde_data_next_batch(d, 1, W, 5, (int32_t[W]){0}, (int32_t[W]){0});
+    setrlimit(RLIMIT_NOFILE, &was);
+    CHECK(st == PDDE_OK && n_many == 6000, "a glob of 300 shards under a limit of 64 open files: %lld tokens, %s: %s", (long long)n_many,
+          pdde_status_str(st), st ? pdde_last_error(ctx) : "");
+    pdde_data_close(d), d = NULL;
+    char rm[600];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm)) {}
     /* a file that shrinks after it was opened: an error where a window reads past its end, not a crash */
     CHECK(pdde_data_open(ctx, path, &d) == PDDE_OK && truncate(path, 1024 + 20) == 0, "open, then truncate");
     st = PDDE_OK;
