@@ -1272,6 +1272,17 @@ static pdde_status run_fused_and_reference(const options *o, pdde_graph *gf, pdd
     return st;
 }
 
+/* A fused case the device under test declined (a plugin without the op: it ran on the CPU): counted as
+ * such, its results and graphs freed: true. Otherwise false, nothing freed. */
+static bool fused_case_declined(const options *o, pdde_status st, const char *label, results *got, results *ref, pdde_graph *gf, pdde_graph *gu) {
+    if (st != PDDE_ERR_UNSUPPORTED || o->strict) return false;
+    n_unsupported++;
+    if (o->verbose) printf("  %-72s not supported (runs on the CPU)\n", label);
+    results_free(got), results_free(ref);
+    pdde_graph_free(gf), pdde_graph_free(gu);
+    return true;
+}
+
 /* Whether every fused attention node of g (forward and backward) reads q, k, v of dtype dt */
 static bool attention_reads(pdde_graph *g, pdde_dtype dt) {
     int n = 0;
@@ -1354,13 +1365,7 @@ static void fused_attention_case(const options *o, int device, const int64_t *s,
     CHECK(attention_reads(gf, dt), "%s: the attention nodes do not read %s q, k, v", label, pdde_dtype_name(dt));
     results got, ref;
     pdde_status st = run_fused_and_reference(o, gf, gu, device, 1000 + si, "attention", cf, cu, 4, &got, &ref);
-    if (st == PDDE_ERR_UNSUPPORTED && !o->strict) { /* (a plugin that does not run attention: it runs on the CPU) */
-        n_unsupported++;
-        if (o->verbose) printf("  %-72s not supported (runs on the CPU)\n", label);
-        results_free(&got), results_free(&ref);
-        pdde_graph_free(gf), pdde_graph_free(gu);
-        return;
-    }
+    if (fused_case_declined(o, st, label, &got, &ref, gf, gu)) return; /* (a plugin without attention: it ran on the CPU) */
     CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
     const char *names[4] = {"output", cu[1]->name, cu[2]->name, cu[3]->name};
     if (st == PDDE_OK) check_attention_results(o, label, &got, &ref, names, 4, 3, s, dt); /* (dv exact at T = 1) */
@@ -1406,13 +1411,7 @@ static void packed_attention_case(const options *o, int device, const int64_t *s
           label, pdde_last_error(o->ctx));
     results got, ref;
     pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + si, "attention", cf, cu, 2, &got, &ref);
-    if (st == PDDE_ERR_UNSUPPORTED && !o->strict) { /* (a plugin that does not run attention: it runs on the CPU) */
-        n_unsupported++;
-        if (o->verbose) printf("  %-72s not supported (runs on the CPU)\n", label);
-        results_free(&got), results_free(&ref);
-        pdde_graph_free(gf), pdde_graph_free(gu);
-        return;
-    }
+    if (fused_case_declined(o, st, label, &got, &ref, gf, gu)) return; /* (a plugin without attention: it ran on the CPU) */
     CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
     if (st == PDDE_OK) check_attention_results(o, label, &got, &ref, (const char *const[]){"output", "qkv.grad"}, 2, 2, s, dt);
     results_free(&got), results_free(&ref);
@@ -1758,12 +1757,7 @@ static void test_fused_bias_gelu(const options *o, int device) {
          * averages it below T_DEF */
         double tol = s[0] * s[1] == 1 ? 1e-9 : T_DEF;
         pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, "bias_gelu", cf, cu, 3, &got, &ref);
-        if (st == PDDE_ERR_UNSUPPORTED && !o->strict) { /* (a plugin that does not run bias_gelu) */
-            n_unsupported++;
-            results_free(&got), results_free(&ref);
-            pdde_graph_free(gf), pdde_graph_free(gu);
-            continue;
-        }
+        if (fused_case_declined(o, st, label, &got, &ref, gf, gu)) continue; /* (a plugin without bias_gelu) */
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 3; k++) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
