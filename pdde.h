@@ -1956,7 +1956,8 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
 /* The devices `ranks` processes of a job on a one-machine cluster c train on, for the planner search
  * (entry r: local rank r's, each timed on g as pdde_plan_devices_init_graph does): where the cost model
  * predicts the machine's first accelerator (a device that is not a CPU) faster than its CPU for g, or
- * there is no CPU, rank r on the r-th accelerator as pdde_device_select gives it, ranks beyond them
+ * there is no CPU (and this process's device of that backend, where it has one, runs g's in-place
+ * nodes: pdde_device_select gives a rank no other), rank r on the r-th accelerator as pdde_device_select gives it, ranks beyond them
  * on the CPU (extra data-parallel ranks: the search gives them their share or leaves them out), and
  * the CPU a placement target beside each accelerator (place_*: the search places layers there where
  * that pays); else every rank on the CPU and the first accelerator a placement target they share.

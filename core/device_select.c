@@ -98,16 +98,6 @@ static int device_select_cluster_id(pdde_context *ctx, const pdde_cluster *c, in
     return -1;
 }
 
-/* The first in-place node of g that device d does not run (an optimizer update, a gradient
- * accumulation: lowering would keep what they write on the CPU and copy it to d every step, which the
- * cost model does not price), else NULL. */
-static const pdde_tensor *device_select_inplace_refused(pdde_context *ctx, const pdde_graph *g, int d) {
-    for (int i = 0; g && i < g->n; i++) {
-        const pdde_tensor *t = g->nodes[i];
-        if (t->op != PDDE_OP_NONE && (t->flags & PDDE_TENSOR_INPLACE) && !registry_device_supports(ctx, ctx->registry, d, t)) return t;
-    }
-    return NULL;
-}
 
 /* The cost model's step time of g on local device d (NaN: no measured or peak figures to time it). */
 static double device_select_predict(pdde_context *ctx, const pdde_cluster *measured, const pdde_cluster *detected, const pdde_graph *g,
@@ -151,7 +141,7 @@ static pdde_status device_select_auto(pdde_context *ctx, const pdde_device_selec
             continue;
         }
         device_choice_fill(ctx, name, lr % count, count, &cand[n]);
-        const pdde_tensor *refused = device_select_inplace_refused(ctx, p->graph, cand[n].device);
+        const pdde_tensor *refused = plan_inplace_refused(ctx, p->graph, cand[n].device);
         if (refused) {
             if (sk < sizeof skipped)
                 sk += (size_t)snprintf(skipped + sk, sizeof skipped - sk, "; not %s: it does not run %s, which works in place", name,

@@ -332,6 +332,17 @@ void pdde_plan_devices_free(pdde_plan_devices *d) {
     memset(d, 0, sizeof *d);
 }
 
+/* The first in-place node of g that local device d does not run (an optimizer update, a gradient
+ * accumulation: lowering would keep what they write on the CPU and copy it to d every step, which the
+ * cost model does not price), else NULL: such a device is no rank's own (pdde_device_select, the machine's plans). */
+PDDE_PRIVATE const pdde_tensor *plan_inplace_refused(pdde_context *ctx, const pdde_graph *g, int d) {
+    for (int i = 0; g && i < g->n; i++) {
+        const pdde_tensor *t = g->nodes[i];
+        if (t->op != PDDE_OP_NONE && (t->flags & PDDE_TENSOR_INPLACE) && !registry_device_supports(ctx, ctx->registry, d, t)) return t;
+    }
+    return NULL;
+}
+
 /* The cost model's time for one process running g's step alone on device id (NaN: it cannot be timed). */
 static double cost_step_alone(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int id) {
     pdde_cost_program *p = NULL;
@@ -370,7 +381,11 @@ pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster
      * than the CPU for g (or there is no CPU) */
     double t_cpu = cpu >= 0 ? cost_step_alone(ctx, c, g, mc->devices[cpu].id) : NAN;
     double t_acc = n_acc ? cost_step_alone(ctx, c, g, mc->devices[acc[0]].id) : NAN;
-    bool own = n_acc > 0 && (cpu < 0 || (isfinite(t_acc) && (!isfinite(t_cpu) || t_acc < t_cpu)));
+    /* (this process's device of the accelerator's backend, where it has one, refusing an in-place node of g:
+     * pdde_device_select would not give a rank that device, so its ranks are the CPU's) */
+    int local = n_acc ? pdde_device_find(ctx, c->specs[mc->devices[acc[0]].spec].backend, 0) : -1;
+    bool runs_inplace = local < 0 || !plan_inplace_refused(ctx, g, local);
+    bool own = n_acc > 0 && runs_inplace && (cpu < 0 || (isfinite(t_acc) && (!isfinite(t_cpu) || t_acc < t_cpu)));
     for (int r = 0; r < ranks; r++) {
         dev[r] = !own ? (cpu >= 0 ? cpu : 0) : r < n_acc ? acc[r] : cpu >= 0 ? cpu : acc[r % n_acc];
         on[dev[r]]++;

@@ -479,5 +479,7 @@ PDDE_PRIVATE size_t program_gather_scratch_bytes(const pdde_program *p);
  * one device of dc's backend, which has the copy slot (the session and pdde_predict_memory ask). */
 PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *p, const pdde_tensor *b, const pdde_device_collectives_iface *dc);
 PDDE_PRIVATE size_t program_aligned_bytes(const pdde_tensor *t);
+/* cost.c: the first in-place node of g that local device d does not run (NULL: none) */
+PDDE_PRIVATE const pdde_tensor *plan_inplace_refused(pdde_context *ctx, const pdde_graph *g, int d);
 
 #endif

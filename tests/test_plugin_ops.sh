@@ -118,6 +118,28 @@ code=$?
 rc=$?
 check "--op nosuchop exits 2 naming it (exit $code: $(tail -1 "$tmp/o.log"))" $rc
 
+# a cluster file where the toy is 1000x the CPU: the toy runs no in-place update (adamw_update, embedding_back),
+# so no rank takes it as its own device (pdde_device_select); the planner plans the same: the rank on the CPU,
+# the blocks placed on the toy, and the prediction it prints is of the placement gpt runs
+cat >"$tmp/fast_toy.json" <<'JSON'
+{"format": "pdde-cluster", "version": 1, "name": "fast toy",
+ "specs": [{"name": "cpu", "kind": "cpu", "backend": "cpu", "peak_flops": 5e10, "mem_bandwidth": 1e10, "gemm": [],
+            "curves": {"elementwise": [[49152, 2e-5]], "row": [], "attention": [], "embedding": [], "optimizer": []}},
+           {"name": "fast", "kind": "accel", "backend": "toy", "peak_flops": 5e13, "mem_bandwidth": 1e12, "gemm": [],
+            "curves": {"elementwise": [[49152, 2e-8]], "row": [], "attention": [], "embedding": [], "optimizer": []}}],
+ "machines": [{"id": 0, "name": "host", "cores": 2, "numa_nodes": 1, "host_memory": 8000000000, "l3_cache": 0,
+               "intra": {"kind": "shm", "bandwidth": 5e9, "latency": 2e-6, "group": -1},
+               "nic": {"kind": "net", "bandwidth": 0, "latency": 0, "group": -1},
+               "devices": [{"id": 0, "spec": "cpu", "memory": 8000000000}, {"id": 1, "spec": "fast", "memory": 8000000000}]}],
+ "links": [], "collectives": []}
+JSON
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy.so" "$build/gpt" --plan auto --cluster "$tmp/fast_toy.json" --steps 2 --sample-len 0 --layers 2 \
+    --width 64 --heads 4 --ctx 32 >"$tmp/auto.log" 2>&1
+code=$?
+[ $code -eq 0 ] && grep -q "^gpt: the planner chose dp=1,.*,place=toy for 1 rank" "$tmp/auto.log" && grep -q "rank 0: device 0, cpu:0 .*not toy: it does not run" "$tmp/auto.log"
+rc=$?
+check "gpt --plan auto on a fast toy that runs no in-place update: the planner's rank and gpt's are the CPU, the blocks on the toy (exit $code: $(grep -m1 'planner chose' "$tmp/auto.log" | cut -c1-100))" $rc
+
 "$build/test_backend_ops" --help >"$tmp/h.out" 2>"$tmp/h.err"
 code=$?
 [ $code -eq 0 ] && grep -q -- "--plugin" "$tmp/h.out" && [ ! -s "$tmp/h.err" ]

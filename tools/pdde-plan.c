@@ -331,10 +331,9 @@ static int plan_auto(int argc, char **argv) {
                 "--simulate, --timeline or --trace)\n");
         return 2;
     }
+    /* every backend (PDDE_BACKENDS may narrow them): a placed plan is lowered for its device, and the machine's
+     * plans give a rank no accelerator that this process's device of it could not run (pdde_device_select's rule) */
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-    char backends[80];
-    snprintf(backends, sizeof backends, "cpu%s%.60s", forced && fp.place[0] ? "," : "", forced ? fp.place : ""); /* (place=: lowered for its device) */
-    cp.backends = backends;
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx)) return 1;
     if (dlrm) return plan_dlrm(ctx, cluster, &rec, rec_opt, rec_threads, top);
