@@ -407,7 +407,9 @@ static pid_t silent_at_registration(int upstream_port, int *port, int *held_fd) 
 
 /* A joiner whose store falls silent just as it registers its lease (the relay above: the store itself
  * runs on, so nothing but that request goes unanswered) stops within a few leases, saying it is cut
- * off, not at its timeout (100 s): the registration waits for its reply at most twice the lease. */
+ * off, not at its timeout (100 s): the registration waits for its reply at most twice the lease. (Its
+ * pdde-run --join registers its own lease first, for the notes of its ranks' ends, and waits for that
+ * reply at most twice the peer timeout before it starts the joiner.) */
 static void test_joiner_cut_off_registering(void) {
     const char *what = "joiner cut off while it registers its lease";
     int store_port = 0, port = 0, held_fd = -1;
@@ -432,15 +434,16 @@ static void test_joiner_cut_off_registering(void) {
         struct pollfd q = {held_fd, POLLIN, 0};
         held = poll(&q, 1, 0) > 0;
     }
-    double t_held = job_now(), bound = (3 * lease_s + 1) * test_load_factor();
+    double t_held = job_now(), bound = (3 * lease_s + 1 + 2 * peer_s) * test_load_factor();
     CHECK(held, "%s: the joiner sent its registration (held by the relay):\n%s", what, job_text(&j));
     int rc = held ? job_finish(&j, t_held - j.t0 + bound + 5) : (job_kill(&j), -1);
     double took = job_now() - t_held;
     if (held)
         CHECK(rc > 0 && took < bound && strstr(job_text(&j), "has had no reply from the store") &&
               strstr(job_text(&j), "cut off or the store is down"),
-              "%s: the joiner stops within %.2f s of its registration going unanswered (3 leases of %.2f s and 1 s, times the "
-              "load), saying it is cut off: rc %d after %.2f s:\n%s", what, bound, lease_s, rc, took, job_text(&j));
+              "%s: the joiner stops within %.2f s of its registration going unanswered (its launcher's wait of 2 peer timeouts, 3 "
+              "leases of %.2f s and 1 s, times the load), saying it is cut off: rc %d after %.2f s:\n%s", what, bound, lease_s, rc, took,
+              job_text(&j));
     printf("%s: stopped %.2f s after its registration went unanswered (lease %.2f s, bound %.2f s)\n", what, took, lease_s, bound);
     kill(relay, SIGKILL), waitpid(relay, NULL, 0);
     kill(host, SIGKILL), waitpid(host, NULL, 0);
