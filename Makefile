@@ -85,7 +85,7 @@ EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/
 PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so $(BUILD)/libpdde_toy_misnamed.so $(BUILD)/libpdde_toy_badmul.so \
              $(BUILD)/libpdde_toy2.so $(BUILD)/libpdde_toy_wrongmul.so $(BUILD)/libpdde_toy_claims_gelu.so $(BUILD)/libpdde_toy_declines.so \
              $(BUILD)/libpdde_toy_silent.so $(BUILD)/libpdde_toy_nosync.so $(BUILD)/libpdde_toy_mmfails.so \
-             $(BUILD)/libpdde_toy_noscale.so $(BUILD)/libpdde_toy_direct.so
+             $(BUILD)/libpdde_toy_noscale.so $(BUILD)/libpdde_toy_direct.so $(BUILD)/libpdde_toy_nomem.so
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
@@ -218,6 +218,9 @@ $(BUILD)/libpdde_toy_mmfails.so: examples/toy_backend.c pdde.h | $(BUILD)
 # a device without scale (test_bench_plugin: its host <-> device link is measured through an op it runs)
 $(BUILD)/libpdde_toy_noscale.so: examples/toy_backend.c pdde.h | $(BUILD)
 	sed 's/^    case PDDE_OP_SCALE: case PDDE_OP_RELU:$$/    case PDDE_OP_RELU:/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
+# a device that reports no memory (pdde-bench refuses it before measuring)
+$(BUILD)/libpdde_toy_nomem.so: examples/toy_backend.c pdde.h | $(BUILD)
+	sed 's/out->memory_total = (uint64_t)1 << 30;/out->memory_total = 0;/' $< | $(CC) $(CFLAGS) -shared -x c - -o $@
 
 # a plugin that calls pdde_op_name itself instead of host->op_name (test_plugin: refused in a static program, saying why)
 $(BUILD)/libpdde_toy_direct.so: examples/toy_backend.c pdde.h | $(BUILD)

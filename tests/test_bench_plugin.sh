@@ -39,6 +39,14 @@ rc=$?
 ok=$?
 check "pdde-bench --plugin libpdde_toy.so --devices toy measures the toy (rc $rc: $(grep -m1 "^device" "$tmp/p.out"))" $ok
 
+# a plugin whose device reports memory 0: refused at once, naming the device and the field, before minutes of measuring
+t0=$(date +%s)
+PDDE_BACKEND_PLUGINS="$build/libpdde_toy_nomem.so" timeout 60 "$build/pdde-bench" --quick --no-comm --devices toy -o "$tmp/nomem.json" >"$tmp/nomem.out" 2>&1
+code=$? took=$(( $(date +%s) - t0 ))
+[ $code = 1 ] && grep -q "pdde-bench: this machine's devices, as their backends report them: .*memory: expected .*got 0" "$tmp/nomem.out" &&
+    [ ! -e "$tmp/nomem.json" ] && [ "$took" -lt 10 ]
+ok=$?
+check "a plugin device of memory 0 is refused before measuring (exit $code in ${took} s: $(tail -1 "$tmp/nomem.out" | cut -c1-160))" $ok
 # the plugin forgotten: the backend is not known, and the message says how to load it
 timeout 60 "$build/pdde-bench" --quick --no-comm --devices cpu,toy -o "$tmp/none.json" >"$tmp/none.out" 2>&1
 code=$?

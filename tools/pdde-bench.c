@@ -1026,6 +1026,12 @@ int main(int argc, char **argv) {
         pdde_context_free(ctx);
         return 1;
     }
+    if (pdde_cluster_validate(ctx, c)) { /* (what a backend reports, e.g. a device of memory 0: said before minutes of measuring) */
+        fprintf(stderr, "pdde-bench: this machine's devices, as their backends report them: %s\n", pdde_last_error(ctx));
+        pdde_cluster_free(c);
+        pdde_context_free(ctx);
+        return 1;
+    }
     snprintf(c->name, sizeof c->name, "%.48s (pdde-bench)", c->machines[0].name);
     if (cl && comm_ok == 0) {
         c->machines[0].intra = cl->machines[0].intra;
