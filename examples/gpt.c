@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "gpt.h"
+#include "gpt_llmc.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ typedef struct {
     float lr, weight_decay, clip;
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
+    const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
     const char *data, *val_data, *tokenizer, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
@@ -54,6 +56,9 @@ static void usage(FILE *f) {
             "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
             "                              there, else on --data's last 10%%)\n"
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin: the sample of a token file printed as text)\n"
+            "           [--init-from FILE] (start from llm.c's GPT-2 model file, gpt2_124M.bin or _bf16.bin: its layers, heads, width\n"
+            "                              and vocabulary are the model's; --ctx at most its context; a checkpoint --resume finds wins)\n"
+            "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32; from one process or --dp)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
@@ -108,6 +113,29 @@ static void usage(FILE *f) {
 static bool under_elastic(void) {
     const char *v = getenv("PDDE_ELASTIC");
     return v && atoi(v);
+}
+
+/* --init-from FILE: the model's layers, heads, width and vocabulary are the file's; one of those flags
+ * given with another value, or a model the file cannot fill, is refused naming both */
+static int adopt_llmc_model(int argc, char **argv, options *o) {
+    gpt_llmc_header h;
+    char why[300];
+    if (gpt_llmc_read_header(o->init_from, &h, why, sizeof why)) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
+    static const char *const flag[] = {"--layers", "--heads", "--width", "--vocab"};
+    int *mine[] = {&o->model.layers, &o->model.heads, &o->model.width, &o->model.vocab};
+    const int file[] = {h.layers, h.heads, h.width, h.vocab};
+    for (int k = 0; k < 4; k++) {
+        int given = 0;
+        for (int i = 1; i + 1 < argc; i++) given |= !strcmp(argv[i], flag[k]);
+        if (given && *mine[k] != file[k]) {
+            fprintf(stderr, "gpt: --init-from %s: %s %d, but the file's model has %d (leave the flag out: the file's is taken)\n", o->init_from,
+                    flag[k], *mine[k], file[k]);
+            return -1;
+        }
+        *mine[k] = file[k];
+    }
+    if (gpt_llmc_fits(&h, &o->model, why, sizeof why)) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
+    return 0;
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -169,6 +197,8 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--val-data")) o->val_data = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
+        else if (!strcmp(a, "--init-from")) o->init_from = v;
+        else if (!strcmp(a, "--save-llmc")) o->save_llmc = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -191,6 +221,7 @@ static int parse(int argc, char **argv, options *o) {
         }
         i++;
     }
+    if (o->init_from && adopt_llmc_model(argc, argv, o)) return -1;
     /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
      * plans for itself) */
     bool plan_given = o->plan != NULL;
@@ -1019,6 +1050,14 @@ elastic_rebuild:
         }
     }
 
+    int from_file = o.init_from && !restored; /* (a resumed run goes on from its checkpoint: the file was its start) */
+    if (from_file) TRY(gpt_llmc_load(s, g, &o.model, o.init_from));
+    char partial[64];
+    if (o.save_llmc && rank == 0 && gpt_llmc_partial(s, g, &o.model, partial)) { /* (said now, not after training) */
+        fprintf(stderr, "gpt: --save-llmc %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process or "
+                "--dp (a checkpoint loads under any plan: --resume it on one process with --save-llmc)\n", o.save_llmc, partial);
+        return 1;
+    }
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
     if (o.metrics && rank == 0 && !metrics && !(metrics = fopen(o.metrics, o.resume || (el && pdde_elastic_generation(el) > 0) ? "a" : "w"))) {
         fprintf(stderr, "gpt: --metrics %s: cannot open it for writing\n", o.metrics);
@@ -1039,6 +1078,10 @@ elastic_rebuild:
             snprintf(name, sizeof name, "h%d.moe.bias", l);
             if (gpt_block_is_moe(&o.model, l)) TRY(pdde_session_write_global(s, pdde_graph_find(g, name), moe_bias + (size_t)b++ * o.model.moe_experts, (size_t)o.model.moe_experts * sizeof *moe_bias));
         }
+    }
+    if (from_file) { /* where training starts from: the file's model on this validation data */
+        float vloss = validate(s, &m, val, o.val_batches, &feed, x, y);
+        if (rank == 0) printf("step     0  validation loss %.4f (the weights of %s)\n", vloss, o.init_from);
     }
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
@@ -1125,6 +1168,10 @@ elastic_rebuild:
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
         printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each in the step, %.3f ms copying beside it\n", (long long)es.snapshots,
                es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots, 1e3 * es.copy_s / (double)es.snapshots);
+    if (o.save_llmc && rank == 0) {
+        TRY(gpt_llmc_save(s, g, &o.model, o.save_llmc));
+        printf("gpt: saved the model as llm.c's model file %s (f32)\n", o.save_llmc);
+    }
     if (o.sample_len > 0) sample(s, &m, comm, &o, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);
     free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias);

@@ -139,4 +139,62 @@ lines=$(moe_lines "$tmp/moepp.log" | wc -l)
 [ $rc1 = 0 ] && [ $rc = 0 ] && [ "$lines" = 2 ] && [ "$(moe_lines "$tmp/moe1.log")" = "$(moe_lines "$tmp/moepp.log")" ]
 ok=$?
 check "pdde-run -n 3 gpt --moe-experts 4 --pp 3 logs the one process's MoE lines (rc $rc1/$rc, $lines lines: $(moe_lines "$tmp/moepp.log" | tail -1 | cut -c1-110))" $ok
+# llm.c's GPT-2 model file (tests/data/gpt2_llmc.bin: 2 layers, 4 heads, width 32, vocabulary 300, 32
+# positions): --init-from takes its model and starts from its weights (the step-0 validation loss; the
+# bf16 file's within bf16's rounding of it); --save-llmc writes the trained model, which validates at the
+# loss training ended with; under pdde-run the weights load into tensor-parallel blocks and a --dp job
+# saves; flags the file contradicts, and a save no rank can make, are refused before training
+llmc=(--threads 1 --ctx 16 --seed 7 --val-every 0 --sample-len 0)
+val_at() { sed -n "s/^\(\[[0-9]*\] \)\{0,1\}step *$2  validation loss \([0-9.]*\).*/\2/p" "$1" | head -1; }
+near() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d < t && -d < t) }'; }
+"$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 3 --save-llmc "$tmp/trained.bin" >"$tmp/llmc.log" 2>&1
+rc=$?
+start=$(val_at "$tmp/llmc.log" 0) end=$(val_at "$tmp/llmc.log" 3)
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/trained.bin" --steps 0 >"$tmp/llmc2.log" 2>&1
+rc2=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc_bf16.bin --steps 0 >"$tmp/llmc3.log" 2>&1
+rc3=$?
+[ $rc = 0 ] && grep -q "2 layers, 4 heads, width 32, context 16" "$tmp/llmc.log" && [ -n "$start" ] && [ "$start" != "$end" ] && [ $rc2 = 0 ] &&
+    [ "$(val_at "$tmp/llmc2.log" 0)" = "$end" ] && [ $rc3 = 0 ] && near "$(val_at "$tmp/llmc3.log" 0)" "$start" 0.01
+ok=$?
+check "gpt --init-from llm.c's file starts at its validation loss ($start; bf16 file $(val_at "$tmp/llmc3.log" 0)), --save-llmc's file validates at the end's ($end = $(val_at "$tmp/llmc2.log" 0); rc $rc/$rc2/$rc3)" $ok
+# a job started from the file and stopped resumes from its checkpoint, not from the file: its last
+# validation loss is the uninterrupted run's
+"$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 3 --ckpt-dir "$tmp/ck" --stop-after 1 >"$tmp/llmcr1.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 3 --ckpt-dir "$tmp/ck" --resume >"$tmp/llmcr2.log" 2>&1
+rc2=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && grep -q "resumed from" "$tmp/llmcr2.log" && ! grep -q "the weights of" "$tmp/llmcr2.log" && [ "$(val_at "$tmp/llmcr2.log" 3)" = "$end" ]
+ok=$?
+check "gpt --init-from --resume goes on from the checkpoint (validation $(val_at "$tmp/llmcr2.log" 3), uninterrupted $end; rc $rc/$rc2)" $ok
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 0 --tp 2 >"$tmp/llmctp.log" 2>&1
+rc=$?
+near "$(val_at "$tmp/llmctp.log" 0)" "$start" 0.0002
+ok=$?
+check "pdde-run -n 2 gpt --init-from --tp 2 starts at the one process's validation loss ($(val_at "$tmp/llmctp.log" 0) vs $start; rc $rc)" $((rc || ok))
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 2 --dp 2 --save-llmc "$tmp/dp.bin" >"$tmp/llmcdp.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/dp.bin" --steps 0 >"$tmp/llmcdp2.log" 2>&1
+[ $rc = 0 ] && [ "$(val_at "$tmp/llmcdp2.log" 0)" = "$(val_at "$tmp/llmcdp.log" 2)" ]
+ok=$?
+check "pdde-run -n 2 gpt --dp 2 --save-llmc saves the model it trained (validation $(val_at "$tmp/llmcdp.log" 2) = $(val_at "$tmp/llmcdp2.log" 0); rc $rc)" $ok
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 2 --pp 2 --save-llmc "$tmp/pp.bin" >"$tmp/llmcpp.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -qF -- "--save-llmc $tmp/pp.bin: rank 0 holds a part of parameter" "$tmp/llmcpp.log" && ! grep -q 'step *1/' "$tmp/llmcpp.log" && [ ! -e "$tmp/pp.bin" ]
+ok=$?
+check "gpt --pp 2 --save-llmc is refused before training: rank 0 does not hold every parameter (rc $rc: $(grep -m1 -- --save-llmc "$tmp/llmcpp.log" | cut -c1-120))" $ok
+while IFS='|' read -r flags message; do
+    "$build/gpt" "${llmc[@]}" --steps 2 $flags >"$tmp/bad.log" 2>&1
+    rc=$?
+    [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
+    ok=$?
+    check "gpt $flags is refused: '$message' (rc $rc: $(head -1 "$tmp/bad.log" | cut -c1-140))" $ok
+done <<'BAD'
+--init-from tests/data/gpt2_llmc.bin --layers 3|--init-from tests/data/gpt2_llmc.bin: --layers 3, but the file's model has 2 (leave the flag out
+--init-from tests/data/gpt2_llmc.bin --ctx 64|--ctx 64, but the file's positions stop at 32
+--init-from tests/data/gpt2_llmc.bin --arch llama|llm.c's file holds a dense GPT-2: not --arch llama or --moe-experts
+--init-from tests/data/gpt2_llmc.bin --moe-experts 4|llm.c's file holds a dense GPT-2
+--init-from tests/data/gpt_golden.bin|--init-from tests/data/gpt_golden.bin: header[0] = 1162101840: not llm.c's GPT-2 model file
+--init-from tests/data/no-such.bin|--init-from tests/data/no-such.bin: No such file or directory
+BAD
 finish

@@ -2,9 +2,13 @@
  * wrote tests/data/gpt_golden.bin and gpt_golden_llama.bin (RMSNorm, SwiGLU, RoPE, grouped-query
  * attention) with torch: fixed weights and batch, the logits, the loss, every parameter gradient, the
  * losses of 10 AdamW steps and the parameters after them. Tolerances below are stated per quantity;
- * float32 reassociation alone moves results by ~1e-6 relative. With a path: that fixture only. */
+ * float32 reassociation alone moves results by ~1e-6 relative. With a path: that fixture only.
+ * tools/gen_llmc_golden.py wrote tests/data/gpt2_llmc*.bin: a GPT-2 in llm.c's model file (f32 and bf16)
+ * and PyTorch's logits and loss on it, computed in llm.c's layout: examples/gpt_llmc.h reads it into
+ * pdde's model and writes it back. */
 #include "tests/gpt_golden.h"
 #include "tests/test_util.h"
+#include "examples/gpt_llmc.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,12 +119,140 @@ static void check_n_params(const char *what, const gpt_config *cfg) {
     pdde_context_free(ctx);
 }
 
+/* The llm.c fixture's model read into a session of cfg (batch B, context T) with ids and targets written */
+static pdde_status llmc_session(pdde_context *ctx, const char *path, int B, int T, const int32_t *ids, const int32_t *targets, pdde_graph **g,
+                                gpt_model *m, pdde_session **s) {
+    gpt_llmc_header h;
+    char why[300];
+    if (gpt_llmc_read_header(path, &h, why, sizeof why)) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: %s", path, why);
+    gpt_config cfg = {.vocab = h.vocab, .ctx = T, .layers = h.layers, .heads = h.heads, .width = h.width, .batch = B};
+    pdde_status st = pdde_graph_init(ctx, g);
+    if (!st) st = gpt_build(*g, &cfg, m);
+    if (!st) pdde_mark_output(m->logits), st = pdde_session_init(*g, NULL, s);
+    if (!st) st = gpt_llmc_load(*s, *g, &cfg, path);
+    if (!st) st = pdde_session_write(*s, m->ids, ids, (size_t)B * T * 4);
+    if (!st) st = pdde_session_write(*s, m->targets, targets, (size_t)B * T * 4);
+    return st;
+}
+
+static void llmc_free(pdde_session *s, pdde_graph *g) { pdde_session_free(s), pdde_graph_free(g); }
+
+/* A copy of src with `size` bytes (cut or extended with zeros) and int32 header[at] = value (at < 0: none) */
+static void llmc_variant(const char *src, const char *dst, long size, int at, int32_t value) {
+    FILE *f = fopen(src, "rb"), *o = fopen(dst, "wb");
+    if (!f || !o) { CHECK(0, "copy %s to %s", src, dst); if (f) fclose(f); if (o) fclose(o); return; }
+    char *buf = calloc((size_t)size + 1, 1);
+    size_t n = fread(buf, 1, (size_t)size, f);
+    (void)n;
+    if (at >= 0) memcpy(buf + 4 * at, &value, 4);
+    fwrite(buf, 1, (size_t)size, o);
+    fclose(f), fclose(o), free(buf);
+}
+
+static void check_llmc(void) {
+    const char *ref_path = "tests/data/gpt2_llmc_ref.bin";
+    FILE *f = fopen(ref_path, "rb");
+    char magic[8] = "";
+    int32_t dims[3] = {0}, *ids = NULL, *targets = NULL;
+    float loss_ref[2] = {NAN, NAN}, *logits_ref = NULL;
+    int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "LLMCREF1", 8) && fread(dims, 4, 3, f) == 3 && dims[0] > 0 && dims[1] > 0 &&
+             dims[2] > 0 && dims[0] * dims[1] <= 1 << 16 && dims[2] <= 1 << 16;
+    int B = ok ? dims[0] : 0, T = ok ? dims[1] : 0, V = ok ? dims[2] : 0, BT = B * T;
+    if (ok) {
+        ids = malloc((size_t)BT * 4), targets = malloc((size_t)BT * 4), logits_ref = malloc((size_t)BT * V * 4);
+        ok = fread(ids, 4, (size_t)BT, f) == (size_t)BT && fread(targets, 4, (size_t)BT, f) == (size_t)BT && fread(loss_ref, 4, 2, f) == 2 &&
+             fread(logits_ref, 4, (size_t)BT * V, f) == (size_t)BT * V;
+    }
+    if (f) fclose(f);
+    CHECK(ok, "fixture %s: missing or cut", ref_path);
+    if (!ok) { free(ids), free(targets), free(logits_ref); return; }
+
+    pdde_context *ctx;
+    CHECK(pdde_context_init(NULL, &ctx) == PDDE_OK, "context");
+    float *logits = malloc((size_t)BT * V * 4), *again = malloc((size_t)BT * V * 4);
+    const char *files[2] = {"tests/data/gpt2_llmc.bin", "tests/data/gpt2_llmc_bf16.bin"};
+    for (int k = 0; k < 2; k++) { /* the f32 file, then the bf16 one (its weights rounded, computed in f32) */
+        pdde_graph *g = NULL;
+        pdde_session *s = NULL;
+        gpt_model m = {0};
+        pdde_status st = llmc_session(ctx, files[k], B, T, ids, targets, &g, &m, &s);
+        CHECK(!st, "%s: %s", files[k], pdde_last_error(ctx));
+        if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+        CHECK(!st, "%s: forward: %s", files[k], pdde_last_error(ctx));
+        float loss = pdde_session_loss(s);
+        double e = test_close_all(k ? "llm.c bf16 file: loss" : "llm.c f32 file: loss", &loss, &loss_ref[k], 1, 0, gpt_tol.loss);
+        printf("%s: loss %.6f, PyTorch's %.6f (rel err %.2g)\n", files[k], loss, loss_ref[k], e);
+        if (k || st) { llmc_free(s, g); continue; }
+        pdde_session_read(s, m.logits, logits, (size_t)BT * V * 4);
+        e = golden_rel_err(logits, logits_ref, (int64_t)BT * V);
+        CHECK(e < gpt_tol.logits, "llm.c f32 file: logits differ from PyTorch's: rel err %.3g (tolerance %.3g)", e, gpt_tol.logits);
+
+        /* written back and read again: the same logits, bit for bit; the header llm.c's (padded to 128 rows) */
+        const char *out = "build/test_gpt_golden_llmc.bin";
+        gpt_config cfg = m.cfg;
+        st = gpt_llmc_save(s, g, &cfg, out);
+        CHECK(!st, "save %s: %s", out, pdde_last_error(ctx));
+        gpt_llmc_header h = {0};
+        char why[300] = "";
+        CHECK(!gpt_llmc_read_header(out, &h, why, sizeof why) && h.version == 3 && h.vocab == V && h.padded_vocab == 384 && h.max_ctx == T,
+              "saved header: version %d vocab %d padded %d context %d (want 3, %d, 384, %d) %s", h.version, h.vocab, h.padded_vocab, h.max_ctx,
+              V, T, why);
+        FILE *sf = fopen(out, "rb");
+        float pad[32] = {1};
+        int pad_zero = sf && !fseek(sf, 1024 + (long)V * 32 * 4, SEEK_SET) && fread(pad, 4, 32, sf) == 32;
+        for (int i = 0; i < 32; i++) pad_zero &= pad[i] == 0.0f;
+        if (sf) fclose(sf);
+        CHECK(pad_zero, "saved file: the first padding row of wte is zeros");
+        llmc_free(s, g);
+        s = NULL, g = NULL;
+        st = llmc_session(ctx, out, B, T, ids, targets, &g, &m, &s);
+        if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+        if (!st) st = pdde_session_read(s, m.logits, again, (size_t)BT * V * 4);
+        CHECK(!st && !memcmp(logits, again, (size_t)BT * V * 4), "the saved file read back gives other logits (%s)", st ? pdde_last_error(ctx) : "");
+        llmc_free(s, g);
+    }
+
+    /* files and models that do not fit are refused naming the field */
+    long size = 147968;
+    const char *bad = "build/test_gpt_golden_llmc_bad.bin";
+    static const struct { long size; int at; int32_t value; const char *says; } cases[] = {
+        {147968 - 4, -1, 0, "147964 bytes, but its header's sizes"}, /* cut by one value */
+        {147968, 0, 20240520, "header[0] = 20240520: not llm.c's GPT-2 model file"},
+        {147968, 1, 4, "header[1] = 4: version 3 (f32) or 5 (bf16) expected"},
+        {147968, 5, 5, "channels = 32 is not divisible by header[5] num_heads = 5"},
+        {147968, 7, 299, "padded_vocab_size = 299: vocab_size 300"},
+        {100, -1, 0, "shorter than llm.c's 1 KiB header"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        llmc_variant(files[0], bad, cases[i].size, cases[i].at, cases[i].value);
+        gpt_llmc_header h;
+        char why[300] = "";
+        int refused = gpt_llmc_read_header(bad, &h, why, sizeof why) != 0;
+        CHECK(refused && strstr(why, cases[i].says), "a bad file (case %zu) refused saying '%s': %s", i, cases[i].says, refused ? why : "accepted");
+    }
+    gpt_llmc_header h;
+    char why[300] = "";
+    CHECK(!gpt_llmc_read_header(files[0], &h, why, sizeof why), "%s: %s", files[0], why);
+    gpt_config fits = {.vocab = h.vocab, .ctx = h.max_ctx, .layers = h.layers, .heads = h.heads, .width = h.width, .batch = 1}, c;
+    CHECK(!gpt_llmc_fits(&h, &fits, why, sizeof why), "the file's own model fits it: %s", why);
+    c = fits, c.layers = 3;
+    CHECK(gpt_llmc_fits(&h, &c, why, sizeof why) && strstr(why, "--layers 3, but the file's model has 2"), "3 layers refused: %s", why);
+    c = fits, c.ctx = h.max_ctx + 1;
+    CHECK(gpt_llmc_fits(&h, &c, why, sizeof why) && strstr(why, "--ctx 33, but the file's positions stop at 32"), "a longer context refused: %s", why);
+    c = fits, c.arch = GPT_ARCH_LLAMA;
+    CHECK(gpt_llmc_fits(&h, &c, why, sizeof why) && strstr(why, "not --arch llama"), "LLaMA refused: %s", why);
+    (void)size;
+    free(ids), free(targets), free(logits_ref), free(logits), free(again);
+    pdde_context_free(ctx);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) {
         check_fixture(argv[1]);
     } else {
         check_fixture("tests/data/gpt_golden.bin");
         check_fixture("tests/data/gpt_golden_llama.bin");
+        check_llmc();
         gpt_config llama = {.vocab = 256, .ctx = 16, .layers = 3, .heads = 8, .width = 64, .batch = 2, .arch = GPT_ARCH_LLAMA, .kv_heads = 2};
         check_n_params("LLaMA, 2 kv heads", &llama);
         CHECK(gpt_ffn(&llama) == 192, "LLaMA's default ffn of width 64: 8/3 x 64 rounded up to a multiple of 32 is 192, got %lld",
