@@ -650,7 +650,8 @@ static int world_too_large(pdde_context *ctx, const options *o) {
 
 /* The model flags that the tensors' shapes do not show, kept beside the checkpoint in --ckpt-dir (the
  * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base, top-k or capacity would load
- * the tensors silently and train another function. */
+ * the tensors silently and train another function. The training data (--data and its token count) is
+ * kept there too: the checkpoint's data position means nothing in other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
 enum { MODEL_FLAGS = 6 };
 static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], double value[MODEL_FLAGS]) {
@@ -667,7 +668,7 @@ static void model_flag_str(int k, double v, char *buf, size_t n) {
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
  * crash between leaves the flags of the run before, which refuses a resume rather than passing one. */
-static int save_model_flags(const char *dir, const gpt_config *c) {
+static int save_model_flags(const char *dir, const gpt_config *c, const char *data, int64_t tokens) {
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE), snprintf(tmp, sizeof tmp, "%s.tmp", path);
     const char *name[MODEL_FLAGS];
@@ -681,10 +682,30 @@ static int save_model_flags(const char *dir, const gpt_config *c) {
         model_flag_str(k, value[k], v, sizeof v);
         fprintf(f, "%s %s\n", name[k] + 2, v);
     }
+    fprintf(f, "data %lld %s\n", (long long)tokens, data); /* (last: the path may hold spaces) */
     int bad = fflush(f) || fsync(fileno(f));
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path)) { fprintf(stderr, "gpt: cannot write %s: %s\n", path, strerror(errno)); return 1; }
     return 0;
+}
+
+/* The training data the checkpoint in dir was saved from (its --data and token count, was[]): 1 when
+ * it is not `data` of `tokens` tokens, 0 when it is or the flags file does not say */
+static int data_changed(const char *dir, const char *data, int64_t tokens, char *was, size_t was_size) {
+    char path[4200], line[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
+    FILE *f = fopen(path, "r");
+    int changed = 0;
+    long long n = 0;
+    int at = 0;
+    while (f && !changed && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "data %lld %n", &n, &at) != 1 || !at) continue;
+        line[strcspn(line, "\n")] = 0;
+        snprintf(was, was_size, "%s (%lld tokens)", line + at, n);
+        changed = n != tokens || strcmp(line + at, data);
+    }
+    if (f) fclose(f);
+    return changed;
 }
 
 /* After a resume: 1, naming the flag and both values, when dir/MODEL_FLAGS_FILE holds other flags than
@@ -1030,6 +1051,14 @@ elastic_rebuild:
             if (st == PDDE_OK && check_model_flags(o.ckpt_dir, &o.model, rank == 0)) return 1;
             if (st == PDDE_OK) {
                 restored = 1;
+                char trained_on[4300] = "";
+                if (data_changed(o.ckpt_dir, o.data, pdde_data_token_count(train), trained_on, sizeof trained_on)) {
+                    if (rank == 0)
+                        printf("gpt: --resume: the checkpoint's run trained on %s; this one on %s (%lld tokens): its batches start at the "
+                               "beginning of this data (weights, optimizer state, step and schedule are the checkpoint's)\n", trained_on, o.data,
+                               (long long)pdde_data_token_count(train));
+                    ex.data_position = 0;
+                }
                 pdde_data_set_position(train, ex.data_position);
                 if (rank == 0) printf("gpt: resumed from %s at step %lld (data position %llu)\n", from, (long long)pdde_session_step(s), (unsigned long long)ex.data_position);
                 const pdde_optimizer_params *was = &ex.schedule;
@@ -1139,13 +1168,13 @@ elastic_rebuild:
             double c0 = now();
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
-            if (was && rank == 0 && save_model_flags(o.ckpt_dir, &o.model)) return 1;
+            if (was && rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train))) return 1;
             if (step + 1 == last && rank == 0 && n_ckpt) /* (the last one is written before the program ends, either way) */
                 printf("gpt: the %d checkpoint%s before the last held the training loop %.3f s\n", n_ckpt, n_ckpt > 1 ? "s" : "", ckpt_s + now() - c0);
             if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
             else {
                 TRY(pdde_checkpoint_save(s, ckpt, &ex));
-                if (rank == 0 && save_model_flags(o.ckpt_dir, &o.model)) return 1;
+                if (rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train))) return 1;
             }
             ckpt_s += now() - c0, n_ckpt++;
         }

@@ -139,6 +139,27 @@ lines=$(moe_lines "$tmp/moepp.log" | wc -l)
 [ $rc1 = 0 ] && [ $rc = 0 ] && [ "$lines" = 2 ] && [ "$(moe_lines "$tmp/moe1.log")" = "$(moe_lines "$tmp/moepp.log")" ]
 ok=$?
 check "pdde-run -n 3 gpt --moe-experts 4 --pp 3 logs the one process's MoE lines (rc $rc1/$rc, $lines lines: $(moe_lines "$tmp/moepp.log" | tail -1 | cut -c1-110))" $ok
+# a resume on other data: said, naming both, and its batches start at that data's beginning (the
+# checkpoint written one step later is at data position 8, one batch, not 16 + 8); on the same data
+# nothing is said and the position goes on (24)
+head -c 100000 /usr/share/games/fortunes/songs-poems >"$tmp/A.txt"
+tail -c 80000 /usr/share/games/fortunes/songs-poems >"$tmp/B.txt"
+for second in B A; do
+    rm -rf "$tmp/ckd"
+    "$build/gpt" "${gpt[@]}" --sample-len 0 --steps 3 --ckpt-dir "$tmp/ckd" --data "$tmp/A.txt" --stop-after 2 >"$tmp/d1.log" 2>&1
+    rc=$?
+    "$build/gpt" "${gpt[@]}" --sample-len 0 --steps 3 --ckpt-dir "$tmp/ckd" --data "$tmp/$second.txt" --resume >"$tmp/d2.log" 2>&1
+    rc2=$?
+    pos=$("$build/pdde-ckpt" info "$tmp/ckd" | sed -n 's/.*data position \([0-9]*\).*/\1/p')
+    if [ $second = B ]; then
+        grep -qF "the checkpoint's run trained on $tmp/A.txt (90000 tokens); this one on $tmp/B.txt (72000 tokens): its batches start at the beginning" "$tmp/d2.log" && [ "$pos" = 8 ]
+    else
+        ! grep -q "trained on" "$tmp/d2.log" && [ "$pos" = 24 ]
+    fi
+    ok=$?
+    check "gpt --resume on --data $second.txt after A.txt: $([ $second = B ] && echo "said, from B's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/d2.log" | cut -c1-80))" $((rc || rc2 || ok))
+done
+
 # llm.c's GPT-2 model file (tests/data/gpt2_llmc.bin: 2 layers, 4 heads, width 32, vocabulary 300, 32
 # positions): --init-from takes its model and starts from its weights (the step-0 validation loss; the
 # bf16 file's within bf16's rounding of it); --save-llmc writes the trained model, which validates at the
