@@ -91,7 +91,7 @@ ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which n
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
 endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
-BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
+BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c tools/bench/peer_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)  # (dlrm and bench_dlrm run their table in-process there: one process, no servers)
   BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_ps_remote,$(BENCHES))
   TESTS := $(filter-out $(BUILD)/test_ps $(BUILD)/test_ps_remote,$(TESTS))
@@ -151,7 +151,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -369,6 +369,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# pdde against llm.c's CPU trainer on the same GPT-2 124M file, shards and update (LLMC_DIR: an llm.c checkout)
+bench-llmc: all
+	@bash tools/bench/bench_llmc.sh $(BUILD)
 
 # Sharded checkpoints every few steps of gpt on 2 ranks: written synchronously against in the background.
 bench-checkpoint: all
