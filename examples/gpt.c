@@ -35,6 +35,8 @@ typedef struct {
     int ep;                /* --ep: the experts over groups of ep of the --dp ranks (1 < ep < dp) */
     int ft;                /* --ft-replicas: a lost replica's samples are dropped (no re-split of the batch) */
     float lr, weight_decay, clip;
+    float temperature;     /* --temperature: the sample's softmax temperature (0: the likeliest token each time) */
+    int top_k;             /* --top-k: the sample draws among the k likeliest tokens only (0: all) */
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
     const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
@@ -64,6 +66,8 @@ static void usage(FILE *f) {
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
+            "           [--temperature X] [--top-k N] (the sample: softmax temperature, default 0.8, 0 the likeliest token each\n"
+            "                              time; only the N likeliest tokens drawn from, default all)\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
@@ -189,6 +193,8 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--lr")) fv = &o->lr;
         else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
         else if (!strcmp(a, "--clip")) fv = &o->clip;
+        else if (!strcmp(a, "--temperature")) fv = &o->temperature;
+        else if (!strcmp(a, "--top-k")) iv = &o->top_k;
         else if (!strcmp(a, "--seed")) {
             char *end = NULL;
             o->seed = strtoull(v, &end, 10);
@@ -557,6 +563,33 @@ static int tokenizer_load(const char *path, tokenizer *t, char *why, size_t why_
  * every row of the batch, the next comes from the logits at the last filled position (temperature 0.8). Every rank runs it; under pipeline stages only the last
  * stage holds the logits: its first rank's choice goes to every rank, so the first stage feeds it in
  * next (the sample one process gives). `print` says which rank prints. */
+static int descending(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* The next token from the logits row[0 .. n): the likeliest at temperature 0, else drawn from
+ * softmax(row / temperature) over the top_k likeliest (0: all; ties with the k-th kept) with the
+ * generator *seed; sorted: scratch of n */
+static int sample_next(const float *row, int n, float temperature, int top_k, float *sorted, uint64_t *seed) {
+    int best = 0;
+    for (int v = 1; v < n; v++) best = row[v] > row[best] ? v : best;
+    if (temperature == 0) return best;
+    float floor = -INFINITY;
+    if (top_k > 0 && top_k < n) {
+        memcpy(sorted, row, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, descending);
+        floor = sorted[top_k - 1];
+    }
+    double sum = 0, acc = 0;
+    for (int v = 0; v < n; v++) sum += row[v] >= floor ? exp((row[v] - row[best]) / temperature) : 0;
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    double r = (double)(*seed >> 11) / 9007199254740992.0 * sum;
+    for (int v = 0; v < n; v++)
+        if (row[v] >= floor && (acc += exp((row[v] - row[best]) / temperature)) >= r) return v;
+    return best;
+}
+
 static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, const tokenizer *tok, const feeder *f, int n, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = f->batch * T;
     uint64_t seed = o->seed;
@@ -566,7 +599,7 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     /* this rank's columns of a row: V, or V / tp under vocab-parallel tensor parallelism */
     int cols = block ? (int)block->shape[block->ndim - 1] : V / o->tp, split = comm && o->tp > 1 && V % o->tp == 0;
     float *logits = malloc(bytes), *zeros = calloc((size_t)V, sizeof *zeros), *whole = malloc((size_t)V * sizeof *whole);
-    float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all);
+    float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all), *sorted = malloc((size_t)V * sizeof *sorted);
     /* text: the next byte among the first 256 logits, from a newline; a token file's ids: among all V */
     int ids_out = o->sample_from >= 0, choices = ids_out ? V : 256;
     char *text = malloc((size_t)n * (ids_out ? 256 : 1) + 2); /* (an id as text: at most 255 bytes) */
@@ -578,13 +611,7 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
         bool have = block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK;
         const float *row = have ? logits + (size_t)(filled - 1) * cols : zeros;
         if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
-        double mx = -INFINITY, sum = 0;
-        for (int v = 0; v < choices; v++) mx = row[v] > mx ? row[v] : mx;
-        for (int v = 0; v < choices; v++) sum += exp((row[v] - mx) / 0.8);
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        double r = (double)(seed >> 11) / 9007199254740992.0 * sum, acc = 0;
-        int next = choices - 1;
-        for (int v = 0; v < choices; v++) if ((acc += exp((row[v] - mx) / 0.8)) >= r) { next = v; break; }
+        int next = sample_next(row, choices, o->temperature, o->top_k, sorted, &seed);
         if (comm && o->pp > 1) { /* the last stage's choice (mesh rank pp - 1: dp 0, tp 0) */
             int32_t chosen = next;
             const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;
@@ -603,7 +630,7 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     if (print && ids_out && tok) printf("---- sample (after token %d, decoded by %s) ----\n%s\n----------------\n", o->sample_from, o->tokenizer, text);
     else if (print && ids_out) printf("---- sample (token ids after %d: --tokenizer FILE prints them as text) ----\n%s\n----------------\n", o->sample_from, text);
     else if (print) printf("---- sample ----\n%s\n----------------\n", text);
-    free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
+    free(ids), free(logits), free(zeros), free(whole), free(all), free(text), free(sorted);
 }
 
 /* The cluster file's figures (--cluster, else build/cluster.json where there is one) into *out, NULL
@@ -793,7 +820,7 @@ int main(int argc, char **argv) {
         .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
         .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
         .model.moe_aux = 0.01f,
-        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
+        .lr = 3e-3f, .weight_decay = 0.1f, .temperature = 0.8f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
     setvbuf(stdout, NULL, _IOLBF, 0);

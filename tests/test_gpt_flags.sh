@@ -179,6 +179,13 @@ rc3=$?
     [ "$(val_at "$tmp/llmc2.log" 0)" = "$end" ] && [ $rc3 = 0 ] && near "$(val_at "$tmp/llmc3.log" 0)" "$start" 0.01
 ok=$?
 check "gpt --init-from llm.c's file starts at its validation loss ($start; bf16 file $(val_at "$tmp/llmc3.log" 0)), --save-llmc's file validates at the end's ($end = $(val_at "$tmp/llmc2.log" 0); rc $rc/$rc2/$rc3)" $ok
+# the sample of the file's model (no training: the seed only draws): --temperature 0 takes the likeliest
+# token whatever the seed, --top-k 1 too at any temperature; the default temperature draws by the seed
+sample_with() { "$build/gpt" --threads 1 --ctx 16 --steps 0 --sample-len 40 --init-from tests/data/gpt2_llmc.bin "$@" 2>&1 | sed -n '/^---- sample/,/^-----/p' | md5sum; }
+greedy=$(sample_with --temperature 0 --seed 1)
+[ "$greedy" = "$(sample_with --temperature 0 --seed 2)" ] && [ "$greedy" = "$(sample_with --top-k 1 --temperature 2 --seed 3)" ] &&
+    [ "$(sample_with --seed 1)" != "$(sample_with --seed 2)" ] && [ "$(sample_with --seed 1)" != "$greedy" ]
+check "gpt's sample: --temperature 0 and --top-k 1 take the likeliest token whatever the seed; the default draws by it" $?
 # a job started from the file and stopped resumes from its checkpoint, not from the file: its last
 # validation loss is the uninterrupted run's
 "$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 3 --ckpt-dir "$tmp/ck" --stop-after 1 >"$tmp/llmcr1.log" 2>&1
