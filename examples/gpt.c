@@ -60,7 +60,7 @@ static void usage(FILE *f) {
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin: the sample of a token file printed as text)\n"
             "           [--init-from FILE] (start from llm.c's GPT-2 model file, gpt2_124M.bin or _bf16.bin: its layers, heads, width\n"
             "                              and vocabulary are the model's; --ctx at most its context; a checkpoint --resume finds wins)\n"
-            "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32; from one process or --dp)\n"
+            "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32; one process, or --dp without --zero 3)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
@@ -1110,8 +1110,8 @@ elastic_rebuild:
     if (from_file) TRY(gpt_llmc_load(s, g, &o.model, o.init_from));
     char partial[64];
     if (o.save_llmc && rank == 0 && gpt_llmc_partial(s, g, &o.model, partial)) { /* (said now, not after training) */
-        fprintf(stderr, "gpt: --save-llmc %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process or "
-                "--dp (a checkpoint loads under any plan: --resume it on one process with --save-llmc)\n", o.save_llmc, partial);
+        fprintf(stderr, "gpt: --save-llmc %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or "
+                "--dp without --zero 3 (a checkpoint loads under any plan: --resume it on one process with --save-llmc)\n", o.save_llmc, partial);
         return 1;
     }
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
