@@ -590,7 +590,54 @@ static int sample_next(const float *row, int n, float temperature, int top_k, fl
     return best;
 }
 
-static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, const tokenizer *tok, const feeder *f, int n, int print) {
+/* A rank that holds every parameter (one process, or data parallel without ZeRO-3 or experts split
+ * over the ranks: rank 0 alone) samples on a model of batch 1 whose context is the first power of 2 (from 16, at most
+ * --ctx) holding the tokens so far: position i's logits read tokens 0..i only, so each token costs a
+ * forward of about its context rather than of the training batch at full context (a GPT-2 124M sample
+ * of --ctx 1024, batch 8 on a CPU: about 30x less). Each model is compiled as the context grows, with
+ * the trained parameters (and MoE biases) copied in from the training session `from` (wpe: its first
+ * rows); the previous one is freed. */
+typedef struct {
+    pdde_graph *g;
+    pdde_session *s;
+    gpt_model m;
+    int ctx;
+} sampler;
+
+static void sampler_free(sampler *z) { pdde_session_free(z->s), pdde_graph_free(z->g), *z = (sampler){0}; }
+
+static pdde_status sampler_grow(sampler *z, pdde_session *from, pdde_graph *tg, const gpt_model *trained, pdde_dtype dtype,
+                                const pdde_session_params *train_sp, int filled) {
+    int ctx = 16;
+    while (ctx < filled) ctx *= 2;
+    if (ctx > trained->cfg.ctx) ctx = trained->cfg.ctx;
+    if (z->s && z->ctx == ctx) return PDDE_OK;
+    sampler_free(z);
+    gpt_config c = trained->cfg;
+    c.batch = 1, c.ctx = ctx;
+    pdde_session_params sp = *train_sp;
+    sp.trace = NULL, sp.world = NULL; /* (the training's trace file stays the training's; one process samples) */
+    pdde_status st = pdde_graph_init(pdde_graph_context(tg), &z->g);
+    if (!st) st = pdde_graph_set_compute_dtype(z->g, dtype);
+    if (!st) st = gpt_build(z->g, &c, &z->m);
+    if (!st) pdde_mark_output(z->m.logits), st = pdde_session_init(z->g, &sp, &z->s);
+    float *buf = NULL;
+    for (int i = 0; !st && i < pdde_graph_tensor_count(z->g); i++) {
+        pdde_tensor *t = pdde_graph_tensor(z->g, i), *was = pdde_graph_find(tg, t->name);
+        if (!was || t == z->m.ids || t == z->m.targets || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT))) continue;
+        size_t whole = pdde_tensor_nbytes(was);
+        float *more = realloc(buf, whole);
+        st = !more ? PDDE_ERR_OOM : pdde_session_read(from, was, buf = more, whole);
+        if (!st) st = pdde_session_write(z->s, t, buf, pdde_tensor_nbytes(t)); /* (wpe: the first rows) */
+    }
+    free(buf);
+    z->ctx = ctx;
+    if (st) sampler_free(z);
+    return st;
+}
+
+static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm, const options *o, const pdde_session_params *sp, const tokenizer *tok,
+                   const feeder *f, int n, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = f->batch * T;
     uint64_t seed = o->seed;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
@@ -605,11 +652,20 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     char *text = malloc((size_t)n * (ids_out ? 256 : 1) + 2); /* (an id as text: at most 255 bytes) */
     int len = 0, filled = 1;
     ids[0] = ids_out ? o->sample_from : '\n';
-    for (int k = 0; k < n; k++) {
-        for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
-        if (gpt_write_batch(s, m, f->plan, f->dp_index, ids, NULL) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        bool have = block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK;
-        const float *row = have ? logits + (size_t)(filled - 1) * cols : zeros;
+    sampler one = {0};
+    bool alone = !comm || (o->tp * o->pp == 1 && o->zero < 3 && !o->model.moe_ep);
+    for (int k = 0; k < n && (print || !alone); k++) {
+        const float *row = zeros;
+        if (alone) { /* (the rest of ids stays as it was: positions after filled - 1 do not reach its logits) */
+            if (sampler_grow(&one, s, g, m, o->dtype, sp, filled) || pdde_session_write(one.s, one.m.ids, ids, (size_t)one.ctx * sizeof *ids) ||
+                pdde_session_run(one.s, PDDE_RUN_FORWARD) || pdde_session_read(one.s, one.m.logits, logits, (size_t)one.ctx * V * sizeof *logits))
+                break;
+            row = logits + (size_t)(filled - 1) * V;
+        } else {
+            for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
+            if (gpt_write_batch(s, m, f->plan, f->dp_index, ids, NULL) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
+            if (block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK) row = logits + (size_t)(filled - 1) * cols;
+        }
         if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
         int next = sample_next(row, choices, o->temperature, o->top_k, sorted, &seed);
         if (comm && o->pp > 1) { /* the last stage's choice (mesh rank pp - 1: dp 0, tp 0) */
@@ -630,6 +686,7 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     if (print && ids_out && tok) printf("---- sample (after token %d, decoded by %s) ----\n%s\n----------------\n", o->sample_from, o->tokenizer, text);
     else if (print && ids_out) printf("---- sample (token ids after %d: --tokenizer FILE prints them as text) ----\n%s\n----------------\n", o->sample_from, text);
     else if (print) printf("---- sample ----\n%s\n----------------\n", text);
+    sampler_free(&one);
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text), free(sorted);
 }
 
@@ -1228,7 +1285,7 @@ elastic_rebuild:
         TRY(gpt_llmc_save(s, g, &o.model, o.save_llmc));
         printf("gpt: saved the model as llm.c's model file %s (f32)\n", o.save_llmc);
     }
-    if (o.sample_len > 0) sample(s, &m, comm, &o, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
+    if (o.sample_len > 0) sample(s, g, &m, comm, &o, &sp, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);
     free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias);
     pdde_session_free(s);
