@@ -591,12 +591,11 @@ static int sample_next(const float *row, int n, float temperature, int top_k, fl
 }
 
 /* A rank that holds every parameter (one process, or data parallel without ZeRO-3 or experts split
- * over the ranks: rank 0 alone) samples on a model of batch 1 whose context is the first power of 2 (from 16, at most
- * --ctx) holding the tokens so far: position i's logits read tokens 0..i only, so each token costs a
- * forward of about its context rather than of the training batch at full context (a GPT-2 124M sample
- * of --ctx 1024, batch 8 on a CPU: about 30x less). Each model is compiled as the context grows, with
- * the trained parameters (and MoE biases) copied in from the training session `from` (wpe: its first
- * rows); the previous one is freed. */
+ * over the ranks: rank 0 alone) samples on a model of batch 1 whose context is the first power of 2 (from
+ * 16, at most --ctx) holding the tokens so far: position i's logits read tokens 0..i only, so a token
+ * costs a forward of about its context, not one of the training batch at full context. Each model is
+ * compiled as the context grows, with the trained parameters (and MoE biases) copied in from the
+ * training session `from` (wpe: its first rows); the previous one is freed. */
 typedef struct {
     pdde_graph *g;
     pdde_session *s;
@@ -658,8 +657,10 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
         const float *row = zeros;
         if (alone) { /* (the rest of ids stays as it was: positions after filled - 1 do not reach its logits) */
             if (sampler_grow(&one, s, g, m, o->dtype, sp, filled) || pdde_session_write(one.s, one.m.ids, ids, (size_t)one.ctx * sizeof *ids) ||
-                pdde_session_run(one.s, PDDE_RUN_FORWARD) || pdde_session_read(one.s, one.m.logits, logits, (size_t)one.ctx * V * sizeof *logits))
+                pdde_session_run(one.s, PDDE_RUN_FORWARD) || pdde_session_read(one.s, one.m.logits, logits, (size_t)one.ctx * V * sizeof *logits)) {
+                fprintf(stderr, "gpt: the sample stopped after %d tokens: %s\n", k, pdde_last_error(pdde_graph_context(g)));
                 break;
+            }
             row = logits + (size_t)(filled - 1) * V;
         } else {
             for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
