@@ -32,6 +32,9 @@ typedef struct {
     int stop_after, reschedule, share_device, ckpt_async;
     int rope_base_given;   /* --rope-base was given (0 is refused, not taken as the default) */
     int32_t sample_from;   /* a token file's ids (not bytes): the sample's first token; -1 for text */
+    const char *prompt;    /* --prompt: what the sample goes on from (text, or a token file's ids) */
+    int32_t *prompt_ids;   /* ... as tokens, n_prompt of them */
+    int n_prompt;
     int ep;                /* --ep: the experts over groups of ep of the --dp ranks (1 < ep < dp) */
     int ft;                /* --ft-replicas: a lost replica's samples are dropped (no re-split of the batch) */
     float lr, weight_decay, clip;
@@ -68,6 +71,7 @@ static void usage(FILE *f) {
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--temperature X] [--top-k N] (the sample: softmax temperature, default 0.8, 0 the likeliest token each\n"
             "                              time; only the N likeliest tokens drawn from, default all)\n"
+            "           [--prompt TEXT]    (the sample goes on from TEXT; for a token file, ids: \"464,2068\")\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
@@ -203,6 +207,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--val-data")) o->val_data = v;
         else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
+        else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--init-from")) o->init_from = v;
         else if (!strcmp(a, "--save-llmc")) o->save_llmc = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
@@ -489,6 +494,27 @@ typedef struct {
     int dp_index, batch; /* batch: the global batch's rows */
 } feeder;
 
+/* --prompt into o->prompt_ids: its bytes, or for a token file (sample_from >= 0) the ids it lists
+ * (separated by commas or spaces), each below --vocab; 0, or -1 said */
+static int prompt_tokens(options *o) {
+    size_t n = strlen(o->prompt);
+    o->prompt_ids = malloc((n + 1) * sizeof *o->prompt_ids);
+    for (const char *p = o->prompt; o->prompt_ids && *p;) {
+        if (o->sample_from < 0) { o->prompt_ids[o->n_prompt++] = (unsigned char)*p++; continue; }
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || id >= o->model.vocab) {
+            fprintf(stderr, "gpt: --prompt '%s': the data is token ids: give ids below --vocab %d separated by commas ('464,2068'), got '%.*s'\n",
+                    o->prompt, o->model.vocab, (int)strcspn(p, ", "), p);
+            return -1;
+        }
+        o->prompt_ids[o->n_prompt++] = (int32_t)id;
+        p = end + strspn(end, ", ");
+    }
+    if (!o->n_prompt) { fprintf(stderr, "gpt: --prompt is empty\n"); return -1; }
+    return 0;
+}
+
 /* Mean loss over a few validation batches (forward only). */
 static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, const feeder *f, int32_t *x, int32_t *y) {
     uint64_t pos = pdde_data_position(val);
@@ -648,9 +674,13 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
     float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all), *sorted = malloc((size_t)V * sizeof *sorted);
     /* text: the next byte among the first 256 logits, from a newline; a token file's ids: among all V */
     int ids_out = o->sample_from >= 0, choices = ids_out ? V : 256;
-    char *text = malloc((size_t)n * (ids_out ? 256 : 1) + 2); /* (an id as text: at most 255 bytes) */
-    int len = 0, filled = 1;
+    char *text = malloc((size_t)(n + o->n_prompt) * (ids_out ? 256 : 1) + 2); /* (an id as text: at most 255 bytes) */
+    int len = 0, filled = 1, first = o->n_prompt > T ? o->n_prompt - T : 0; /* (a prompt longer than the context: its end) */
     ids[0] = ids_out ? o->sample_from : '\n';
+    if (o->n_prompt) memcpy(ids, o->prompt_ids + first, (size_t)(filled = o->n_prompt - first) * sizeof *ids);
+    for (int k = 0; k < o->n_prompt && (tok || !ids_out); k++) /* (the text the sample goes on from) */
+        len += tok ? (o->prompt_ids[k] < tok->n ? sprintf(text + len, "%s", tok->bytes[o->prompt_ids[k]]) : sprintf(text + len, "<%d>", o->prompt_ids[k]))
+                   : sprintf(text + len, "%c", (char)o->prompt_ids[k]);
     sampler one = {0};
     bool alone = !comm || (o->tp * o->pp == 1 && o->zero < 3 && !o->model.moe_ep);
     for (int k = 0; k < n && (print || !alone); k++) {
@@ -684,8 +714,11 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
         ids[filled++] = next;
     }
     text[len] = 0;
-    if (print && ids_out && tok) printf("---- sample (after token %d, decoded by %s) ----\n%s\n----------------\n", o->sample_from, o->tokenizer, text);
-    else if (print && ids_out) printf("---- sample (token ids after %d: --tokenizer FILE prints them as text) ----\n%s\n----------------\n", o->sample_from, text);
+    char after[64];
+    if (o->n_prompt) snprintf(after, sizeof after, "the prompt's %d", o->n_prompt);
+    else snprintf(after, sizeof after, "token %d", o->sample_from);
+    if (print && ids_out && tok) printf("---- sample (after %s, decoded by %s) ----\n%s\n----------------\n", after, o->tokenizer, text);
+    else if (print && ids_out) printf("---- sample (token ids after %s: --tokenizer FILE prints them as text) ----\n%s\n----------------\n", after, text);
     else if (print) printf("---- sample ----\n%s\n----------------\n", text);
     sampler_free(&one);
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text), free(sorted);
@@ -913,6 +946,7 @@ int main(int argc, char **argv) {
         if (x && pdde_data_next_batch(val, 1, o.model.ctx, o.seed, x, x + o.model.ctx) == PDDE_OK) o.sample_from = x[0];
         pdde_data_set_position(val, 0), free(x);
     }
+    if (o.prompt && prompt_tokens(&o)) return 2;
     if (o.val_data && pdde_data_token_count(val) <= o.model.ctx) {
         fprintf(stderr, "gpt: --val-data %s: %lld tokens, must be longer than --ctx %d\n", o.val_data, (long long)pdde_data_token_count(val), o.model.ctx);
         return 1;
@@ -1288,7 +1322,7 @@ elastic_rebuild:
     }
     if (o.sample_len > 0) sample(s, g, &m, comm, &o, &sp, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);
-    free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias);
+    free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias), free(o.prompt_ids);
     pdde_session_free(s);
     pdde_graph_free(g);
 #ifdef PDDE_HAVE_UCX

@@ -75,6 +75,23 @@ printed=$(sed -n '/^---- sample (after token/,/^----------------$/p' "$tmp/text.
 [ $rc = 0 ] && [ -n "$decoded" ] && [ "$printed" = "$decoded" ]
 ok=$?
 check "--tokenizer decodes the sample's ids as text ('$(echo "$printed" | head -1 | cut -c1-40)' for '$(echo "$decoded" | head -1 | cut -c1-40)'; rc $rc)" $ok
+# --prompt: a token file's sample goes on from the ids given (decoded first: "HOL"), and a text's from
+# the prompt's bytes; an id past --vocab is refused before training
+"$build/gpt" "${gpt[@]}" --vocab 512 --steps 30 --val-every 30 --sample-len 10 --data "$tmp/train.bin" --tokenizer "$tmp/tok.bin" \
+    --prompt 328,335,332 --temperature 0 >"$tmp/prompt.log" 2>&1
+rc=$?
+printed=$(sed -n '/^---- sample (after the prompt.s 3, decoded/{n;p;}' "$tmp/prompt.log")
+"$build/gpt" "${gpt[@]}" --steps 30 --sample-len 20 --prompt "ROMEO: " --temperature 0 >"$tmp/prompt2.log" 2>&1
+rc2=$?
+"$build/gpt" "${gpt[@]}" --steps 30 --sample-len 20 --temperature 0 >"$tmp/prompt3.log" 2>&1
+text_of() { sed -n '/^---- sample ----/,/^----------------$/p' "$1" | sed '1d;$d'; }
+"$build/gpt" "${gpt[@]}" --vocab 512 --steps 2 --data "$tmp/train.bin" --prompt "300,600" >"$tmp/prompt4.log" 2>&1
+rc4=$?
+[ $rc = 0 ] && [ "${printed:0:3}" = HOL ] && [ ${#printed} -ge 10 ] && [ $rc2 = 0 ] && [ "$(text_of "$tmp/prompt2.log" | head -c 7)" = "ROMEO: " ] &&
+    [ "$(text_of "$tmp/prompt2.log" | tail -c +8)" != "$(text_of "$tmp/prompt3.log")" ] && [ $rc4 = 2 ] &&
+    grep -qF "give ids below --vocab 512 separated by commas ('464,2068'), got '600'" "$tmp/prompt4.log" && ! grep -q 'step *1/' "$tmp/prompt4.log"
+ok=$?
+check "--prompt: ids go on as 'HOL..' ('$printed'), text after 'ROMEO: ' ('$(text_of "$tmp/prompt2.log" | head -1 | cut -c1-30)'), id 600 refused (rc $rc/$rc2/$rc4)" $ok
 head -c 2000 "$tmp/tok.bin" >"$tmp/cut.bin"
 "$build/gpt" "${gpt[@]}" --vocab 512 --steps 2 --data "$tmp/train.bin" --tokenizer "$tmp/cut.bin" >"$tmp/cut.log" 2>&1
 rc=$?
