@@ -1,6 +1,6 @@
-/* gpt_llmc.h — GPT-2 weights in llm.c's model file (gpt2_124M.bin, gpt2_124M_bf16.bin), read into and
- * written from gpt.h's model, so training can start from OpenAI's GPT-2 as llm.c converts it and a model
- * trained here can go back to llm.c.
+/* gpt_llmc.h — Demonstrates how to read another trainer's weights into a pdde model and write them back:
+ * GPT-2 in llm.c's model file (gpt2_124M.bin, gpt2_124M_bf16.bin) to and from gpt.h's model, so training
+ * starts from OpenAI's GPT-2 as llm.c converts it and a model trained here goes back to llm.c.
  *
  * The file: a header of 256 int32 (magic 20240326; version 3: f32 values, 5: bf16; then max_seq_len,
  * vocab_size, num_layers, num_heads, channels, padded_vocab_size), then 16 tensors, each over all layers:
