@@ -6,6 +6,7 @@
  *   ./build/gpt --device cuda                     # the whole step on the GPU (under pdde-run: each rank its own)
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
  *   ./build/gpt --recompute                       # recompute the blocks in backward: less activation memory
+ *   ./build/gpt --init-from gpt2_124M.bin --data 'fineweb_train_*.bin' --ctx 1024   # fine-tune OpenAI's GPT-2 (llm.c's files)
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
