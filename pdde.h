@@ -748,6 +748,11 @@ typedef struct {
     pdde_optimizer_params schedule;
     int schedule_differs;
     int use_graph_schedule;
+    /* In: 1 loads the weights only (parameters and persistent inputs) into a session, as a fine-tune
+     * starts from a trained model: the optimizer's state, step, schedule and loss scale stay the
+     * session's, data_position is left as it is, and the saving run's optimizer state is skipped
+     * (its names need not be this model's). Every weight of the model must be there. */
+    int weights_only;
 } pdde_checkpoint_extra;
 
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra);

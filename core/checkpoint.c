@@ -14,6 +14,10 @@ static bool ckpt_saved(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
 }
 
+/* What a load of the weights only (pdde_checkpoint_extra.weights_only) restores: parameters and the
+ * persistent inputs (MoE biases), not the optimizer's state */
+static bool ckpt_weight(const pdde_tensor *t) { return (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT)) != 0; }
+
 /* A saved tensor the step uses, on this rank or (another pipeline stage's) on others. */
 static bool ckpt_in_step(const pdde_session *s, const pdde_tensor *t) {
     return ckpt_saved(t) && (local_of(s, t) || held_elsewhere(s, t));
@@ -240,7 +244,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     }
     /* pass 0 validates every record against the session (each of its tensors exactly once), pass 1
      * writes the data */
-    bool *seen = calloc((size_t)s->g->n + 1, sizeof *seen);
+    bool *seen = calloc((size_t)s->g->n + 1, sizeof *seen), weights_only = extra && extra->weights_only;
     if (!seen) { free(buf); return pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); }
     for (int pass = 0; pass < 2; pass++) {
         size_t at = header;
@@ -268,6 +272,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             pdde_tensor *t = pdde_graph_find(s->g, name);
             /* the loss scale goes with f16 training: a file of another precision's run loads without it */
             if ((!t || !ckpt_in_step(s, t)) && strcmp(name, "loss.grad_seed") == 0) { at += nbytes; continue; }
+            if (weights_only && (!t || !ckpt_weight(t))) { at += nbytes; continue; } /* (the saving run's optimizer state) */
             if (!t || !ckpt_in_step(s, t)) {
                 free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
@@ -294,12 +299,13 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: %zu bytes after the last of its %u records", path, size - 4 - at, count);
         }
         for (int i = 0; pass == 0 && i < s->g->n; i++)
-            if (ckpt_in_step(s, s->g->nodes[i]) && !seen[i] && s->g->nodes[i] != s->g->grad_seed) {
+            if (ckpt_in_step(s, s->g->nodes[i]) && !seen[i] && s->g->nodes[i] != s->g->grad_seed && (!weights_only || ckpt_weight(s->g->nodes[i]))) {
                 free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s of the model is missing", path, s->g->nodes[i]->name);
             }
     }
     free(seen);
+    if (weights_only) return free(buf), PDDE_OK; /* (step, schedule, position and loss scale: the session's own) */
     uint64_t step, pos, rng[2];
     memcpy(&step, buf + 16, 8), memcpy(&pos, buf + 24, 8), memcpy(rng, buf + 32, 16);
     s->step = (int64_t)step;

@@ -734,10 +734,12 @@ static pdde_status snap_agree(pdde_context *ctx, pdde_comm *comm, pdde_status st
  * only then writes them. */
 static pdde_status set_restore(pdde_session *s, snap_set *set, pdde_checkpoint_extra *extra, pdde_comm *agree) {
     pdde_status st = PDDE_OK;
+    bool weights_only = extra && extra->weights_only;
     for (int i = 0; i < set->nt && !st; i++) {
         const snap_tensor *c = &set->t[i];
         pdde_tensor *t = pdde_graph_find(s->g, c->name);
         if ((!t || !ckpt_in_step(s, t)) && strcmp(c->name, "loss.grad_seed") == 0) continue; /* another precision's run */
+        if (weights_only && (!t || !ckpt_weight(t))) continue; /* (the saving run's optimizer state) */
         if (!t || !ckpt_in_step(s, t)) {
             st = pdde_error(s->ctx, PDDE_ERR_MISMATCH, "%s: tensor %s is not in this model", set->what, c->name);
             break;
@@ -753,7 +755,7 @@ static pdde_status set_restore(pdde_session *s, snap_set *set, pdde_checkpoint_e
     }
     for (int i = 0; i < s->g->n && !st; i++) {
         pdde_tensor *t = s->g->nodes[i];
-        if (ckpt_in_step(s, t) && t != s->g->grad_seed && set_find(set, t->name) < 0)
+        if (ckpt_in_step(s, t) && t != s->g->grad_seed && (!weights_only || ckpt_weight(t)) && set_find(set, t->name) < 0)
             st = pdde_error(s->ctx, PDDE_ERR_MISMATCH, "%s: tensor %s of the model is missing", set->what, t->name);
     }
     int n = 0;
@@ -764,7 +766,7 @@ static pdde_status set_restore(pdde_session *s, snap_set *set, pdde_checkpoint_e
     if (!st && (!lts || !bufs)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", set->what);
     int k = 0;
     for (int i = 0; i < s->g->n && !st; i++) {
-        pdde_tensor *t = s->g->nodes[i], *lt = ckpt_saved(t) ? local_of(s, t) : NULL;
+        pdde_tensor *t = s->g->nodes[i], *lt = ckpt_saved(t) && (!weights_only || ckpt_weight(t)) ? local_of(s, t) : NULL;
         int ti = lt ? set_find(set, t->name) : -1;
         if (ti < 0) continue; /* (the loss scale of an f16 session restored from an f32 run's set keeps its value) */
         snap_box box;
@@ -783,7 +785,7 @@ static pdde_status set_restore(pdde_session *s, snap_set *set, pdde_checkpoint_e
     }
     for (int i = 0; i < k; i++) free(bufs[i]);
     free(lts), free(bufs);
-    return st ? st : snap_finish(s, &set->meta, extra);
+    return st || weights_only ? st : snap_finish(s, &set->meta, extra);
 }
 
 pdde_status pdde_snapshot_restore(pdde_session *s, const pdde_snapshot *const *shards, int n, pdde_checkpoint_extra *extra) {

@@ -63,7 +63,9 @@ static void usage(FILE *f) {
             "                              there, else on --data's last 10%%)\n"
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin: the sample of a token file printed as text)\n"
             "           [--init-from FILE] (start from llm.c's GPT-2 model file, gpt2_124M.bin or _bf16.bin: its layers, heads, width\n"
-            "                              and vocabulary are the model's; --ctx at most its context; a checkpoint --resume finds wins)\n"
+            "                              and vocabulary are the model's; --ctx at most its context; or from a pdde checkpoint's\n"
+            "                              weights (a --ckpt-dir), this run's optimizer, schedule and data from their start; a\n"
+            "                              checkpoint --resume finds wins)\n"
             "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32; one process, or --dp without --zero 3)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
@@ -122,6 +124,17 @@ static void usage(FILE *f) {
 static bool under_elastic(void) {
     const char *v = getenv("PDDE_ELASTIC");
     return v && atoi(v);
+}
+
+/* Whether --init-from names a pdde checkpoint (a directory, or a file of pdde's format) rather than
+ * llm.c's model file */
+static bool pdde_checkpoint_at(const char *path) {
+    struct stat sb;
+    char magic[8] = "";
+    FILE *f = stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode) ? fopen(path, "rb") : NULL;
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f) fclose(f);
+    return (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) || (got == 8 && !memcmp(magic, "PDDECKPT", 8));
 }
 
 /* --init-from FILE: the model's layers, heads, width and vocabulary are the file's; one of those flags
@@ -233,7 +246,7 @@ static int parse(int argc, char **argv, options *o) {
         }
         i++;
     }
-    if (o->init_from && adopt_llmc_model(argc, argv, o)) return -1;
+    if (o->init_from && !pdde_checkpoint_at(o->init_from) && adopt_llmc_model(argc, argv, o)) return -1;
     /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
      * plans for itself) */
     bool plan_given = o->plan != NULL;
@@ -829,7 +842,7 @@ static int data_changed(const char *dir, const char *data, int64_t tokens, char 
 
 /* After a resume: 1, naming the flag and both values, when dir/MODEL_FLAGS_FILE holds other flags than
  * c's; a checkpoint without the file (saved before gpt wrote it) is said and kept. */
-static int check_model_flags(const char *dir, const gpt_config *c, int say) {
+static int check_model_flags(const char *dir, const gpt_config *c, int say, const char *use) {
     char path[4200], line[256];
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
     FILE *f = fopen(path, "r");
@@ -849,8 +862,8 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say) {
             if (strcmp(key, name[k] + 2)) continue;
             model_flag_str(k, value[k], mine, sizeof mine);
             if (strcmp(saved, mine)) {
-                fprintf(stderr, "gpt: cannot resume: %s holds another model's checkpoint: saved with %s %s, this run has %s %s: resume with the "
-                        "model flags that saved it\n", dir, name[k], saved, name[k], mine);
+                fprintf(stderr, "gpt: cannot %s: %s holds another model's checkpoint: saved with %s %s, this run has %s %s: give the model "
+                        "flags that saved it\n", use, dir, name[k], saved, name[k], mine);
                 bad = 1;
             }
         }
@@ -1168,7 +1181,7 @@ elastic_rebuild:
             snprintf(single, sizeof single, "%s/gpt.ckpt", o.ckpt_dir);
             const char *from = ckpt;
             if (st == PDDE_ERR_NOT_FOUND && (st = pdde_checkpoint_load(s, single, &ex)) == PDDE_OK) from = single;
-            if (st == PDDE_OK && check_model_flags(o.ckpt_dir, &o.model, rank == 0)) return 1;
+            if (st == PDDE_OK && check_model_flags(o.ckpt_dir, &o.model, rank == 0, "resume")) return 1;
             if (st == PDDE_OK) {
                 restored = 1;
                 char trained_on[4300] = "";
@@ -1200,7 +1213,17 @@ elastic_rebuild:
     }
 
     int from_file = o.init_from && !restored; /* (a resumed run goes on from its checkpoint: the file was its start) */
-    if (from_file) TRY(gpt_llmc_load(s, g, &o.model, o.init_from));
+    if (from_file && pdde_checkpoint_at(o.init_from)) { /* a trained model's weights: this run's optimizer, schedule and data from their start */
+        pdde_checkpoint_extra weights = {.weights_only = 1};
+        struct stat sb;
+        if (stat(o.init_from, &sb) == 0 && S_ISDIR(sb.st_mode) && check_model_flags(o.init_from, &o.model, rank == 0, "start from it")) return 1;
+        if (pdde_checkpoint_load(s, o.init_from, &weights)) {
+            fprintf(stderr, "gpt: --init-from %s: %s\n", o.init_from, pdde_last_error(ctx));
+            return 1;
+        }
+    } else if (from_file) {
+        TRY(gpt_llmc_load(s, g, &o.model, o.init_from));
+    }
     char partial[64];
     if (o.save_llmc && rank == 0 && gpt_llmc_partial(s, g, &o.model, partial)) { /* (said now, not after training) */
         fprintf(stderr, "gpt: --save-llmc %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or "

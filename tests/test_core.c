@@ -155,6 +155,55 @@ static void test_sgd_and_schedule(void) {
     CHECK(test_close(pdde_lr_at(&cs, 500), 0.1, 1e-6, 0), "cosine floor %g", pdde_lr_at(&cs, 500));
 }
 
+/* A load of the weights only (pdde_checkpoint_extra.weights_only), from a file and from a directory,
+ * into a session with another optimizer (SGD: none of the saving run's AdamW state is this model's, and
+ * a whole load refuses it): every parameter is the saved one, bit for bit, and the session's step and
+ * the data position stay its own. */
+static void test_checkpoint_weights_only(void) {
+    char file[512], dir[512];
+    snprintf(file, sizeof file, "%s/weights.bin", tmpdir), snprintf(dir, sizeof dir, "%s/weights_dir/", tmpdir);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 0.05f, op.momentum = 0.9f;
+    trainer a;
+    CHECK(trainer_init(&a, &small, &op, 0) == PDDE_OK, "adamw session");
+    for (int step = 0; step < 3; step++) feed(&a, step), pdde_session_run(a.s, PDDE_RUN_STEP);
+    pdde_checkpoint_extra ex = {.data_position = 777};
+    CHECK(pdde_checkpoint_save(a.s, file, &ex) == PDDE_OK && pdde_checkpoint_save(a.s, dir, &ex) == PDDE_OK, "save: %s", pdde_last_error(a.ctx));
+    for (int k = 0; k < 2; k++) {
+        const char *from = k ? dir : file;
+        trainer b;
+        CHECK(trainer_init(&b, &small, &op, 1) == PDDE_OK, "sgd session");
+        feed(&b, 9), pdde_session_run(b.s, PDDE_RUN_STEP); /* b's step 1 */
+        pdde_checkpoint_extra whole = {0}, got = {.data_position = 5, .weights_only = 1};
+        CHECK(pdde_checkpoint_load(b.s, from, &whole) == PDDE_ERR_MISMATCH, "%s: a whole load into the SGD model is refused (AdamW's state)", from);
+        pdde_status st = pdde_checkpoint_load(b.s, from, &got);
+        CHECK(!st && got.data_position == 5 && pdde_session_step(b.s) == 1, "%s: weights only: loaded (%s), data position %llu (5), step %lld (1)", from,
+              st ? pdde_last_error(b.ctx) : "ok", (unsigned long long)got.data_position, (long long)pdde_session_step(b.s));
+        int same = 1, params = 0;
+        for (int i = 0; i < pdde_graph_tensor_count(b.g); i++) {
+            pdde_tensor *t = pdde_graph_tensor(b.g, i);
+            if (!(t->flags & PDDE_TENSOR_PARAM)) continue;
+            size_t n = pdde_tensor_nbytes(t);
+            char *x = malloc(n), *y = malloc(n);
+            same &= !pdde_session_read(b.s, t, x, n) && !pdde_session_read(a.s, pdde_graph_find(a.g, t->name), y, n) && !memcmp(x, y, n);
+            params++;
+            free(x), free(y);
+        }
+        CHECK(same && params > 10, "%s: weights only: each of the %d parameters is the saved one, bit for bit", from, params);
+        trainer_free(&b);
+    }
+    /* a model with a weight the checkpoint does not hold is refused, naming it */
+    gpt_config bigger = small;
+    bigger.layers = 3;
+    trainer c;
+    CHECK(trainer_init(&c, &bigger, &op, 1) == PDDE_OK, "3-layer session");
+    pdde_checkpoint_extra wo = {.weights_only = 1};
+    pdde_status st = pdde_checkpoint_load(c.s, file, &wo);
+    CHECK(st == PDDE_ERR_MISMATCH && strstr(pdde_last_error(c.ctx), "h2.") && strstr(pdde_last_error(c.ctx), "of the model is missing"),
+          "weights only: a model with more layers is refused naming a missing weight: %s", pdde_last_error(c.ctx));
+    trainer_free(&a), trainer_free(&c);
+}
+
 static void test_checkpoints(void) {
     char path[512], path2[512], before[512], after[512];
     snprintf(path, sizeof path, "%s/ckpt.bin", tmpdir);
@@ -766,6 +815,7 @@ int main(void) {
     test_grad_accumulation();
     test_sgd_and_schedule();
     test_checkpoints();
+    test_checkpoint_weights_only();
     test_killed_save();
     test_bad_input();
     test_api_misuse();

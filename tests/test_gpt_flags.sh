@@ -177,6 +177,21 @@ for second in B A; do
     check "gpt --resume on --data $second.txt after A.txt: $([ $second = B ] && echo "said, from B's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/d2.log" | cut -c1-80))" $((rc || rc2 || ok))
 done
 
+# --init-from a checkpoint directory (a fine-tune from a trained model): its weights, this run's step,
+# optimizer and schedule from their start; a model of other heads is refused
+rm -rf "$tmp/ckw"
+"$build/gpt" "${gpt[@]}" --sample-len 0 --steps 5 --val-every 5 --ckpt-dir "$tmp/ckw" --data "$tmp/A.txt" >"$tmp/w1.log" 2>&1
+rc=$?
+"$build/gpt" "${gpt[@]}" --sample-len 0 --steps 3 --init-from "$tmp/ckw" --data "$tmp/A.txt" >"$tmp/w2.log" 2>&1
+rc2=$?
+"$build/gpt" "${gpt[@]}" --sample-len 0 --steps 3 --init-from "$tmp/ckw" --heads 4 >"$tmp/w3.log" 2>&1
+rc3=$?
+v5=$(sed -n 's/^step *5  validation loss \([0-9.]*\)$/\1/p' "$tmp/w1.log") v0=$(sed -n 's/^step *0  validation loss \([0-9.]*\) .*/\1/p' "$tmp/w2.log")
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ -n "$v5" ] && [ "$v5" = "$v0" ] && grep -q "^step *1/3 " "$tmp/w2.log" && [ $rc3 = 1 ] &&
+    grep -qF "cannot start from it: $tmp/ckw holds another model's checkpoint: saved with --heads 8, this run has --heads 4" "$tmp/w3.log"
+ok=$?
+check "gpt --init-from a checkpoint directory starts at its validation loss ($v0 = $v5) from step 1; other --heads refused (rc $rc/$rc2/$rc3)" $ok
+
 # llm.c's GPT-2 model file (tests/data/gpt2_llmc.bin: 2 layers, 4 heads, width 32, vocabulary 300, 32
 # positions): --init-from takes its model and starts from its weights (the step-0 validation loss; the
 # bf16 file's within bf16's rounding of it); --save-llmc writes the trained model, which validates at the

@@ -54,7 +54,7 @@ before=$(cd "$tmp/ck_heads" && find . -type f | sort | xargs md5sum)
 "$build/gpt" "${gpt[@]}" --heads 4 --steps 20 --resume --ckpt-dir "$tmp/ck_heads" >"$tmp/heads.log" 2>&1
 rc=$?
 after=$(cd "$tmp/ck_heads" && find . -type f | sort | xargs md5sum)
-[ $rc != 0 ] && grep -q "cannot resume: .*saved with --heads 2, this run has --heads 4: resume with the model flags that saved it" "$tmp/heads.log" &&
+[ $rc != 0 ] && grep -q "cannot resume: .*saved with --heads 2, this run has --heads 4: give the model flags that saved it" "$tmp/heads.log" &&
     ! grep -q 'step *[0-9]*/20' "$tmp/heads.log" && [ "$before" = "$after" ]
 ok=$?
 check "resumed with --heads 4 from a --heads 2 checkpoint: refused naming both, nothing trained or written (rc $rc: $(grep -m1 'cannot resume' "$tmp/heads.log" | cut -c1-150))" $ok
