@@ -167,7 +167,8 @@ dlrm_abs=$(cd "$(dirname "$dlrm")" && pwd)/$(basename "$dlrm")
 grep -q '^data: synthetic (--vocab 50): 3000 samples' "$tmp/syn_a.out" && grep -q '^held out' "$tmp/syn_a.out" &&
     grep -q '^data: synthetic (--vocab 1000): 5000 samples' "$tmp/syn_b.out" && grep -q '^held out' "$tmp/syn_b.out" &&
     [ -z "$(ls -A "$tmp/elsewhere")" ]
-check "--synthetic twice at once outside the repository: each its own samples ($(grep -hm1 -E '^data|dlrm:' "$tmp/syn_a.out" "$tmp/syn_b.out" | tr '\n' ' '))" $?
+ok=$?
+check "--synthetic twice at once outside the repository: each its own samples ($(grep -hm1 -E '^data|dlrm:' "$tmp/syn_a.out" "$tmp/syn_b.out" | tr '\n' ' '))" $ok
 
 # lines of 4096 and 4097 bytes (the first integer padded with zeros), each with LF and CRLF
 awk 'BEGIN { for (len = 4096; len <= 4097; len++) for (cr = 0; cr < 2; cr++) for (k = 0; k < 40; k++) {

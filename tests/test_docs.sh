@@ -124,12 +124,15 @@ tool_flags() {
         }' | sort -u
 }
 
-# Prints "FILE: TOOL has no --flag" for each flag of tool_flags that the tool's --help (in $2) does not list.
+# 0 when the help text in file $2 lists flag $1 (whole: --zero is not --zero-stage).
+help_lists() { grep -qE -- "(^|[^a-z0-9-])$1([^a-z0-9-]|\$)" "$2"; }
+
+# Prints "FILE: TOOL has no --flag" for each flag of tool_flags that the tool in $2 does not list in its --help.
 unknown_tool_flags() {
     local root=$1 bin=$2 f file tool flag
     for f in $(docs "$root"); do tool_flags "$root" "$f"; done | while read -r file tool flag; do
         [ -f "$tmp/help.$tool" ] || "$bin/$tool" --help >"$tmp/help.$tool" 2>&1
-        grep -qE -- "(^|[^a-z0-9-])$flag([^a-z0-9-]|\$)" "$tmp/help.$tool" || echo "$file: $tool has no $flag"
+        help_lists "$flag" "$tmp/help.$tool" || echo "$file: $tool has no $flag"
     done
 }
 
@@ -217,19 +220,21 @@ printf '/* see shared/DESIGN.md "Layers" */\n' >>"$tmp/bad/pdde.h"
 bad=$(history_refs "$tmp/bad" tests/README.md pdde.h)
 [ "$(echo "$bad" | grep -c 'tests/README.md')" -ge 1 ] && echo "$bad" | grep -q '^pdde.h:'
 check "a planted violation is reported: history and outside references in a README and the header" $?
-printf '\nRun `gpt --steps 5 --no-such-flag` or:\n\n```sh\n./build/pdde-run -n 2 ./build/gpt --dp 2 --zero-stage 1 ./prog --not-ours  # --in-a-comment\n```\n' >>"$tmp/bad/tests/README.md"
-tool_flags "$tmp/bad" tests/README.md >"$tmp/flags.out"
-grep -qx 'tests/README.md gpt --no-such-flag' "$tmp/flags.out" && grep -qx 'tests/README.md gpt --zero-stage' "$tmp/flags.out" &&
-    grep -qx 'tests/README.md gpt --dp' "$tmp/flags.out" && ! grep -qE -- '--(not-ours|in-a-comment)' "$tmp/flags.out"
+mkdir -p "$tmp/bad/planted"
+printf '\nRun `gpt --steps 5 --no-such-flag` or:\n\n```sh\n./build/pdde-run -n 2 ./build/gpt --dp 2 --zero-stage 1 ./prog --not-ours  # --in-a-comment\n```\n' >"$tmp/bad/planted/README.md"
+tool_flags "$tmp/bad" planted/README.md >"$tmp/flags.out"
+[ "$(cat "$tmp/flags.out")" = "$(printf 'planted/README.md gpt --dp\nplanted/README.md gpt --no-such-flag\nplanted/README.md gpt --steps\nplanted/README.md gpt --zero-stage')" ]
 check "a planted violation is found: flags given to gpt in a command and in a backticked span, not those of ./prog or a comment" $?
-printf 'usage: gpt [--steps N] [--dp N] [--zero 0-3]\n' >"$tmp/help.gpt"   # (unknown_tool_flags reads the help from here)
-bad=$(tool_flags "$tmp/bad" tests/README.md | while read -r file tool flag; do
-          grep -qE -- "(^|[^a-z0-9-])$flag([^a-z0-9-]|\$)" "$tmp/help.gpt" || echo "$tool has no $flag"; done)
+printf 'usage: gpt [--steps N] [--dp N] [--zero 0-3]\n' >"$tmp/planted_help.gpt"
+bad=$(tool_flags "$tmp/bad" planted/README.md | while read -r file tool flag; do
+          help_lists "$flag" "$tmp/planted_help.gpt" || echo "$tool has no $flag"; done)
 [ "$bad" = "$(printf 'gpt has no --no-such-flag\ngpt has no --zero-stage')" ]
-check "and each flag the tool's --help lacks is reported (--zero-stage is not --zero)${bad:+: $(echo $bad)}" $?
+ok=$?
+check "and each flag the tool's --help lacks is reported (--zero-stage is not --zero)${bad:+: $(echo $bad)}" $ok
 printf '\nSet `PDDE_NO_SUCH_SWITCH=1`, `PDDE_ONLY_IN_A_COMMENT=1` or `PDDE_COMM_TIMEOUT=60`; `PDDE_CUDA_CE1=1`.\n' >>"$tmp/bad/comm/README.md"
 printf '/* PDDE_ONLY_IN_A_COMMENT: a name no code reads */\n' >>"$tmp/bad/pdde.h"
 bad=$(unknown_pdde_names "$tmp/bad")
 [ "$(echo "$bad" | grep '^comm/README.md:')" = "$(printf 'comm/README.md: PDDE_NO_SUCH_SWITCH\ncomm/README.md: PDDE_ONLY_IN_A_COMMENT')" ]
-check "a planted violation is reported: a README names PDDE_ variables no code reads (one only in a comment)${bad:+: $(echo $bad)}" $?
+ok=$?
+check "a planted violation is reported: a README names PDDE_ variables no code reads (one only in a comment)${bad:+: $(echo $bad)}" $ok
 finish
