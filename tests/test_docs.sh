@@ -105,7 +105,8 @@ DOC_TOOLS="gpt dlrm pdde-run pdde-plan pdde-bench pdde-ckpt pdde-plot pdde-info"
 
 # Prints "FILE TOOL --flag" for every flag FILE (under root $1) gives one of DOC_TOOLS: in the lines of its
 # fenced blocks and in its backticked spans, a flag belongs to the last tool named before it (./build/gpt,
-# build/gpt or gpt) until another program, `&&`, `;` or `|`, or a `#` comment in a fenced line.
+# build/gpt or gpt) until another program (a path that is no flag's value), `&&`, `;` or `|`, or a `#`
+# comment in a fenced line. In README.md a span that starts with a flag gives it to "any" of the tools.
 tool_flags() {
     local root=$1 file=$2
     { awk '/^```/ { fence = !fence; next } fence { sub(/(^| )#.*/, ""); print }' "$root/$file"
@@ -113,12 +114,12 @@ tool_flags() {
         awk -v file="$file" -v tools="$DOC_TOOLS" '
         BEGIN { n = split(tools, t, " "); for (i = 1; i <= n; i++) tool[t[i]] = 1 }
         {
-            cur = ""
+            cur = (file == "README.md" && $1 ~ /^--[a-z]/) ? "any" : ""
             for (i = 1; i <= NF; i++) {
                 w = $i; base = w; sub(/.*\//, "", base)
                 if (w ~ /^(&&|;|\||\|\|)$/) cur = ""
                 else if (tool[base] && (w == base || w ~ /(^|\/)build\/[a-z-]+$/)) cur = base
-                else if (w ~ /\// && w !~ /^-/ && w !~ /=/) cur = ""   # another program (./prog, ./build/mlp_dp) or a path
+                else if (w ~ /\// && w !~ /^-/ && w !~ /=/ && (i == 1 || $(i - 1) !~ /^--/)) cur = ""   # ./prog, ./build/mlp_dp
                 else if (cur != "" && w ~ /^--[a-z][a-z0-9-]*/) { f = w; sub(/[^a-z0-9-].*$/, "", f); if (f != "--help") print file, cur, f }
             }
         }' | sort -u
@@ -131,7 +132,7 @@ help_lists() { grep -qE -- "(^|[^a-z0-9-])$1([^a-z0-9-]|\$)" "$2"; }
 unknown_tool_flags() {
     local root=$1 bin=$2 f file tool flag
     for f in $(docs "$root"); do tool_flags "$root" "$f"; done | while read -r file tool flag; do
-        [ -f "$tmp/help.$tool" ] || "$bin/$tool" --help >"$tmp/help.$tool" 2>&1
+        [ -f "$tmp/help.$tool" ] || if [ "$tool" = any ]; then for t in $DOC_TOOLS; do "$bin/$t" --help 2>&1; done; else "$bin/$tool" --help 2>&1; fi >"$tmp/help.$tool"
         help_lists "$flag" "$tmp/help.$tool" || echo "$file: $tool has no $flag"
     done
 }
@@ -221,16 +222,19 @@ bad=$(history_refs "$tmp/bad" tests/README.md pdde.h)
 [ "$(echo "$bad" | grep -c 'tests/README.md')" -ge 1 ] && echo "$bad" | grep -q '^pdde.h:'
 check "a planted violation is reported: history and outside references in a README and the header" $?
 mkdir -p "$tmp/bad/planted"
-printf '\nRun `gpt --steps 5 --no-such-flag` or:\n\n```sh\n./build/pdde-run -n 2 ./build/gpt --dp 2 --zero-stage 1 ./prog --not-ours  # --in-a-comment\n```\n' >"$tmp/bad/planted/README.md"
+printf '\nRun `gpt --steps 5 --no-such-flag` or:\n\n```sh\n./build/pdde-run -n 2 ./build/gpt --dp 2 --cluster build/c.json --zero-stage 1 ./prog --not-ours  # --in-a-comment\n```\n' >"$tmp/bad/planted/README.md"
 tool_flags "$tmp/bad" planted/README.md >"$tmp/flags.out"
-[ "$(cat "$tmp/flags.out")" = "$(printf 'planted/README.md gpt --dp\nplanted/README.md gpt --no-such-flag\nplanted/README.md gpt --steps\nplanted/README.md gpt --zero-stage')" ]
-check "a planted violation is found: flags given to gpt in a command and in a backticked span, not those of ./prog or a comment" $?
-printf 'usage: gpt [--steps N] [--dp N] [--zero 0-3]\n' >"$tmp/planted_help.gpt"
+[ "$(cat "$tmp/flags.out")" = "$(printf 'planted/README.md gpt --%s\n' cluster dp no-such-flag steps zero-stage)" ]
+check "a planted violation is found: flags given to gpt in a command (also past a path value) and in a backticked span, not those of ./prog or a comment" $?
+printf 'usage: gpt [--steps N] [--dp N] [--zero 0-3] [--cluster FILE]\n' >"$tmp/planted_help.gpt"
 bad=$(tool_flags "$tmp/bad" planted/README.md | while read -r file tool flag; do
           help_lists "$flag" "$tmp/planted_help.gpt" || echo "$tool has no $flag"; done)
 [ "$bad" = "$(printf 'gpt has no --no-such-flag\ngpt has no --zero-stage')" ]
 ok=$?
 check "and each flag the tool's --help lacks is reported (--zero-stage is not --zero)${bad:+: $(echo $bad)}" $ok
+printf '\nTokens past `--moe-capacity-typo` are dropped.\n' >>"$tmp/bad/README.md"
+tool_flags "$tmp/bad" README.md | grep -qx 'README.md any --moe-capacity-typo'
+check "a planted violation is found: a span of README.md that starts with a flag, for every tool's --help" $?
 printf '\nSet `PDDE_NO_SUCH_SWITCH=1`, `PDDE_ONLY_IN_A_COMMENT=1` or `PDDE_COMM_TIMEOUT=60`; `PDDE_CUDA_CE1=1`.\n' >>"$tmp/bad/comm/README.md"
 printf '/* PDDE_ONLY_IN_A_COMMENT: a name no code reads */\n' >>"$tmp/bad/pdde.h"
 bad=$(unknown_pdde_names "$tmp/bad")
