@@ -191,7 +191,7 @@ if [ -x $build/gpt ] && [ -x $build/dlrm ] && [ -x $build/pdde-run ] && [ -x $bu
     n=$(for f in $(docs .); do tool_flags . "$f"; done | wc -l)
     check "every flag the READMEs give a tool is in its --help ($n flags)${bad:+: $bad}" $([ -z "$bad" ] && [ "$n" -gt 100 ] && echo 0 || echo 1)
 else
-    echo "SKIP build: the tools are not built in $build (make $build/gpt $build/dlrm $build/pdde-run ...): their flags not checked"
+    echo "SKIP build: no tools beside this script in $build/ (make all, then run build/test_docs): the READMEs' flags not checked"
 fi
 bad=$(unknown_pdde_names .)
 check "every PDDE_ name in the READMEs is in the code${bad:+: $(echo $bad)}" $([ -z "$bad" ] && echo 0 || echo 1)
