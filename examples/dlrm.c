@@ -278,16 +278,23 @@ int main(int argc, char **argv) {
     char path[512];
     double *p_true = NULL;
     if (o.synthetic) {
-        /* every rank writes its own copy (the same data): no rank waits for another's file */
-        const char *base = o.data ? o.data : "build/dlrm-synthetic.tsv";
-        if (world) snprintf(path, sizeof path, "%s.%d", base, rank);
-        else snprintf(path, sizeof path, "%s", base);
+        /* every rank writes its own copy (the same data), in a file of its own removed once read: no rank
+         * waits for another's file, and a second run at once, or one from any folder, reads only its samples */
+        const char *tmpdir = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/pdde-dlrm-synthetic.XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+        int fd = mkstemp(path);
+        if (fd < 0) {
+            fprintf(stderr, "dlrm: cannot create %s for the synthetic samples: %s (TMPDIR names a writable folder)\n", path, strerror(errno));
+            return 1;
+        }
+        close(fd);
         p_true = malloc((size_t)o.synthetic * sizeof *p_true);
-        if (!p_true || dlrm_synthesize(path, o.synthetic, o.vocab, 1, p_true)) return 1;
+        if (!p_true || dlrm_synthesize(path, o.synthetic, o.vocab, 1, p_true)) return unlink(path), 1;
     } else snprintf(path, sizeof path, "%s", o.data);
     long n = 0, malformed = 0;
     double t_read = dlrm_seconds(CLOCK_MONOTONIC);
     dlrm_sample *samples = dlrm_load(path, &n, &malformed);
+    if (o.synthetic) unlink(path), snprintf(path, sizeof path, "synthetic (--vocab %d)", o.vocab);
     if (!samples || n < 2L * o.cfg.batch) { fprintf(stderr, "dlrm: %s: %ld samples, need at least 2 batches\n", path, n); return 1; }
     long n_test = (long)((double)n * o.test_fraction), n_train = n - n_test;
     if (lead) printf("data: %s: %ld samples (%ld malformed lines skipped), %ld for training, %ld held out; read in %.1f s\n",

@@ -5,7 +5,8 @@
 # with --dense-on-servers too; one process likewise (itself killed); the table the job left loads
 # under 1 and 3 servers and in one process (re-partitioned: the same rows, each once); a folder with
 # no shards is a clear error; --save to a folder that cannot be made is refused before training;
-# --mode sync without a launcher trains in one process, too many servers say what to do; a CRLF line
+# --mode sync without a launcher trains in one process, too many servers say what to do; --synthetic
+# runs from any folder, two at once each on its own samples; a CRLF line
 # of 4096 bytes is read as the same line with LF, 4097 bytes are over-long either way. The pipeline
 # (--pipeline) checkpoints inside an epoch and resumes to the uninterrupted model.
 # Run from the repository root: build/test_dlrm_ckpt.
@@ -156,6 +157,18 @@ timeout 60 "$dlrm" --mode sync $model >"$tmp/nolaunch.out" 2>&1
 rc=$?
 [ $rc = 0 ] && grep -q 'no launcher: one process' "$tmp/nolaunch.out" && grep -q '^held out' "$tmp/nolaunch.out"
 check "--mode sync without a launcher trains in one process and says so (rc $rc)" $?
+
+# --synthetic from a folder with no build/ in it, two runs at once of different sizes: each trains on
+# its own samples (they are written to a file of the run's own, not one under the working folder)
+mkdir -p "$tmp/elsewhere"
+dlrm_abs=$(cd "$(dirname "$dlrm")" && pwd)/$(basename "$dlrm")
+(cd "$tmp/elsewhere" && { timeout 60 "$dlrm_abs" --synthetic 3000 --vocab 50 --batch 32 --dim 2 --hidden 4 >"$tmp/syn_a.out" 2>&1 &
+                           timeout 60 "$dlrm_abs" --synthetic 5000 --batch 32 --dim 2 --hidden 4 >"$tmp/syn_b.out" 2>&1; wait; })
+grep -q '^data: synthetic (--vocab 50): 3000 samples' "$tmp/syn_a.out" && grep -q '^held out' "$tmp/syn_a.out" &&
+    grep -q '^data: synthetic (--vocab 1000): 5000 samples' "$tmp/syn_b.out" && grep -q '^held out' "$tmp/syn_b.out" &&
+    [ -z "$(ls -A "$tmp/elsewhere")" ]
+ok=$?
+check "--synthetic twice at once outside the repository: each its own samples ($(grep -hm1 -E '^data|dlrm:' "$tmp/syn_a.out" "$tmp/syn_b.out" | tr '\n' ' '))" $ok
 
 # lines of 4096 and 4097 bytes (the first integer padded with zeros), each with LF and CRLF
 awk 'BEGIN { for (len = 4096; len <= 4097; len++) for (cr = 0; cr < 2; cr++) for (k = 0; k < 40; k++) {

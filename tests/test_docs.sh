@@ -5,7 +5,11 @@
 #  - every pdde_ name the README uses is declared in the public headers;
 #  - every public function that allocates an object (returns it through `T **out`, or returns a new
 #    `T *` from an _init/_open/_create/_connect/_load) has a destructor: a _free or _close taking `T *`;
-#  - no README and no public header refers to project history or to files outside the repository.
+#  - no README and no public header refers to project history or to files outside the repository;
+#  - every --flag a README gives one of the tools (in a command, or a backticked `gpt --flag ...`) is in
+#    that tool's --help (this check needs the tools built; it says SKIP without them);
+#  - every PDDE_ name a README gives (an environment variable, a constant) is in the code, comments
+#    removed: a variable no code reads, or a misspelt one, is reported.
 # Each check is also run on a copy with a planted violation, which it must report.
 . tests/script_util.sh docs
 
@@ -96,6 +100,76 @@ history_refs() {
 }
 HISTORY_FILES="$(docs .) pdde.h $( [ -f pdde_extension.h ] && echo pdde_extension.h)"
 
+# The tools whose flags the READMEs give, each answering --help without running anything.
+DOC_TOOLS="gpt dlrm pdde-run pdde-plan pdde-bench pdde-ckpt pdde-plot pdde-info"
+
+# Prints "FILE TOOL --flag" for every flag FILE (under root $1) gives one of DOC_TOOLS: in the lines of its
+# fenced blocks and in its backticked spans, a flag belongs to the last tool named before it (./build/gpt,
+# build/gpt or gpt) until another program (a path that is no flag's value), `&&`, `;` or `|`, or a `#`
+# comment in a fenced line. In README.md a span that starts with a flag gives it to "any" of the tools.
+tool_flags() {
+    local root=$1 file=$2
+    { awk '/^```/ { fence = !fence; next } fence { sub(/(^| )#.*/, ""); print }' "$root/$file"
+      awk '/^```/ { fence = !fence; next } !fence' "$root/$file" | grep -oE '`[^`]+`' | tr -d '`'; } |
+        awk -v file="$file" -v tools="$DOC_TOOLS" '
+        BEGIN { n = split(tools, t, " "); for (i = 1; i <= n; i++) tool[t[i]] = 1 }
+        {
+            cur = (file == "README.md" && $1 ~ /^--[a-z]/) ? "any" : ""
+            for (i = 1; i <= NF; i++) {
+                w = $i; base = w; sub(/.*\//, "", base)
+                if (w ~ /^(&&|;|\||\|\|)$/) cur = ""
+                else if (tool[base] && (w == base || w ~ /(^|\/)build\/[a-z-]+$/)) cur = base
+                else if (w ~ /\// && w !~ /^-/ && w !~ /=/ && (i == 1 || $(i - 1) !~ /^--/)) cur = ""   # ./prog, ./build/mlp_dp
+                else if (cur != "" && w ~ /^--[a-z][a-z0-9-]*/) { f = w; sub(/[^a-z0-9-].*$/, "", f); if (f != "--help") print file, cur, f }
+            }
+        }' | sort -u
+}
+
+# 0 when the help text in file $2 lists flag $1 (whole: --zero is not --zero-stage).
+help_lists() { grep -qE -- "(^|[^a-z0-9-])$1([^a-z0-9-]|\$)" "$2"; }
+
+# Prints "FILE: TOOL has no --flag" for each flag of tool_flags that the tool in $2 does not list in its --help.
+unknown_tool_flags() {
+    local root=$1 bin=$2 f file tool flag
+    for f in $(docs "$root"); do tool_flags "$root" "$f"; done | while read -r file tool flag; do
+        [ -f "$tmp/help.$tool" ] || if [ "$tool" = any ]; then for t in $DOC_TOOLS; do "$bin/$t" --help 2>&1; done; else "$bin/$tool" --help 2>&1; fi >"$tmp/help.$tool"
+        help_lists "$flag" "$tmp/help.$tool" || echo "$file: $tool has no $flag"
+    done
+}
+
+# The code of the tree: C and CUDA sources with their comments removed, scripts without comment lines
+# (not this test's, whose planted violations name what no code reads).
+code_text() {
+    local root=$1 f
+    (cd "$root" && find . -path ./build -prune -o -path ./tests/mutants -prune -o -path ./.git -prune -o -type f \
+        \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print) | while read -r f; do
+        gcc -fpreprocessed -dD -E -P -x c "$root/$f" 2>/dev/null
+    done
+    (cd "$root" && find . -path ./build -prune -o -path ./tests/mutants -prune -o -path ./.git -prune -o -type f \
+        \( -name '*.sh' -o -name '*.py' -o -name Makefile \) ! -name test_docs.sh -print) | while read -r f; do
+        grep -vE '^[[:space:]]*#' "$root/$f"
+    done
+}
+
+# Prints "FILE: NAME" for each PDDE_ name in a README that the code (code_text) does not contain, whole
+# or as a backend's prefix literal ("PDDE_CUDA_") followed by a suffix literal ("CE1") it joins.
+unknown_pdde_names() {
+    local root=$1 names code prefixes f n p ok
+    code_text "$root" >"$tmp/code.txt"
+    names=$(grep -ohE '\bPDDE_[A-Z0-9_]*[A-Z0-9]\b' "$tmp/code.txt" | sort -u)
+    prefixes=$(grep -ohE '"PDDE_[A-Z0-9_]*_"' "$tmp/code.txt" | tr -d '"' | sort -u)
+    for f in $(docs "$root"); do
+        grep -oE '\bPDDE_[A-Z0-9_]*[A-Z0-9]\b' "$root/$f" | sort -u | grep -vxF -f <(echo "$names") |
+            while read -r n; do
+                ok=1
+                for p in $prefixes; do
+                    [[ "$n" == "$p"?* ]] && grep -qF "\"${n#"$p"}\"" "$tmp/code.txt" && ok=0
+                done
+                [ $ok = 0 ] || echo "$f: $n"
+            done
+    done
+}
+
 # --- the checks on this tree
 for f in $(docs .); do
     bad=$(missing_paths . "$f")
@@ -111,6 +185,16 @@ n=$(declarations . | wc -l)
 check "the public declarations were read ($n functions)" $([ "$n" -gt 100 ] && echo 0 || echo 1)
 bad=$(history_refs . $HISTORY_FILES)
 check "no history or outside references in the READMEs and public headers${bad:+: $bad}" $([ -z "$bad" ] && echo 0 || echo 1)
+if [ -x $build/gpt ] && [ -x $build/dlrm ] && [ -x $build/pdde-run ] && [ -x $build/pdde-plan ] && [ -x $build/pdde-bench ] &&
+   [ -x $build/pdde-ckpt ] && [ -x $build/pdde-plot ] && [ -x $build/pdde-info ]; then
+    bad=$(unknown_tool_flags . "$build")
+    n=$(for f in $(docs .); do tool_flags . "$f"; done | wc -l)
+    check "every flag the READMEs give a tool is in its --help ($n flags)${bad:+: $bad}" $([ -z "$bad" ] && [ "$n" -gt 100 ] && echo 0 || echo 1)
+else
+    echo "SKIP build: no tools beside this script in $build/ (make all, then run build/test_docs): the READMEs' flags not checked"
+fi
+bad=$(unknown_pdde_names .)
+check "every PDDE_ name in the READMEs is in the code${bad:+: $(echo $bad)}" $([ -z "$bad" ] && echo 0 || echo 1)
 
 # --- planted violations, each in a copy of the tree (no build/), must be reported
 mkdir -p "$tmp/bad"
@@ -137,4 +221,24 @@ printf '/* see shared/DESIGN.md "Layers" */\n' >>"$tmp/bad/pdde.h"
 bad=$(history_refs "$tmp/bad" tests/README.md pdde.h)
 [ "$(echo "$bad" | grep -c 'tests/README.md')" -ge 1 ] && echo "$bad" | grep -q '^pdde.h:'
 check "a planted violation is reported: history and outside references in a README and the header" $?
+mkdir -p "$tmp/bad/planted"
+printf '\nRun `gpt --steps 5 --no-such-flag` or:\n\n```sh\n./build/pdde-run -n 2 ./build/gpt --dp 2 --cluster build/c.json --zero-stage 1 ./prog --not-ours  # --in-a-comment\n```\n' >"$tmp/bad/planted/README.md"
+tool_flags "$tmp/bad" planted/README.md >"$tmp/flags.out"
+[ "$(cat "$tmp/flags.out")" = "$(printf 'planted/README.md gpt --%s\n' cluster dp no-such-flag steps zero-stage)" ]
+check "a planted violation is found: flags given to gpt in a command (also past a path value) and in a backticked span, not those of ./prog or a comment" $?
+printf 'usage: gpt [--steps N] [--dp N] [--zero 0-3] [--cluster FILE]\n' >"$tmp/planted_help.gpt"
+bad=$(tool_flags "$tmp/bad" planted/README.md | while read -r file tool flag; do
+          help_lists "$flag" "$tmp/planted_help.gpt" || echo "$tool has no $flag"; done)
+[ "$bad" = "$(printf 'gpt has no --no-such-flag\ngpt has no --zero-stage')" ]
+ok=$?
+check "and each flag the tool's --help lacks is reported (--zero-stage is not --zero)${bad:+: $(echo $bad)}" $ok
+printf '\nTokens past `--moe-capacity-typo` are dropped.\n' >>"$tmp/bad/README.md"
+tool_flags "$tmp/bad" README.md | grep -qx 'README.md any --moe-capacity-typo'
+check "a planted violation is found: a span of README.md that starts with a flag, for every tool's --help" $?
+printf '\nSet `PDDE_NO_SUCH_SWITCH=1`, `PDDE_ONLY_IN_A_COMMENT=1` or `PDDE_COMM_TIMEOUT=60`; `PDDE_CUDA_CE1=1`.\n' >>"$tmp/bad/comm/README.md"
+printf '/* PDDE_ONLY_IN_A_COMMENT: a name no code reads */\n' >>"$tmp/bad/pdde.h"
+bad=$(unknown_pdde_names "$tmp/bad")
+[ "$(echo "$bad" | grep '^comm/README.md:')" = "$(printf 'comm/README.md: PDDE_NO_SUCH_SWITCH\ncomm/README.md: PDDE_ONLY_IN_A_COMMENT')" ]
+ok=$?
+check "a planted violation is reported: a README names PDDE_ variables no code reads (one only in a comment)${bad:+: $(echo $bad)}" $ok
 finish
