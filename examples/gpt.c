@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,7 +59,7 @@ static double now(void) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: gpt [--data FILE] [--val-data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
+            "usage: gpt [--help] [--data FILE] [--val-data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "                              (--data: text, its bytes the tokens; or ids: llm.c's GPT-2 / LLaMA 3 shards, pdde's token\n"
             "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
             "                              there, else on --data's last 10%%)\n"
@@ -124,6 +126,28 @@ static void usage(FILE *f) {
 static bool under_elastic(void) {
     const char *v = getenv("PDDE_ELASTIC");
     return v && atoi(v);
+}
+
+/* Rank 0 of a job holds dir/gpt.lock (flock: the kernel lets it go when the process ends, however) so
+ * that a second job given the same --ckpt-dir stops at its start, naming the first, rather than mixing
+ * its checkpoints with the first's. (Not under pdde-run --elastic: its members may change rank 0.) */
+static int lock_ckpt_dir(const char *dir) {
+    char path[4200], holder[32] = "";
+    snprintf(path, sizeof path, "%s/gpt.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) { fprintf(stderr, "gpt: --ckpt-dir %s: cannot create %s: %s\n", dir, path, strerror(errno)); return 1; }
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        ssize_t n = read(fd, holder, sizeof holder - 1);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        fprintf(stderr, "gpt: --ckpt-dir %s is in use by another run (process %s): give each run a directory of its own\n", dir,
+                holder[0] ? holder : "?");
+        close(fd);
+        return 1;
+    }
+    int len = snprintf(holder, sizeof holder, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) || pwrite(fd, holder, (size_t)len, 0) != len) { /* (the lock holds without the number) */ }
+    return 0; /* (fd stays open, the lock held, until the process ends) */
 }
 
 /* Whether --init-from names a pdde checkpoint (a directory, or a file of pdde's format) rather than
@@ -1152,6 +1176,8 @@ elastic_rebuild:
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx), pdde_context_thread_count(ctx) > 1 ? "s" : "");
     if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
+    if (ranks > 1 && o.model.moe_ep) /* (expert parallelism: each rank holds its part of every MoE block's experts) */
+        printf(", the experts split over %s %d", o.ep > 1 ? "groups of ep" : o.tp > 1 ? "tp" : "dp", o.ep > 1 ? o.ep : o.tp > 1 ? o.tp : o.dp);
     if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
     if (plan.shares && o.dp > 1) { /* (uneven shares: this rank's part of each step) */
         int all = 0;
@@ -1172,6 +1198,7 @@ elastic_rebuild:
             fprintf(stderr, "gpt: --ckpt-dir %s: %s\n", o.ckpt_dir, strerror(errno));
             return 1;
         }
+        if (!el && rank == 0 && lock_ckpt_dir(o.ckpt_dir)) return 1;
         /* a sharded checkpoint (each rank writes its blocks; it loads under any plan) in the directory */
         snprintf(ckpt, sizeof ckpt, "%s", o.ckpt_dir);
         if (o.resume) {

@@ -144,6 +144,13 @@ for plan in "--pp 2" "--plan dp=1,pp=2,mb=2"; do
     check "pdde-run -n 2 gpt $plan prints the one process's sample (rc $rc, $lines lines: $(sample_of "$tmp/pp.log" | sed -n 2p | tr -cd '[:print:]' | cut -c1-50))" $ok
 done
 
+# the start line says where the experts are: split over the dp ranks under --moe-ep
+timeout 120 "$build/pdde-run" -n 2 "$build/gpt" "${gpt[@]}" --dp 2 --moe-experts 4 --moe-ep --steps 1 --sample-len 0 >"$tmp/ep.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q '^\[0\] gpt: .* 2 ranks: dp 2 x tp 1 x pp 1, the experts split over dp 2$' "$tmp/ep.log"
+ok=$?
+check "gpt --dp 2 --moe-ep's start line says the experts are split over dp 2 (rc $rc: $(grep -m1 -o '2 ranks:.*' "$tmp/ep.log"))" $ok
+
 # MoE under pipeline stages: rank 0's log line covers every stage's blocks and the balance (on the last
 # stage), as one process's does
 moe=(--moe-experts 4 --moe-capacity 1 --steps 11 --sample-len 0)
@@ -191,6 +198,21 @@ v5=$(sed -n 's/^step *5  validation loss \([0-9.]*\)$/\1/p' "$tmp/w1.log") v0=$(
     grep -qF "cannot start from it: $tmp/ckw holds another model's checkpoint: saved with --heads 8, this run has --heads 4" "$tmp/w3.log"
 ok=$?
 check "gpt --init-from a checkpoint directory starts at its validation loss ($v0 = $v5) from step 1; other --heads refused (rc $rc/$rc2/$rc3)" $ok
+
+# two runs given one --ckpt-dir: the second stops at its start naming the first's process; once the
+# first has ended (here killed), the directory is free again
+rm -rf "$tmp/ckl"
+"$build/gpt" "${gpt[@]}" --sample-len 0 --steps 100000 --ckpt-dir "$tmp/ckl" >"$tmp/l1.log" 2>&1 &
+first_pid=$!
+for _ in $(seq 300); do grep -q 'step *1/' "$tmp/l1.log" && break; sleep 0.1; done
+"$build/gpt" "${gpt[@]}" --sample-len 0 --steps 2 --ckpt-dir "$tmp/ckl" >"$tmp/l2.log" 2>&1
+rc=$?
+kill -9 $first_pid 2>/dev/null; wait $first_pid 2>/dev/null
+"$build/gpt" "${gpt[@]}" --sample-len 0 --steps 2 --ckpt-dir "$tmp/ckl" >"$tmp/l3.log" 2>&1
+rc3=$?
+[ $rc = 1 ] && grep -qF -- "--ckpt-dir $tmp/ckl is in use by another run (process $first_pid)" "$tmp/l2.log" && ! grep -q 'step *1/' "$tmp/l2.log" && [ $rc3 = 0 ]
+ok=$?
+check "a second gpt on one --ckpt-dir stops naming the first's process $first_pid; after it is killed the directory trains (rc $rc/$rc3: $(grep -m1 'in use' "$tmp/l2.log" | cut -c1-90))" $ok
 
 # llm.c's GPT-2 model file (tests/data/gpt2_llmc.bin: 2 layers, 4 heads, width 32, vocabulary 300, 32
 # positions): --init-from takes its model and starts from its weights (the step-0 validation loss; the
