@@ -270,11 +270,16 @@ int main(int argc, char **argv) {
     long batches = 40;
     int reps = 3, batch = 512;
     const char *cluster_path = "build/cluster.json";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--batches")) batches = atol(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--cluster")) cluster_path = argv[i + 1];
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(a, "--batches")) batches = atol(v);
+        else if (v && !strcmp(a, "--reps")) reps = atoi(v);
+        else if (v && !strcmp(a, "--batch")) batch = atoi(v);
+        else if (v && !strcmp(a, "--cluster")) cluster_path = v;
+        else { /* (--help, an unknown flag, or one without its value) */
+            fprintf(stderr, "usage: bench_dlrm [--batches N (40)] [--reps N (3)] [--batch N (512)] [--cluster FILE (build/cluster.json)]\n");
+            return 2;
+        }
     }
     if (reps < 1 || reps > 16 || batches < 1 || batch < 1) { fprintf(stderr, "bench_dlrm: bad arguments\n"); return 2; }
     pdde_context *ctx;
