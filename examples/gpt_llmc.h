@@ -53,9 +53,9 @@ static inline int gpt_llmc_read_header(const char *path, gpt_llmc_header *h, cha
     *h = (gpt_llmc_header){.version = head[1], .max_ctx = head[2], .vocab = head[3], .layers = head[4], .heads = head[5], .width = head[6],
                            .padded_vocab = head[7]};
     static const char *const field[] = {"max_seq_len", "vocab_size", "num_layers", "num_heads", "channels"};
-    const int v[] = {h->max_ctx, h->vocab, h->layers, h->heads, h->width};
-    for (int k = 0; k < 5; k++)
-        if (v[k] < 1 || v[k] > 1 << 24) return snprintf(why, why_size, "header[%d] %s = %d: 1 .. 2^24 expected", k + 2, field[k], v[k]), -1;
+    const int v[] = {h->max_ctx, h->vocab, h->layers, h->heads, h->width}, most[] = {1 << 24, 1 << 24, 4096, 1 << 16, 1 << 16};
+    for (int k = 0; k < 5; k++) /* (bounds that keep the sizes below in int64) */
+        if (v[k] < 1 || v[k] > most[k]) return snprintf(why, why_size, "header[%d] %s = %d: 1 .. %d expected", k + 2, field[k], v[k], most[k]), -1;
     if (h->width % h->heads) return snprintf(why, why_size, "header[6] channels = %d is not divisible by header[5] num_heads = %d", h->width, h->heads), -1;
     if (h->padded_vocab < h->vocab || h->padded_vocab > 1 << 24)
         return snprintf(why, why_size, "header[7] padded_vocab_size = %d: vocab_size %d .. 2^24 expected", h->padded_vocab, h->vocab), -1;

@@ -222,6 +222,7 @@ static void check_llmc(void) {
         {147968, 5, 5, "channels = 32 is not divisible by header[5] num_heads = 5"},
         {147968, 7, 299, "padded_vocab_size = 299: vocab_size 300"},
         {100, -1, 0, "shorter than llm.c's 1 KiB header"},
+        {147968, 6, 1 << 30, "header[6] channels = 1073741824: 1 .. 65536 expected"}, /* (its sizes would overflow) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         llmc_variant(files[0], bad, cases[i].size, cases[i].at, cases[i].value);
