@@ -213,7 +213,6 @@ static void check_llmc(void) {
     }
 
     /* files and models that do not fit are refused naming the field */
-    long size = 147968;
     const char *bad = "build/test_gpt_golden_llmc_bad.bin";
     static const struct { long size; int at; int32_t value; const char *says; } cases[] = {
         {147968 - 4, -1, 0, "147964 bytes, but its header's sizes"}, /* cut by one value */
@@ -242,7 +241,6 @@ static void check_llmc(void) {
     CHECK(gpt_llmc_fits(&h, &c, why, sizeof why) && strstr(why, "--ctx 33, but the file's positions stop at 32"), "a longer context refused: %s", why);
     c = fits, c.arch = GPT_ARCH_LLAMA;
     CHECK(gpt_llmc_fits(&h, &c, why, sizeof why) && strstr(why, "not --arch llama"), "LLaMA refused: %s", why);
-    (void)size;
     free(ids), free(targets), free(logits_ref), free(logits), free(again);
     pdde_context_free(ctx);
 }
