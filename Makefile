@@ -339,8 +339,8 @@ endif
 
 # The fuzzers for FUZZ_SECONDS (600) each under AddressSanitizer and UBSan, on the portable library
 # (pdde's own kernels, all instrumented): tests/fuzz_graph.c builds graphs, tests/fuzz_parse.c feeds the
-# readers of plan text, cluster files, checkpoints, table and token files. clang's libFuzzer where
-# $(FUZZ_CC) has it (corpora and crashing inputs in build/fuzz), else the seeded random drivers.
+# readers of plan text, cluster files, checkpoints, table and token files and peers' snapshots. clang's
+# libFuzzer where $(FUZZ_CC) has it (corpora and crashing inputs in build/fuzz), else the seeded random drivers.
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= $(or $(shell command -v clang-14 2>/dev/null),$(shell command -v clang 2>/dev/null),$(CC))
 FUZZ_FLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread -I.
