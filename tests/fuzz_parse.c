@@ -1,7 +1,8 @@
 /* fuzz_parse — a fuzz target for what pdde reads that another program or a person wrote: plan text,
  * cluster files, checkpoints (the single file; a sharded one's manifest and shard), parameter-server
- * table files, token files and snapshots (the bytes a peer sends in an elastic job, read by
- * pdde_snapshot_from_data). The first input byte picks the reader, the rest is its input. Each
+ * table files, token files, snapshots (the bytes a peer sends in an elastic job, read by
+ * pdde_snapshot_from_data) and the recommender's Criteo TSV data (examples/dlrm.h's reader). The first
+ * input byte picks the reader, the rest is its input. Each
  * reader checks a checksum first; the target recomputes it over the mutated bytes (most of the time)
  * so that the parsing behind it is reached. Besides "no crash, no hang, no sanitizer report":
  *   - a plan that parses prints as text that parses to the same plan, and prints the same again;
@@ -9,7 +10,9 @@
  *   - a checkpoint that loads leaves a session whose step runs or says why not (NaN parameters), a
  *     table that loads one that pulls;
  *   - a token file's (pdde's or an llm.c shard) batches: each target is the next token;
- *   - a snapshot that is accepted restores the session or says why not.
+ *   - a snapshot that is accepted restores the session or says why not;
+ *   - a Criteo line read is a label 0 or 1, finite features >= 0 and ids of 1 to 8 hex digits tagged
+ *     with their field; every line is read or counted as malformed, once.
  *
  * Built by `make test-fuzz` with clang's libFuzzer under AddressSanitizer and UBSan (its corpus is
  * seeded with valid inputs of each kind at the first run); without libFuzzer main() below mutates
@@ -17,6 +20,7 @@
  *     fuzz_parse [seconds] [seed]          (the smoke run in `make test`) */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "examples/dlrm.h"
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,8 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_COUNT };
-static const char *const target_name[T_COUNT] = {"plan", "cluster", "checkpoint", "manifest", "shard", "table", "tokens", "snapshot"};
+enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_COUNT };
+static const char *const target_name[T_COUNT] = {"plan", "cluster", "checkpoint", "manifest", "shard", "table", "tokens", "snapshot", "criteo"};
 
 /* A violated property: the harness (not the library) stops here, so that the fuzzer records the input. */
 #define REQUIRE(cond, ...) do { if (!(cond)) { fprintf(stderr, "fuzz_parse: " __VA_ARGS__); fputc('\n', stderr); abort(); } } while (0)
@@ -195,6 +199,15 @@ static void make_seeds(void) {
     REQUIRE(sn_data, "snapshot data: %s", pdde_last_error(F.ctx));
     add_seed(T_SNAPSHOT, sn_data, sn_bytes);
     pdde_snapshot_free(sn);
+
+    /* Criteo TSV: a full line, one with empty fields and CRLF, one malformed */
+    static const char criteo[] =
+        "1\t5\t110\t\t16\t\t1\t0\t14\t7\t1\t\t306\t\t62770d79\te21f5d58\tafea442f\t945c7fcf\t38b02748\t6fcd6dcb\t3580aa21\t"
+        "28808903\t46dedfa6\t2e027dc1\t0c7c4231\t95981d1f\t00c5ffb7\tbe4ee537\t8a0b74cc\t4cdc3efa\td20856aa\tb8170bba\t9512c20b\t"
+        "c38e2f28\t14f65a5d\t25b1b089\td7c1fc0b\t7caf609c\t30436bfc\ted10571d\n"
+        "0\t-1\t+0\t\t\t\t\t\t\t\t\t\t\t9223372036854775807\tffffffff\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t0\r\n"
+        "2\tnot a line\n";
+    add_seed(T_CRITEO, criteo, sizeof criteo - 1);
 }
 
 static void remove_dir(const char *dir) {
@@ -385,6 +398,31 @@ static void read_snapshot(uint8_t *p, size_t n, bool fix) {
     pdde_snapshot_free(sn);
 }
 
+/* Criteo TSV lines through the recommender's reader (its messages off: the counts are checked). */
+static void read_criteo(const uint8_t *p, size_t n) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/in.tsv", F.dir);
+    spill(path, p, n);
+    long lines = 0;
+    for (size_t i = 0; i < n; i++) lines += p[i] == '\n';
+    lines += n && p[n - 1] != '\n';
+    dlrm_reader r;
+    REQUIRE(dlrm_reader_open(&r, path) == 0, "cannot open %s", path);
+    r.messages = 10;
+    dlrm_sample smp;
+    long read = 0;
+    while (dlrm_reader_next(&r, &smp)) {
+        read++;
+        REQUIRE(smp.label == 0 || smp.label == 1, "a sample's label is %d", smp.label);
+        for (int j = 0; j < DLRM_DENSE; j++) REQUIRE(isfinite(smp.dense[j]) && smp.dense[j] >= 0, "feature %d is %g", j, smp.dense[j]);
+        for (int j = 0; j < DLRM_SPARSE; j++)
+            REQUIRE(smp.ids[j] == PDDE_SPARSE_NO_ID || smp.ids[j] >> 32 == (uint64_t)j, "id %d is %llx", j, (unsigned long long)smp.ids[j]);
+    }
+    F.accepted = read > 0;
+    REQUIRE(read + r.malformed == lines, "%ld lines read as %ld samples and %ld malformed", lines, read, r.malformed);
+    dlrm_reader_close(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
@@ -407,6 +445,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case T_TABLE: read_table(p, n, fix); break;
     case T_TOKENS: read_tokens(p, n); break;
     case T_SNAPSHOT: read_snapshot(p, n, fix); break;
+    case T_CRITEO: read_criteo(p, n); break;
     }
     free(p);
     return 0;
