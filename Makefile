@@ -322,12 +322,17 @@ test-asan:
 	PDDE_TEST_TIMEOUT=900 PDDE_TEST_SANITIZE="-fsanitize=address,undefined" $(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
-# The tests whose threads share a parameter-server table (test_dlrm_pipe) or client and server (test_ps_remote) under ThreadSanitizer, on the
+# The tests whose threads share a parameter-server table (test_dlrm_pipe), a context (test_session_threads: two
+# sessions trained at once; test_core: the log) or client and server (test_ps_remote) under ThreadSanitizer, on the
 # portable library (no ifunc kernels: their resolvers run before TSan starts).
+TSAN_TESTS := test_dlrm_pipe test_session_threads test_core
 test-tsan:
 	@mkdir -p $(BUILD)/tsan
-	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -pthread -I. tests/test_dlrm_pipe.c pdde.c -o $(BUILD)/tsan/test_dlrm_pipe -lm -ldl
-	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/test_dlrm_pipe
+	$(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -pthread -I. -c pdde.c -o $(BUILD)/tsan/pdde.o
+	set -e; for t in $(TSAN_TESTS); do \
+	  $(CC) -std=c11 -O1 -g -fsanitize=thread -DPDDE_NO_MULTIVERSION -pthread -I. tests/$$t.c $(BUILD)/tsan/pdde.o -o $(BUILD)/tsan/$$t -lm -ldl; \
+	  TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/$$t; \
+	done
 ifeq ($(HAVE_UCX),1)
 # and a worker's threads on one client of a remote server (the store in a process of its own: TSan cannot
 # follow a fork of a process with threads; UCX's memory hooks off: they clash with TSan's)
@@ -339,8 +344,8 @@ endif
 
 # The fuzzers for FUZZ_SECONDS (600) each under AddressSanitizer and UBSan, on the portable library
 # (pdde's own kernels, all instrumented): tests/fuzz_graph.c builds graphs, tests/fuzz_parse.c feeds the
-# readers of plan text, cluster files, checkpoints, table and token files. clang's libFuzzer where
-# $(FUZZ_CC) has it (corpora and crashing inputs in build/fuzz), else the seeded random drivers.
+# readers of plan text, cluster files, checkpoints, table and token files and peers' snapshots. clang's
+# libFuzzer where $(FUZZ_CC) has it (corpora and crashing inputs in build/fuzz), else the seeded random drivers.
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= $(or $(shell command -v clang-14 2>/dev/null),$(shell command -v clang 2>/dev/null),$(CC))
 FUZZ_FLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread -I.

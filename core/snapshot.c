@@ -115,8 +115,13 @@ static int box_str(const snap_box *b, int ndim, char *buf, size_t n) {
     int k = 0;
     if (n) buf[0] = 0;
     k += snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && (size_t)k < n; d++)
-        k += snprintf(buf + k, n - (size_t)k, "%s%lld:%lld", d ? "," : "", (long long)b->start[d], (long long)(b->start[d] + b->extent[d]));
+    for (int d = 0; d < ndim && (size_t)k < n; d++) {
+        int64_t end; /* (a damaged file's box may end past int64: said as start+extent, not wrapped) */
+        if (__builtin_add_overflow(b->start[d], b->extent[d], &end))
+            k += snprintf(buf + k, n - (size_t)k, "%s%lld+%lld", d ? "," : "", (long long)b->start[d], (long long)b->extent[d]);
+        else
+            k += snprintf(buf + k, n - (size_t)k, "%s%lld:%lld", d ? "," : "", (long long)b->start[d], (long long)end);
+    }
     if ((size_t)k < n) k += snprintf(buf + k, n - (size_t)k, "]");
     return k;
 }
@@ -430,7 +435,7 @@ static pdde_status snap_parse(snap_set *s, const unsigned char *p, size_t size, 
     memcpy(&crc, p + SNAP_HEADER + index_bytes, 4);
     if (crc32_update(0, p, SNAP_HEADER + (size_t)index_bytes) != crc)
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "%s: %s: the shard's header and index fail their CRC (damaged)", s->what, where);
-    if (world < 1 || rank >= world || kind > PDDE_LR_COSINE)
+    if (world < 1 || world > INT_MAX || rank >= world || kind > PDDE_LR_COSINE) /* (rank and world are ints from here on) */
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "%s: %s: rank %u of %u, schedule %u", s->what, where, rank, world, kind);
     m.sched.schedule = (pdde_lr_schedule)kind, m.rank = (int)rank, m.world = (int)world;
     r.n = SNAP_HEADER + (size_t)index_bytes;

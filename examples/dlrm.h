@@ -176,9 +176,13 @@ static inline int dlrm_parse_line(dlrm_reader *r, const char *line, dlrm_sample 
 
 /* The next well-formed sample: 1, or 0 at the end of the file. */
 static inline int dlrm_reader_next(dlrm_reader *r, dlrm_sample *s) {
-    while (fgets(r->buf, sizeof r->buf, r->f)) {
+    for (;;) {
+        /* A full buffer is told by fgets's NUL in its last byte, not by strlen, which a NUL byte in the
+         * line cuts short: the rest of the line would then be read as lines of their own. */
+        r->buf[sizeof r->buf - 1] = 1;
+        if (!fgets(r->buf, sizeof r->buf, r->f)) break;
         r->line++;
-        size_t len = strlen(r->buf);
+        size_t len = r->buf[sizeof r->buf - 1] == 0 ? sizeof r->buf - 1 : strlen(r->buf);
         int ended = len && r->buf[len - 1] == '\n', full = len == sizeof r->buf - 1;
         if (ended) r->buf[--len] = 0;
         if (len && r->buf[len - 1] == '\r') r->buf[--len] = 0;

@@ -1,13 +1,18 @@
 /* fuzz_parse — a fuzz target for what pdde reads that another program or a person wrote: plan text,
  * cluster files, checkpoints (the single file; a sharded one's manifest and shard), parameter-server
- * table files and token files. The first input byte picks the reader, the rest is its input. Each
+ * table files, token files, snapshots (the bytes a peer sends in an elastic job, read by
+ * pdde_snapshot_from_data) and the recommender's Criteo TSV data (examples/dlrm.h's reader). The first
+ * input byte picks the reader, the rest is its input. Each
  * reader checks a checksum first; the target recomputes it over the mutated bytes (most of the time)
  * so that the parsing behind it is reached. Besides "no crash, no hang, no sanitizer report":
  *   - a plan that parses prints as text that parses to the same plan, and prints the same again;
  *   - a cluster file that parses is written back as JSON that parses and is written the same again;
  *   - a checkpoint that loads leaves a session whose step runs or says why not (NaN parameters), a
  *     table that loads one that pulls;
- *   - a token file's (pdde's or an llm.c shard) batches: each target is the next token.
+ *   - a token file's (pdde's or an llm.c shard) batches: each target is the next token;
+ *   - a snapshot that is accepted restores the session or says why not;
+ *   - a Criteo line read is a label 0 or 1, finite features >= 0 and ids of 1 to 8 hex digits tagged
+ *     with their field; every line is read or counted as malformed, once.
  *
  * Built by `make test-fuzz` with clang's libFuzzer under AddressSanitizer and UBSan (its corpus is
  * seeded with valid inputs of each kind at the first run); without libFuzzer main() below mutates
@@ -15,6 +20,7 @@
  *     fuzz_parse [seconds] [seed]          (the smoke run in `make test`) */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "examples/dlrm.h"
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,8 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_COUNT };
-static const char *const target_name[T_COUNT] = {"plan", "cluster", "checkpoint", "manifest", "shard", "table", "tokens"};
+enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_COUNT };
+static const char *const target_name[T_COUNT] = {"plan", "cluster", "checkpoint", "manifest", "shard", "table", "tokens", "snapshot", "criteo"};
 
 /* A violated property: the harness (not the library) stops here, so that the fuzzer records the input. */
 #define REQUIRE(cond, ...) do { if (!(cond)) { fprintf(stderr, "fuzz_parse: " __VA_ARGS__); fputc('\n', stderr); abort(); } } while (0)
@@ -184,6 +190,24 @@ static void make_seeds(void) {
     memcpy(shard, header, sizeof header);
     for (int i = 0; i < 8; i++) shard[1024 + 2 * i] = (uint8_t)(i * 37), shard[1024 + 2 * i + 1] = (uint8_t)i;
     add_seed(T_TOKENS, shard, sizeof shard);
+
+    /* the session's snapshot, as a peer sends it */
+    pdde_snapshot *sn = NULL;
+    REQUIRE(pdde_snapshot_take(F.s, NULL, NULL, &sn) == PDDE_OK, "snapshot: %s", pdde_last_error(F.ctx));
+    size_t sn_bytes = 0;
+    const void *sn_data = pdde_snapshot_data(sn, &sn_bytes);
+    REQUIRE(sn_data, "snapshot data: %s", pdde_last_error(F.ctx));
+    add_seed(T_SNAPSHOT, sn_data, sn_bytes);
+    pdde_snapshot_free(sn);
+
+    /* Criteo TSV: a full line, one with empty fields and CRLF, one malformed */
+    static const char criteo[] =
+        "1\t5\t110\t\t16\t\t1\t0\t14\t7\t1\t\t306\t\t62770d79\te21f5d58\tafea442f\t945c7fcf\t38b02748\t6fcd6dcb\t3580aa21\t"
+        "28808903\t46dedfa6\t2e027dc1\t0c7c4231\t95981d1f\t00c5ffb7\tbe4ee537\t8a0b74cc\t4cdc3efa\td20856aa\tb8170bba\t9512c20b\t"
+        "c38e2f28\t14f65a5d\t25b1b089\td7c1fc0b\t7caf609c\t30436bfc\ted10571d\n"
+        "0\t-1\t+0\t\t\t\t\t\t\t\t\t\t\t9223372036854775807\tffffffff\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t0\r\n"
+        "2\tnot a line\n";
+    add_seed(T_CRITEO, criteo, sizeof criteo - 1);
 }
 
 static void remove_dir(const char *dir) {
@@ -356,6 +380,49 @@ static void read_tokens(const uint8_t *p, size_t n) {
     pdde_data_close(d);
 }
 
+/* A snapshot's bytes (a shard file's format) from a peer: restored into the session when accepted. */
+static void read_snapshot(uint8_t *p, size_t n, bool fix) {
+    if (fix && n >= 104) { /* (its u64 total size at 96, then the header's checksum) */
+        uint64_t total = n;
+        memcpy(p + 96, &total, 8);
+    }
+    if (fix) fix_shard_crc(p, n);
+    pdde_snapshot *sn = NULL;
+    if (pdde_snapshot_from_data(F.ctx, p, n, &sn) != PDDE_OK) {
+        REQUIRE(!sn && pdde_last_error(F.ctx)[0], "a refused snapshot without a message, or one left allocated");
+        return;
+    }
+    const pdde_snapshot *set[1] = {sn};
+    if ((F.accepted = pdde_snapshot_restore(F.s, set, 1, NULL) == PDDE_OK) && pdde_session_run(F.s, PDDE_RUN_STEP) != PDDE_OK)
+        REQUIRE(pdde_last_error(F.ctx)[0], "a restored snapshot's step fails without a message");
+    pdde_snapshot_free(sn);
+}
+
+/* Criteo TSV lines through the recommender's reader (its messages off: the counts are checked). */
+static void read_criteo(const uint8_t *p, size_t n) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/in.tsv", F.dir);
+    spill(path, p, n);
+    long lines = 0;
+    for (size_t i = 0; i < n; i++) lines += p[i] == '\n';
+    lines += n && p[n - 1] != '\n';
+    dlrm_reader r;
+    REQUIRE(dlrm_reader_open(&r, path) == 0, "cannot open %s", path);
+    r.messages = 10;
+    dlrm_sample smp;
+    long read = 0;
+    while (dlrm_reader_next(&r, &smp)) {
+        read++;
+        REQUIRE(smp.label == 0 || smp.label == 1, "a sample's label is %d", smp.label);
+        for (int j = 0; j < DLRM_DENSE; j++) REQUIRE(isfinite(smp.dense[j]) && smp.dense[j] >= 0, "feature %d is %g", j, smp.dense[j]);
+        for (int j = 0; j < DLRM_SPARSE; j++)
+            REQUIRE(smp.ids[j] == PDDE_SPARSE_NO_ID || smp.ids[j] >> 32 == (uint64_t)j, "id %d is %llx", j, (unsigned long long)smp.ids[j]);
+    }
+    F.accepted = read > 0;
+    REQUIRE(read + r.malformed == lines, "%ld lines read as %ld samples and %ld malformed", lines, read, r.malformed);
+    dlrm_reader_close(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
@@ -377,13 +444,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     case T_TABLE: read_table(p, n, fix); break;
     case T_TOKENS: read_tokens(p, n); break;
+    case T_SNAPSHOT: read_snapshot(p, n, fix); break;
+    case T_CRITEO: read_criteo(p, n); break;
     }
     free(p);
     return 0;
 }
 
 #if defined(FUZZ_LIBFUZZER)
-/* libFuzzer: a corpus folder with nothing in it gets the valid inputs first. */
+/* libFuzzer: the corpus folder gets the valid inputs (seed_<kind>_<k>), written anew at each start: a
+ * corpus kept from an earlier run then has the seeds of a reader added since, with today's first byte. */
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     setup();
@@ -392,10 +462,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         if (dir[0] == '-') continue;
         DIR *d = opendir(dir);
         if (!d) continue;
-        int files = 0;
-        for (struct dirent *e; (e = readdir(d));) files += e->d_name[0] != '.';
         closedir(d);
-        for (int t = 0; !files && t < T_COUNT; t++)
+        for (int t = 0; t < T_COUNT; t++)
             for (int k = 0; k < F.n_seed[t]; k++) {
                 char path[512];
                 snprintf(path, sizeof path, "%s/seed_%s_%d", dir, target_name[t], k);

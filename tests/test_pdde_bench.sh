@@ -50,4 +50,18 @@ print("printed", m.groups() if m else None, "file", cal)
 sys.exit(0 if ok else 1)
 PY
 check "the allreduce's printed latency is the measured one the file keeps, not the fit's intercept, labelled apart ($line)" $?
+
+# --budget and --time-limit take finite seconds > 0, refused at once, named, otherwise (not NaN or
+# trailing text measured as if fine; the other flag's 1 s bounds a run that does start)
+for flag in --budget --time-limit; do
+    for v in nan inf 5x 0 -1 ''; do
+        other=--time-limit; [ $flag = --time-limit ] && other=--budget
+        timeout 60 "$build/pdde-bench" --no-comm --devices cpu -o "$tmp/bad.json" $other 1 $flag "$v" >"$tmp/bad.out" 2>&1
+        rc=$?
+        [ $rc = 2 ] && grep -q -- "pdde-bench: $flag '$v': want seconds > 0" "$tmp/bad.out" && [ ! -e "$tmp/bad.json" ]
+        ok=$?
+        check "$flag '$v' is refused before measuring (rc $rc: $(head -c 120 "$tmp/bad.out" | tr '\n' ' '))" $ok
+        rm -f "$tmp/bad.json"
+    done
+done
 finish

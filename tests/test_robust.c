@@ -1,5 +1,5 @@
 /* test_robust — bad input must not crash, hang or silently corrupt: checkpoints that repeat or omit a
- * tensor, paths that are not regular files (directories, FIFOs, devices), zero-sized and absurd
+ * tensor, a peer's snapshot with a block past int64 or a rank past int, paths that are not regular files (directories, FIFOs, devices), zero-sized and absurd
  * shapes, non-finite hyperparameters, losses and gradients, cross-entropy targets past the classes on a
  * device, plans that do not fit in memory; and threads sharing a context that fail at once, each of which must read its own error message. */
 #define _GNU_SOURCE
@@ -723,6 +723,46 @@ static void test_fuzzer_findings(void) {
     pdde_session_free(s);
     pdde_graph_free(g);
     pdde_context_free(ctx);
+
+    /* a peer's snapshot (pdde_snapshot_from_data) with a damaged but checksummed header or index:
+     *  - its first block starting at 2^63 - 1 (its end past int64): refused, the box said as it is in
+     *    the bytes, not wrapped to a negative end (signed overflow: UBSan stops make test-asan there);
+     *  - rank 2^31 of 2^32 - 1: refused, not read as a snapshot of rank -2^31 of -1 */
+    tiny t;
+    CHECK(tiny_init(&t, NULL) == PDDE_OK && tiny_step(&t, 1) == PDDE_OK, "tiny model: %s", pdde_last_error(t.ctx));
+    pdde_snapshot *sn = NULL, *back = NULL;
+    size_t n = 0;
+    const unsigned char *data = pdde_snapshot_take(t.s, NULL, NULL, &sn) == PDDE_OK ? pdde_snapshot_data(sn, &n) : NULL;
+    CHECK(data && n > 120, "snapshot: %s", pdde_last_error(t.ctx));
+    for (int k = 0; k < 2 && data && n > 120; k++) {
+        unsigned char *bad = malloc(n);
+        memcpy(bad, data, n);
+        uint64_t index_bytes; /* (the header: magic, version, rank, world, ..., index bytes at 88; 104 bytes) */
+        uint16_t name_len;
+        memcpy(&index_bytes, bad + 88, 8), memcpy(&name_len, bad + 104, 2);
+        int ndim = bad[104 + 2 + name_len + 1];
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)name_len, (const char *)bad + 106);
+        int64_t start = INT64_MAX; /* start[0], after the name, 4 bytes (dtype, ndim, primary, 0) and the shape */
+        uint32_t rank_world[2] = {1u << 31, UINT32_MAX};
+        if (k == 0) memcpy(bad + 104 + 2 + name_len + 4 + 8 * ndim, &start, 8);
+        else memcpy(bad + 12, rank_world, 8);
+        uint32_t crc = crc32_of(bad, 104 + index_bytes);
+        memcpy(bad + 104 + index_bytes, &crc, 4);
+        st = pdde_snapshot_from_data(t.ctx, bad, n, &back);
+        const char *msg = pdde_last_error(t.ctx);
+        if (k == 0)
+            CHECK(st == PDDE_ERR_CORRUPT && !back && contains(msg, "[9223372036854775807+") && contains(msg, name) && contains(msg, "outside its shape"),
+                  "a block starting at 2^63 - 1 is refused, said as start+extent: %s", msg);
+        else
+            CHECK(st == PDDE_ERR_CORRUPT && !back && contains(msg, "rank 2147483648 of 4294967295"),
+                  "rank 2^31 of 2^32 - 1 is refused: %s (read as rank %d of %d)", st ? msg : "accepted", pdde_snapshot_rank(back),
+                  pdde_snapshot_world_size(back));
+        pdde_snapshot_free(back), back = NULL;
+        free(bad);
+    }
+    pdde_snapshot_free(sn);
+    tiny_free(&t);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -962,6 +962,18 @@ static int devices_missing(pdde_context *ctx, const pdde_cluster *c, const char 
     return 0;
 }
 
+/* The seconds a flag gives: a whole number (no trailing text), finite and > 0; else says so and 0. */
+static int seconds_arg(const char *flag, const char *text, double *out) {
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !isfinite(v) || v <= 0) {
+        fprintf(stderr, "pdde-bench: %s '%s': want seconds > 0 (a finite number)\n", flag, text);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *out = "cluster.json", *devices = NULL, *check = NULL, *plugins = NULL;
     int no_comm = 0, rewrite = 0;
@@ -970,11 +982,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1, budget_s = 0.04;
         else if (!strcmp(argv[i], "--no-comm")) no_comm = 1;
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
-        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) { if (!seconds_arg("--budget", argv[++i], &budget_s)) return 2; }
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
         else if (!strcmp(argv[i], "--run-overhead")) force_overhead = 1;
-        else if (!strcmp(argv[i], "--time-limit") && i + 1 < argc && atof(argv[i + 1]) > 0) deadline = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--time-limit") && i + 1 < argc) { if (!seconds_arg("--time-limit", argv[++i], &deadline)) return 2; }
         else if (!strcmp(argv[i], "--plugin") && i + 1 < argc) plugins = argv[++i];
         else {
             fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point] [--run-overhead] [--time-limit seconds] [--plugin /path/lib.so]\n"
@@ -983,10 +995,6 @@ int main(int argc, char **argv) {
         }
     }
     if (check) return check_file(check, rewrite);
-    if (budget_s <= 0) {
-        fprintf(stderr, "pdde-bench: --budget wants seconds per point > 0\n");
-        return 2;
-    }
     if (out_dir_unwritable(out)) return 1; /* (before minutes of measuring) */
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
     double t0 = bench_now();
