@@ -1198,7 +1198,6 @@ elastic_rebuild:
             fprintf(stderr, "gpt: --ckpt-dir %s: %s\n", o.ckpt_dir, strerror(errno));
             return 1;
         }
-        if (!el && rank == 0 && lock_ckpt_dir(o.ckpt_dir)) return 1;
         /* a sharded checkpoint (each rank writes its blocks; it loads under any plan) in the directory */
         snprintf(ckpt, sizeof ckpt, "%s", o.ckpt_dir);
         if (o.resume) {
@@ -1237,6 +1236,7 @@ elastic_rebuild:
             } else if (rank == 0) /* (a job restarted with the same flags finds its checkpoint; its first start has none) */
                 printf("gpt: --resume: no checkpoint in %s yet: starting from step 0\n", o.ckpt_dir);
         }
+        if (!el && rank == 0 && lock_ckpt_dir(o.ckpt_dir)) return 1; /* (after a resume refused: that writes nothing there) */
     }
 
     int from_file = o.init_from && !restored; /* (a resumed run goes on from its checkpoint: the file was its start) */
