@@ -7,14 +7,22 @@
 . tests/script_util.sh gpt_flags
 gpt=(--val-every 0 --threads 1 --layers 2 --width 64 --heads 8 --ctx 32 --seed 7)
 
-# each bad value on one process: exit non-zero, the message, no step trained
-while IFS='|' read -r flags message; do
-    "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 $flags >"$tmp/bad.log" 2>&1
-    rc=$?
-    [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
-    ok=$?
-    check "gpt $flags is refused: '$message' (rc $rc: $(head -1 "$tmp/bad.log" | cut -c1-140))" $ok
-done <<'BAD'
+# each line "flags|message" of stdin: the command (its name for the checks first, then its words) with
+# those flags exits non-zero printing the message, no step trained
+refused_each() {
+    local name=$1 flags message rc ok
+    shift
+    while IFS='|' read -r flags message; do
+        "$@" $flags >"$tmp/bad.log" 2>&1
+        rc=$?
+        [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
+        ok=$?
+        check "$name $flags is refused: '$message' (rc $rc: $(grep -m1 'gpt:' "$tmp/bad.log" | cut -c1-160))" $ok
+    done
+}
+
+# each bad value on one process
+refused_each gpt "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 <<'BAD'
 --heads 6|--width 64 is not divisible by --heads 6
 --batch 0|--batch must be >= 1, got 0
 --layers 0|--layers must be >= 1, got 0
@@ -109,13 +117,7 @@ if [ ! -x "$build/pdde-run" ]; then
     finish; exit
 fi
 # under a launcher of 2 ranks: a plan for another rank count is said as such, whatever else it breaks
-while IFS='|' read -r flags message; do
-    timeout 120 "$build/pdde-run" -n 2 "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 $flags >"$tmp/bad.log" 2>&1
-    rc=$?
-    [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
-    ok=$?
-    check "pdde-run -n 2 gpt $flags is refused: '$message' (rc $rc: $(grep -m1 'gpt:' "$tmp/bad.log" | cut -c1-160))" $ok
-done <<'BAD'
+refused_each "pdde-run -n 2 gpt" timeout 120 "$build/pdde-run" -n 2 "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 <<'BAD'
 --plan dp=3|--plan 'dp=3': dp 3 x tp 1 x pp 1 = 3 ranks, but the launcher started 2
 --dp 3|--dp 3 x --tp 1 x --pp 1 = 3 ranks, but the launcher started 2
 --pp 5|--dp 1 x --tp 1 x --pp 5 = 5 ranks, but the launcher started 2
@@ -265,13 +267,7 @@ rc=$?
 [ $rc != 0 ] && grep -qF -- "--save-llmc $tmp/pp.bin: rank 0 holds a part of parameter" "$tmp/llmcpp.log" && ! grep -q 'step *1/' "$tmp/llmcpp.log" && [ ! -e "$tmp/pp.bin" ]
 ok=$?
 check "gpt --pp 2 --save-llmc is refused before training: rank 0 does not hold every parameter (rc $rc: $(grep -m1 -- --save-llmc "$tmp/llmcpp.log" | cut -c1-120))" $ok
-while IFS='|' read -r flags message; do
-    "$build/gpt" "${llmc[@]}" --steps 2 $flags >"$tmp/bad.log" 2>&1
-    rc=$?
-    [ $rc != 0 ] && grep -qF -- "$message" "$tmp/bad.log" && ! grep -q 'step *1/' "$tmp/bad.log"
-    ok=$?
-    check "gpt $flags is refused: '$message' (rc $rc: $(head -1 "$tmp/bad.log" | cut -c1-140))" $ok
-done <<'BAD'
+refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<'BAD'
 --init-from tests/data/gpt2_llmc.bin --layers 3|--init-from tests/data/gpt2_llmc.bin: --layers 3, but the file's model has 2 (leave the flag out
 --init-from tests/data/gpt2_llmc.bin --ctx 64|--ctx 64, but the file's positions stop at 32
 --init-from tests/data/gpt2_llmc.bin --arch llama|llm.c's file holds a dense GPT-2: not --arch llama or --moe-experts
