@@ -152,13 +152,18 @@ static int lock_ckpt_dir(const char *dir) {
 
 /* Whether --init-from names a pdde checkpoint (a directory, or a file of pdde's format) rather than
  * llm.c's model file */
-static bool pdde_checkpoint_at(const char *path) {
+static bool is_dir(const char *path) {
     struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool pdde_checkpoint_at(const char *path) {
+    if (is_dir(path)) return true;
     char magic[8] = "";
-    FILE *f = stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode) ? fopen(path, "rb") : NULL;
+    FILE *f = fopen(path, "rb");
     size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
     if (f) fclose(f);
-    return (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) || (got == 8 && !memcmp(magic, "PDDECKPT", 8));
+    return got == 8 && !memcmp(magic, "PDDECKPT", 8);
 }
 
 /* --init-from FILE: the model's layers, heads, width and vocabulary are the file's; one of those flags
@@ -1242,8 +1247,7 @@ elastic_rebuild:
     int from_file = o.init_from && !restored; /* (a resumed run goes on from its checkpoint: the file was its start) */
     if (from_file && pdde_checkpoint_at(o.init_from)) { /* a trained model's weights: this run's optimizer, schedule and data from their start */
         pdde_checkpoint_extra weights = {.weights_only = 1};
-        struct stat sb;
-        if (stat(o.init_from, &sb) == 0 && S_ISDIR(sb.st_mode) && check_model_flags(o.init_from, &o.model, rank == 0, "start from it")) return 1;
+        if (is_dir(o.init_from) && check_model_flags(o.init_from, &o.model, rank == 0, "start from it")) return 1;
         if (pdde_checkpoint_load(s, o.init_from, &weights)) {
             fprintf(stderr, "gpt: --init-from %s: %s\n", o.init_from, pdde_last_error(ctx));
             return 1;
