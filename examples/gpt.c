@@ -18,6 +18,7 @@
 #include "pdde.h"
 #include "gpt.h"
 #include "gpt_llmc.h"
+#include "gpt_hf.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ typedef struct {
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
     const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
+    const char *save_hf;               /* --save-hf: a Hugging Face model directory */
     const char *data, *val_data, *tokenizer, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
@@ -64,14 +66,20 @@ static void usage(FILE *f) {
             "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
             "                              there, else on --data's last 10%%)\n"
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin: the sample of a token file printed as text)\n"
-            "           [--init-from FILE] (start from llm.c's GPT-2 model file, gpt2_124M.bin or _bf16.bin: its layers, heads, width\n"
-            "                              and vocabulary are the model's; --ctx at most its context; or from a pdde checkpoint's\n"
-            "                              weights (a --ckpt-dir), this run's optimizer, schedule and data from their start; a\n"
-            "                              checkpoint --resume finds wins)\n"
-            "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32; one process, or --dp without --zero 3)\n"
+            "           [--init-from PATH] (start from a Hugging Face model directory, config.json and safetensors: GPT-2 or\n"
+            "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2); or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
+            "                              _bf16.bin: the model's flags are the file's, --ctx at most its positions; or a pdde\n"
+            "                              checkpoint's weights (a --ckpt-dir), this run's optimizer, schedule and data from their\n"
+            "                              start; a checkpoint --resume finds wins)\n"
+            "           [--save-hf DIR]    (after training, the model as a Hugging Face directory: config.json, model.safetensors)\n"
+            "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32)\n"
+            "                              (both save from one process, or --dp without --zero 3)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
+            "           [--ffn N]          (hidden units of each MLP; default 4 x width, llama 8/3 x width rounded up)\n"
+            "           [--norm-eps X]     (the layernorms' epsilon; default 1e-5)\n"
+            "           [--untied-head]    (the head a parameter of its own, not the token embedding)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--temperature X] [--top-k N] (the sample: softmax temperature, default 0.8, 0 the likeliest token each\n"
@@ -150,43 +158,78 @@ static int lock_ckpt_dir(const char *dir) {
     return 0; /* (fd stays open, the lock held, until the process ends) */
 }
 
-/* Whether --init-from names a pdde checkpoint (a directory, or a file of pdde's format) rather than
- * llm.c's model file */
 static bool is_dir(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static bool pdde_checkpoint_at(const char *path) {
-    if (is_dir(path)) return true;
+/* What --init-from names: a Hugging Face model (a directory holding config.json, or a .safetensors file
+ * beside one), a pdde checkpoint (another directory, or a file of pdde's format), else llm.c's model file */
+typedef enum { INIT_LLMC, INIT_HF, INIT_CHECKPOINT } init_kind;
+static init_kind init_from_kind(const char *path) {
+    size_t len = strlen(path);
+    if (len > 12 && !strcmp(path + len - 12, ".safetensors")) return INIT_HF;
+    if (is_dir(path)) {
+        char *config = malloc(len + 13);
+        int hf = config && (sprintf(config, "%s/config.json", path), !access(config, F_OK));
+        free(config);
+        return hf ? INIT_HF : INIT_CHECKPOINT;
+    }
     char magic[8] = "";
     FILE *f = fopen(path, "rb");
     size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
     if (f) fclose(f);
-    return got == 8 && !memcmp(magic, "PDDECKPT", 8);
+    return got == 8 && !memcmp(magic, "PDDECKPT", 8) ? INIT_CHECKPOINT : INIT_LLMC;
 }
 
-/* --init-from FILE: the model's layers, heads, width and vocabulary are the file's; one of those flags
- * given with another value, or a model the file cannot fill, is refused naming both */
-static int adopt_llmc_model(int argc, char **argv, options *o) {
-    gpt_llmc_header h;
-    char why[300];
-    if (gpt_llmc_read_header(o->init_from, &h, why, sizeof why)) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
-    static const char *const flag[] = {"--layers", "--heads", "--width", "--vocab"};
-    int *mine[] = {&o->model.layers, &o->model.heads, &o->model.width, &o->model.vocab};
-    const int file[] = {h.layers, h.heads, h.width, h.vocab};
-    for (int k = 0; k < 4; k++) {
+/* --init-from a model file: the model flags below are the file's (file); one of them given with another
+ * value is refused naming both */
+static int adopt_model(int argc, char **argv, options *o, const gpt_config *file) {
+    static const char *const flag[] = {"--arch", "--layers", "--heads", "--width", "--vocab", "--kv-heads", "--ffn", "--rope-base", "--norm-eps",
+                                       "--untied-head"};
+    gpt_config *m = &o->model;
+    const double mine[] = {m->arch, m->layers, m->heads, m->width, m->vocab, gpt_kv_heads(m), (double)gpt_ffn(m), gpt_rope_base(m), gpt_norm_eps(m),
+                           m->untied_head};
+    const double theirs[] = {file->arch, file->layers, file->heads, file->width, file->vocab, gpt_kv_heads(file), (double)gpt_ffn(file),
+                             gpt_rope_base(file), gpt_norm_eps(file), file->untied_head};
+    for (size_t k = 0; k < sizeof flag / sizeof *flag; k++) {
         int given = 0;
-        for (int i = 1; i + 1 < argc; i++) given |= !strcmp(argv[i], flag[k]);
-        if (given && *mine[k] != file[k]) {
-            fprintf(stderr, "gpt: --init-from %s: %s %d, but the file's model has %d (leave the flag out: the file's is taken)\n", o->init_from,
-                    flag[k], *mine[k], file[k]);
-            return -1;
-        }
-        *mine[k] = file[k];
+        for (int i = 1; i < argc; i++) given |= !strcmp(argv[i], flag[k]);
+        if (!given || mine[k] == theirs[k]) continue;
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%.9g", mine[k]), snprintf(b, sizeof b, "%.9g", theirs[k]);
+        if (k == 0) snprintf(a, sizeof a, "%s", gpt_arch_name(m->arch)), snprintf(b, sizeof b, "%s", gpt_arch_name(file->arch));
+        if (k + 1 == sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, "a tied head");
+        fprintf(stderr, "gpt: --init-from %s: %s %s, but the file's model has %s (leave the flag out: the file's is taken)\n", o->init_from, flag[k], a, b);
+        return -1;
     }
-    if (gpt_llmc_fits(&h, &o->model, why, sizeof why)) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
+    m->arch = file->arch, m->layers = file->layers, m->heads = file->heads, m->width = file->width, m->vocab = file->vocab;
+    m->kv_heads = file->kv_heads, m->ffn = file->ffn, m->rope_base = file->rope_base, m->norm_eps = file->norm_eps, m->untied_head = file->untied_head;
     return 0;
+}
+
+/* --init-from llm.c's file or a Hugging Face model: its model, which must fit this run's (--ctx, no experts) */
+static int adopt_file_model(int argc, char **argv, options *o) {
+    char why[600];
+    gpt_config file = o->model;
+    int max_ctx = 0;
+    if (init_from_kind(o->init_from) == INIT_HF) {
+        char *dir = strdup(o->init_from), *slash = dir && !is_dir(dir) ? strrchr(dir, '/') : NULL; /* (a .safetensors file: config.json beside it) */
+        if (slash) *slash = 0;
+        int bad = !dir || gpt_hf_config(slash || is_dir(dir) ? dir : ".", &file, &max_ctx, why, sizeof why);
+        free(dir);
+        if (bad) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
+        if (adopt_model(argc, argv, o, &file)) return -1;
+        if (!gpt_hf_fits(&o->model, max_ctx, why, sizeof why)) return 0;
+    } else {
+        gpt_llmc_header h;
+        if (gpt_llmc_read_header(o->init_from, &h, why, sizeof why)) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
+        file = (gpt_config){.arch = GPT_ARCH_GPT, .layers = h.layers, .heads = h.heads, .width = h.width, .vocab = h.vocab};
+        if (adopt_model(argc, argv, o, &file)) return -1;
+        if (!gpt_llmc_fits(&h, &o->model, why, sizeof why)) return 0;
+    }
+    fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why);
+    return -1;
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -204,12 +247,15 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--moe-ep")) { o->model.moe_ep = 1; continue; }
         if (!strcmp(a, "--ckpt-async")) { o->ckpt_async = 1; continue; }
         if (!strcmp(a, "--ft-replicas")) { o->ft = 1; continue; }
+        if (!strcmp(a, "--untied-head")) { o->model.untied_head = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
         else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
         else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
+        else if (!strcmp(a, "--ffn")) iv = &o->model.ffn;
+        else if (!strcmp(a, "--norm-eps")) fv = &o->model.norm_eps;
         else if (!strcmp(a, "--arch")) {
             if (strcmp(v, "gpt") && strcmp(v, "llama")) { fprintf(stderr, "gpt: --arch takes gpt or llama, got '%s'\n", v); return -1; }
             o->model.arch = strcmp(v, "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
@@ -253,6 +299,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--init-from")) o->init_from = v;
         else if (!strcmp(a, "--save-llmc")) o->save_llmc = v;
+        else if (!strcmp(a, "--save-hf")) o->save_hf = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -275,7 +322,7 @@ static int parse(int argc, char **argv, options *o) {
         }
         i++;
     }
-    if (o->init_from && !pdde_checkpoint_at(o->init_from) && adopt_llmc_model(argc, argv, o)) return -1;
+    if (o->init_from && init_from_kind(o->init_from) != INIT_CHECKPOINT && adopt_file_model(argc, argv, o)) return -1;
     /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
      * plans for itself) */
     bool plan_given = o->plan != NULL;
@@ -810,15 +857,16 @@ static int world_too_large(pdde_context *ctx, const options *o) {
 }
 
 /* The model flags that the tensors' shapes do not show, kept beside the checkpoint in --ckpt-dir (the
- * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base, top-k or capacity would load
+ * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base, top-k, capacity or norm epsilon would load
  * the tensors silently and train another function. The training data (--data and its token count) is
  * kept there too: the checkpoint's data position means nothing in other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
-enum { MODEL_FLAGS = 6 };
+enum { MODEL_FLAGS = 7 };
 static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], double value[MODEL_FLAGS]) {
-    static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity"};
+    static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity", "--norm-eps"};
     int moe = c->moe_experts > 1; /* (without experts the MoE flags change nothing: 0) */
-    const double values[MODEL_FLAGS] = {(double)c->arch, c->heads, gpt_kv_heads(c), gpt_rope_base(c), moe ? gpt_moe_topk(c) : 0, moe ? c->moe_capacity : 0};
+    const double values[MODEL_FLAGS] = {(double)c->arch, c->heads, gpt_kv_heads(c), gpt_rope_base(c), moe ? gpt_moe_topk(c) : 0, moe ? c->moe_capacity : 0,
+                                        gpt_norm_eps(c)};
     for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k], value[k] = values[k];
 }
 
@@ -876,7 +924,7 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say, cons
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
     FILE *f = fopen(path, "r");
     if (!f) {
-        if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --moe-topk and --moe-capacity "
+        if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --moe-topk, --moe-capacity and --norm-eps "
                         "are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
         return 0;
     }
@@ -1177,6 +1225,8 @@ elastic_rebuild:
     pdde_session_memory(s, &ms);
     if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g, ffn %lld\n", gpt_kv_heads(&o.model),
                                                gpt_rope_base(&o.model), (long long)gpt_ffn(&o.model));
+    if (o.model.untied_head || gpt_norm_eps(&o.model) != 1e-5f || (o.model.arch != GPT_ARCH_LLAMA && gpt_ffn(&o.model) != 4LL * o.model.width))
+        printf("gpt: %s head, norm epsilon %g, ffn %lld\n", o.model.untied_head ? "an untied" : "a tied", gpt_norm_eps(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx), pdde_context_thread_count(ctx) > 1 ? "s" : "");
@@ -1245,7 +1295,8 @@ elastic_rebuild:
     }
 
     int from_file = o.init_from && !restored; /* (a resumed run goes on from its checkpoint: the file was its start) */
-    if (from_file && pdde_checkpoint_at(o.init_from)) { /* a trained model's weights: this run's optimizer, schedule and data from their start */
+    init_kind init = o.init_from ? init_from_kind(o.init_from) : INIT_LLMC;
+    if (from_file && init == INIT_CHECKPOINT) { /* a trained model's weights: this run's optimizer, schedule and data from their start */
         pdde_checkpoint_extra weights = {.weights_only = 1};
         if (is_dir(o.init_from) && check_model_flags(o.init_from, &o.model, rank == 0, "start from it")) return 1;
         if (pdde_checkpoint_load(s, o.init_from, &weights)) {
@@ -1253,13 +1304,17 @@ elastic_rebuild:
             return 1;
         }
     } else if (from_file) {
-        TRY(gpt_llmc_load(s, g, &o.model, o.init_from));
+        TRY(init == INIT_HF ? gpt_hf_load(s, g, &o.model, o.init_from) : gpt_llmc_load(s, g, &o.model, o.init_from));
     }
     char partial[64];
-    if (o.save_llmc && rank == 0 && gpt_llmc_partial(s, g, &o.model, partial)) { /* (said now, not after training) */
-        fprintf(stderr, "gpt: --save-llmc %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or "
-                "--dp without --zero 3 (a checkpoint loads under any plan: --resume it on one process with --save-llmc)\n", o.save_llmc, partial);
-        return 1;
+    for (int k = 0; k < 2 && rank == 0; k++) { /* (said now, not after training) */
+        const char *out = k ? o.save_hf : o.save_llmc;
+        if (out && (k ? gpt_hf_partial(s, g, &o.model, partial) : gpt_llmc_partial(s, g, &o.model, partial))) {
+            fprintf(stderr, "gpt: %s %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or --dp without "
+                    "--zero 3 (a checkpoint loads under any plan: --resume it on one process with %s)\n", k ? "--save-hf" : "--save-llmc", out,
+                    partial, k ? "--save-hf" : "--save-llmc");
+            return 1;
+        }
     }
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
     if (o.metrics && rank == 0 && !metrics && !(metrics = fopen(o.metrics, o.resume || (el && pdde_elastic_generation(el) > 0) ? "a" : "w"))) {
@@ -1374,6 +1429,10 @@ elastic_rebuild:
     if (o.save_llmc && rank == 0) {
         TRY(gpt_llmc_save(s, g, &o.model, o.save_llmc));
         printf("gpt: saved the model as llm.c's model file %s (f32)\n", o.save_llmc);
+    }
+    if (o.save_hf && rank == 0) {
+        TRY(gpt_hf_save(s, g, &o.model, o.save_hf));
+        printf("gpt: saved the model as a Hugging Face directory %s (config.json, model.safetensors, f32)\n", o.save_hf);
     }
     if (o.sample_len > 0) sample(s, g, &m, comm, &o, &sp, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);

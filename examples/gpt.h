@@ -1,6 +1,7 @@
 /* gpt.h — Demonstrates how to build a transformer with pdde's graph API and annotate it for every
  * parallelism: a GPT-2-style model, or a LLaMA-style one (shared by examples/gpt.c, the tests and the
- * benchmarks). Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
+ * benchmarks). Weights are [in, out] and used as x @ W; the head is tied to the token embedding unless
+ * cfg.untied_head gives it a parameter of its own ("head" [V, C], LLaMA 2's and TinyLlama's).
  *
  * GPT (cfg.arch GPT_ARCH_GPT, the default):
  *   x = wte[ids] + wpe[0..T)
@@ -13,7 +14,7 @@
  *                                                 Hkv = kv_heads groups of H / Hkv query heads sharing
  *                                                 one k and v head; qkv columns [Hkv, H/Hkv + 2, D]
  *               x += fcproj(silu(fc(h)) * fc3(h)),  h = rmsnorm(x)        (SwiGLU: w1, w3, w2)
- *   logits = rmsnorm_f(x) @ wte^T (tied, as GPT's) */
+ *   logits = rmsnorm_f(x) @ wte^T (tied, as GPT's), or @ head^T (untied_head) */
 #ifndef PDDE_EXAMPLE_GPT_H
 #define PDDE_EXAMPLE_GPT_H
 #include "pdde.h"
@@ -45,11 +46,14 @@ typedef struct {
     gpt_arch arch;
     int kv_heads;    /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0 = heads */
     float rope_base; /* LLaMA: RoPE's base; 0 = 10000 */
+    float norm_eps;  /* the layernorms' (RMSNorms') epsilon; 0 = 1e-5 */
+    int untied_head; /* 1: the head is its own parameter "head" [V, C], not wte */
 } gpt_config;
 
 static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA ? "llama" : "gpt"; }
 static inline int gpt_kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
 static inline float gpt_rope_base(const gpt_config *c) { return c->rope_base > 0 ? c->rope_base : 10000.0f; }
+static inline float gpt_norm_eps(const gpt_config *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
 
 /* LLaMA's SwiGLU holds three matrices where GPT's MLP holds two, so its hidden units are 2/3 of 4 C,
  * rounded up to a multiple of 256 (LLaMA's multiple_of) from width 1024 on and of 32 below (tiny models
@@ -137,21 +141,21 @@ static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_te
     return gpt_linear_act(g, prefix, x, in, out, std, false);
 }
 
-static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C) {
+static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C, float eps) {
     char name[64];
     snprintf(name, sizeof name, "%s.g", prefix);
     pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES);
     snprintf(name, sizeof name, "%s.b", prefix);
     pdde_tensor *beta = pdde_param(g, name, 1, (int64_t[]){C}, 0.0f);
-    return pdde_layernorm(g, x, gamma, beta, 1e-5f);
+    return pdde_layernorm(g, x, gamma, beta, eps);
 }
 
 /* The architecture's norm of x [.., C] with parameters <prefix>.g (and GPT's <prefix>.b) */
 static inline pdde_tensor *gpt_norm(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t C) {
-    if (c->arch != GPT_ARCH_LLAMA) return gpt_layernorm(g, prefix, x, C);
+    if (c->arch != GPT_ARCH_LLAMA) return gpt_layernorm(g, prefix, x, C, gpt_norm_eps(c));
     char name[64];
     snprintf(name, sizeof name, "%s.g", prefix);
-    return pdde_rmsnorm(g, x, pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES), 1e-5f);
+    return pdde_rmsnorm(g, x, pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES), gpt_norm_eps(c));
 }
 
 /* x @ <prefix>.w [in, out], no bias (LLaMA's linears) */
@@ -244,6 +248,8 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
                   !(c->rope_base >= 0) || isinf(c->rope_base)))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LLaMA needs kv heads %d dividing heads %d (at most 64 query heads a group), an even "
                           "head dim (width / heads = %d, for RoPE) and a finite rope base (%g)", c->kv_heads, c->heads, c->width / c->heads, c->rope_base);
+    if (!(c->norm_eps >= 0) || c->norm_eps > 1)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: norm epsilon %g: 0 (1e-5) or a number in (0, 1] expected", c->norm_eps);
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     int n_moe = 0;
@@ -276,7 +282,8 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     }
     pdde_graph_set_layer(g, c->layers + 1);
     x = gpt_norm(g, c, "lnf", x, C);
-    m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
+    pdde_tensor *head = c->untied_head ? pdde_param(g, "head", 2, (int64_t[]){V, C}, 0.02f) : wte;
+    m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), head, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
     if (m->moe_balance) {
         m->moe_balance = pdde_scale(g, m->moe_balance, 1.0f / (float)n_moe);
@@ -309,13 +316,14 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  * The token embedding wte (tied: also the head) is vocab parallel when the vocab divides by the axis
  * size (pdde_strategy_vocab_parallel): each rank holds V/tp rows, the lookup is a partial sum reduced
  * at ln1 of block 0, the logits come out split on the vocab and the cross-entropy reduces row max and
- * sum over the axis instead of gathering [B*T, V] logits. Otherwise wte stays whole on every rank. */
+ * sum over the axis instead of gathering [B*T, V] logits. Otherwise wte stays whole on every rank. An
+ * untied head is split on the vocab the same way. */
 static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis) {
     char w[64], b[64];
-    pdde_tensor *wte = pdde_graph_find(g, "wte");
     int ax = mesh ? pdde_mesh_axis(mesh, axis) : -1;
-    if (wte && ax >= 0 && wte->shape[0] % mesh->shape[ax] == 0) {
-        pdde_status st = pdde_strategy_vocab_parallel(g, wte, mesh, axis);
+    for (int i = 0; i < 2; i++) { /* (an untied head: split like the embedding) */
+        pdde_tensor *table = pdde_graph_find(g, i ? "head" : "wte");
+        pdde_status st = table && ax >= 0 && table->shape[0] % mesh->shape[ax] == 0 ? pdde_strategy_vocab_parallel(g, table, mesh, axis) : PDDE_OK;
         if (st) return st;
     }
     for (int l = 0;; l++) {
@@ -660,10 +668,10 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {
-    int64_t C = c->width, F = gpt_ffn(c), E = c->moe_experts, n = (int64_t)c->vocab * C + 2 * C;
+    int64_t C = c->width, F = gpt_ffn(c), E = c->moe_experts, VC = (int64_t)c->vocab * C * (c->untied_head ? 2 : 1), n = VC + 2 * C;
     if (c->arch == GPT_ARCH_LLAMA) { /* no position embedding, no biases, norms with gains only */
         int64_t D = c->heads > 0 ? C / c->heads : 0, qkv = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
-        n = (int64_t)c->vocab * C + C;
+        n = VC + C;
         for (int l = 0; l < c->layers; l++) n += 2 * C + C * qkv + C * C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
         return n;
     }

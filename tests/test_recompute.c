@@ -24,7 +24,7 @@ static pdde_status build_dropout_model(pdde_graph *g, const gpt_config *c, gpt_m
         char p[32];
         pdde_graph_set_layer(g, l + 1);
         snprintf(p, sizeof p, "h%d.ln", l);
-        pdde_tensor *a = gpt_layernorm(g, p, x, C);
+        pdde_tensor *a = gpt_layernorm(g, p, x, C, 1e-5f);
         snprintf(p, sizeof p, "h%d.qkv", l);
         pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.1f), *part[3];
         pdde_split(g, qkv, 2, 3, part);
@@ -40,7 +40,7 @@ static pdde_status build_dropout_model(pdde_graph *g, const gpt_config *c, gpt_m
         x = pdde_add(g, x, gpt_linear(g, p, h, 4 * C, C, 0.1f));
     }
     pdde_graph_set_layer(g, c->layers + 1);
-    x = gpt_layernorm(g, "lnf", x, C);
+    x = gpt_layernorm(g, "lnf", x, C, 1e-5f);
     m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
     pdde_graph_set_layer(g, -1);

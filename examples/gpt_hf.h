@@ -1,0 +1,367 @@
+/* gpt_hf.h — Demonstrates how to start a pdde model from a model hub's weights and give a trained one
+ * back: Hugging Face's GPT-2 (GPT2LMHeadModel) and LLaMA (LlamaForCausalLM: LLaMA 2, TinyLlama,
+ * SmolLM2, ...) directories, config.json and safetensors, to and from gpt.h's model.
+ *
+ *   gpt_hf_config(dir, &cfg, &max_ctx, why, n)   the model config.json describes, in gpt.h's terms
+ *   gpt_hf_load(session, graph, &cfg, path)      its weights into the session's parameters (every rank
+ *                                                writes the blocks it holds)
+ *   gpt_hf_save(session, graph, &cfg, dir)       config.json and model.safetensors (F32) of the model
+ *
+ * The layouts (Hugging Face's names; gpt.h's weights are [in, out]):
+ *   GPT-2 ("transformer." prefix or none): Conv1D weights are [in, out] as here; c_attn's columns are
+ *     [3, H, D] (q of every head, then k, then v), gpt.h's fused columns head-major [H, 3, D].
+ *   LLaMA ("model." prefix): nn.Linear weights are [out, in]; q_proj, k_proj and v_proj become gpt.h's
+ *     one qkv weight, columns [Hkv, R + 2, D] (the R = H / Hkv query heads of a kv group, its k, its v);
+ *     gate_proj, up_proj, down_proj are fc, fc3, fcproj. Both rotate q and k by pairs (i, i + D/2).
+ *   lm_head.weight: absent where the head is tied to the embedding (tie_word_embeddings), else gpt.h's
+ *     untied "head".
+ * What gpt.h cannot compute is refused naming the field: other architectures, rope_scaling (LLaMA 3.1's
+ * long-context frequencies), biases in LLaMA's linears, an activation other than GPT-2's tanh GELU or
+ * LLaMA's SiLU. A tensor of the file that the model would not use is refused too (it would be lost). */
+#ifndef PDDE_GPT_HF_H
+#define PDDE_GPT_HF_H
+#include "gpt.h"
+#include "json_scan.h"
+#include "safetensors.h"
+
+/* config.json: the fields gpt.h needs, read by name at the top level (rope_scaling's type one down) */
+typedef struct {
+    char model_type[32], architecture[64], activation[32], rope_scaling[32];
+    double num[16];
+    char bad[200];
+} gpt_hf_fields;
+
+enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS, HF_N };
+/* each field under GPT-2's name and LLaMA's */
+static const char *const gpt_hf_names[HF_N][2] = {
+    {"vocab_size", "vocab_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"}, {"", "num_key_value_heads"},
+    {"n_embd", "hidden_size"}, {"n_inner", "intermediate_size"}, {"n_positions", "max_position_embeddings"}, {"", "head_dim"},
+    {"layer_norm_epsilon", "rms_norm_eps"}, {"", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
+    {"", "attention_bias"}, {"", "mlp_bias"}};
+
+static inline int gpt_hf_field(void *user, const json_value *v) {
+    gpt_hf_fields *f = user;
+    const char *k = v->key[0];
+    if (!k) return 0;
+    if (v->depth == 2 && !strcmp(k, "rope_scaling") && v->type == JSON_STRING && v->key[1] && (!strcmp(v->key[1], "rope_type") || !strcmp(v->key[1], "type")))
+        snprintf(f->rope_scaling, sizeof f->rope_scaling, "%s", v->string);
+    if (v->depth == 2 && !strcmp(k, "rope_scaling") && !f->rope_scaling[0]) snprintf(f->rope_scaling, sizeof f->rope_scaling, "(unnamed)");
+    if (v->depth == 2 && !strcmp(k, "architectures") && v->type == JSON_STRING && v->index[1] == 0)
+        snprintf(f->architecture, sizeof f->architecture, "%s", v->string);
+    if (v->depth != 1) return 0;
+    char *text = !strcmp(k, "model_type") ? f->model_type : !strcmp(k, "activation_function") || !strcmp(k, "hidden_act") ? f->activation : NULL;
+    if (text && v->type == JSON_STRING) snprintf(text, sizeof f->model_type, "%s", v->string);
+    for (int i = 0; i < HF_N; i++)
+        for (int a = 0; a < 2; a++) {
+            if (strcmp(k, gpt_hf_names[i][a])) continue;
+            if (v->type == JSON_NUMBER || v->type == JSON_TRUE || v->type == JSON_FALSE) f->num[i] = v->type == JSON_NUMBER ? v->number : v->type == JSON_TRUE;
+            else if (v->type != JSON_NULL) snprintf(f->bad, sizeof f->bad, "%s: a number expected", k);
+        }
+    return 0;
+}
+
+/* The model of dir/config.json as gpt.h's config (arch, layers, heads, kv heads, width, vocab, ffn, rope
+ * base, norm eps, untied head; the run's fields of c untouched) and its positions (*max_ctx); 0, or -1
+ * with why[] naming the field */
+static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, char *why, size_t why_size) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return snprintf(why, why_size, "%s/config.json: %s", dir, strerror(errno)), -1;
+    long n = fseek(fp, 0, SEEK_END) ? -1 : ftell(fp);
+    char *text = n >= 0 && n < (1 << 24) ? malloc((size_t)n + 1) : NULL;
+    int ok = text && !fseek(fp, 0, SEEK_SET) && fread(text, 1, (size_t)n, fp) == (size_t)n;
+    fclose(fp);
+    gpt_hf_fields f = {.num = {0}};
+    for (int i = 0; i < HF_N; i++) f.num[i] = -1; /* (not given) */
+    char syntax[160];
+    if (!ok) free(text), snprintf(why, why_size, "%s/config.json: cannot read it", dir);
+    else if (json_scan(text, (size_t)n, gpt_hf_field, &f, syntax, sizeof syntax)) ok = 0, snprintf(why, why_size, "%s/config.json: %s", dir, syntax);
+    if (!ok) return free(text), -1;
+    free(text);
+    int llama = !strcmp(f.model_type, "llama");
+    if (!llama && strcmp(f.model_type, "gpt2"))
+        return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)", dir,
+                        f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
+    if (f.bad[0]) return snprintf(why, why_size, "%s/config.json: %s", dir, f.bad), -1;
+    const char *act = llama ? "silu" : "gelu_new";
+    if (f.activation[0] && strcmp(f.activation, act) && !(!llama && !strcmp(f.activation, "gelu_pytorch_tanh")))
+        return snprintf(why, why_size, "%s/config.json: %s \"%s\": gpt's %s MLP computes %s", dir, llama ? "hidden_act" : "activation_function", f.activation,
+                        llama ? "LLaMA" : "GPT-2", act), -1;
+    if (f.rope_scaling[0] && strcmp(f.rope_scaling, "default"))
+        return snprintf(why, why_size, "%s/config.json: rope_scaling \"%s\": gpt's RoPE has one base and no scaling (LLaMA 3.1 and 3.2 need it)", dir, f.rope_scaling), -1;
+    for (int i = HF_ATT_BIAS; i <= HF_MLP_BIAS; i++)
+        if (llama && f.num[i] > 0) return snprintf(why, why_size, "%s/config.json: %s true: gpt's LLaMA linears have no biases", dir, gpt_hf_names[i][1]), -1;
+    static const int needed[] = {HF_VOCAB, HF_LAYERS, HF_HEADS, HF_WIDTH, HF_MAX_POS};
+    static const double most[] = {1 << 24, 4096, 1 << 16, 1 << 16, 1 << 24};
+    for (int i = 0; i < 5; i++) {
+        double v = f.num[needed[i]];
+        if (!(v >= 1 && v <= most[i] && v == (int)v))
+            return snprintf(why, why_size, "%s/config.json: %s = %g: an integer 1 .. %g expected", dir, gpt_hf_names[needed[i]][llama], v, most[i]), -1;
+    }
+    gpt_config m = *c;
+    m.arch = llama ? GPT_ARCH_LLAMA : GPT_ARCH_GPT;
+    m.vocab = (int)f.num[HF_VOCAB], m.layers = (int)f.num[HF_LAYERS], m.heads = (int)f.num[HF_HEADS], m.width = (int)f.num[HF_WIDTH];
+    m.kv_heads = llama && f.num[HF_KV_HEADS] > 0 ? (int)f.num[HF_KV_HEADS] : 0;
+    m.ffn = f.num[HF_FFN] > 0 ? (int)f.num[HF_FFN] : llama ? -1 : 4 * m.width;
+    m.rope_base = llama ? (float)(f.num[HF_THETA] > 0 ? f.num[HF_THETA] : 10000) : 0;
+    m.norm_eps = (float)(f.num[HF_EPS] > 0 ? f.num[HF_EPS] : llama ? 1e-6 : 1e-5); /* (each class's default) */
+    m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama; /* (LlamaConfig unties by default, GPT2Config ties) */
+    if (m.ffn < 1 || m.ffn > 1 << 24) return snprintf(why, why_size, "%s/config.json: %s = %g: an integer 1 .. 2^24 expected", dir, gpt_hf_names[HF_FFN][llama], f.num[HF_FFN]), -1;
+    if (m.width % m.heads || (f.num[HF_HEAD_DIM] > 0 && f.num[HF_HEAD_DIM] != m.width / m.heads))
+        return snprintf(why, why_size, "%s/config.json: a head dim of %g with %d heads of width %d: gpt's heads split the width (head_dim = width / heads)", dir,
+                        f.num[HF_HEAD_DIM] > 0 ? f.num[HF_HEAD_DIM] : (double)m.width / m.heads, m.heads, m.width), -1;
+    if (llama && (m.heads % (m.kv_heads ? m.kv_heads : m.heads) || (m.width / m.heads) % 2))
+        return snprintf(why, why_size, "%s/config.json: num_key_value_heads %d must divide num_attention_heads %d, and the head dim %d be even", dir,
+                        m.kv_heads, m.heads, m.width / m.heads), -1;
+    *c = m, *max_ctx = (int)f.num[HF_MAX_POS];
+    return 0;
+}
+
+/* Whether model c (gpt_hf_config's, with this run's context and flags) can take the weights: 0, or -1 with
+ * why[] naming the flag */
+static inline int gpt_hf_fits(const gpt_config *c, int max_ctx, char *why, size_t why_size) {
+    if (c->moe_experts > 1) return snprintf(why, why_size, "Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)"), -1;
+    if (c->arch == GPT_ARCH_GPT && c->ctx > max_ctx) return snprintf(why, why_size, "--ctx %d, but the model's positions stop at %d", c->ctx, max_ctx), -1;
+    return 0;
+}
+
+/* The Hugging Face tensors of model c, in the order gpt_hf_save writes them: each is (a part of) gpt.h's
+ * parameter `mine` laid out as `how` */
+enum { HF_SAME, HF_TRANSPOSE, HF_GPT2_QKV_W, HF_GPT2_QKV_B, HF_LLAMA_Q, HF_LLAMA_K, HF_LLAMA_V };
+typedef struct {
+    char hf[96], mine[32];
+    int how, ndim;
+    int64_t shape[2]; /* the Hugging Face tensor's */
+} gpt_hf_tensor;
+
+static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf_tensor *t) {
+    int n = 0, llama = c->arch == GPT_ARCH_LLAMA;
+    int64_t C = c->width, F = gpt_ffn(c), V = c->vocab, H = c->heads, Hkv = gpt_kv_heads(c), D = C / H;
+#define HF_ADD(MINE, HOW, ROWS, COLS, ...)                                                                                               \
+    do {                                                                                                                                 \
+        if (t) {                                                                                                                         \
+            snprintf(t[n].mine, sizeof t[n].mine, "%s", MINE), snprintf(t[n].hf, sizeof t[n].hf, __VA_ARGS__);                          \
+            t[n].how = HOW, t[n].ndim = (COLS) > 0 ? 2 : 1, t[n].shape[0] = ROWS, t[n].shape[1] = COLS;                                      \
+        }                                                                                                                                \
+        n++;                                                                                                                             \
+    } while (0)
+    char m[32];
+    HF_ADD("wte", HF_SAME, V, C, "%s%s", prefix, llama ? "embed_tokens.weight" : "wte.weight");
+    if (!llama) HF_ADD("wpe", HF_SAME, c->ctx, C, "%swpe.weight", prefix);
+    for (int l = 0; l < c->layers; l++) {
+        const char *hl = llama ? "layers" : "h";
+#define HF_MINE(NAME) (snprintf(m, sizeof m, "h%d.%s", l, NAME), m)
+        HF_ADD(HF_MINE("ln1.g"), HF_SAME, C, 0, "%s%s.%d.%s", prefix, hl, l, llama ? "input_layernorm.weight" : "ln_1.weight");
+        if (llama) {
+            HF_ADD(HF_MINE("attn.w"), HF_LLAMA_Q, H * D, C, "%slayers.%d.self_attn.q_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("attn.w"), HF_LLAMA_K, Hkv * D, C, "%slayers.%d.self_attn.k_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("attn.w"), HF_LLAMA_V, Hkv * D, C, "%slayers.%d.self_attn.v_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("proj.w"), HF_TRANSPOSE, C, C, "%slayers.%d.self_attn.o_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("ln2.g"), HF_SAME, C, 0, "%slayers.%d.post_attention_layernorm.weight", prefix, l);
+            HF_ADD(HF_MINE("fc.w"), HF_TRANSPOSE, F, C, "%slayers.%d.mlp.gate_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("fc3.w"), HF_TRANSPOSE, F, C, "%slayers.%d.mlp.up_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("fcproj.w"), HF_TRANSPOSE, C, F, "%slayers.%d.mlp.down_proj.weight", prefix, l);
+            continue;
+        }
+        HF_ADD(HF_MINE("ln1.b"), HF_SAME, C, 0, "%sh.%d.ln_1.bias", prefix, l);
+        HF_ADD(HF_MINE("attn.w"), HF_GPT2_QKV_W, C, 3 * C, "%sh.%d.attn.c_attn.weight", prefix, l);
+        HF_ADD(HF_MINE("attn.b"), HF_GPT2_QKV_B, 3 * C, 0, "%sh.%d.attn.c_attn.bias", prefix, l);
+        HF_ADD(HF_MINE("proj.w"), HF_SAME, C, C, "%sh.%d.attn.c_proj.weight", prefix, l);
+        HF_ADD(HF_MINE("proj.b"), HF_SAME, C, 0, "%sh.%d.attn.c_proj.bias", prefix, l);
+        HF_ADD(HF_MINE("ln2.g"), HF_SAME, C, 0, "%sh.%d.ln_2.weight", prefix, l);
+        HF_ADD(HF_MINE("ln2.b"), HF_SAME, C, 0, "%sh.%d.ln_2.bias", prefix, l);
+        HF_ADD(HF_MINE("fc.w"), HF_SAME, C, F, "%sh.%d.mlp.c_fc.weight", prefix, l);
+        HF_ADD(HF_MINE("fc.b"), HF_SAME, F, 0, "%sh.%d.mlp.c_fc.bias", prefix, l);
+        HF_ADD(HF_MINE("fcproj.w"), HF_SAME, F, C, "%sh.%d.mlp.c_proj.weight", prefix, l);
+        HF_ADD(HF_MINE("fcproj.b"), HF_SAME, C, 0, "%sh.%d.mlp.c_proj.bias", prefix, l);
+#undef HF_MINE
+    }
+    HF_ADD("lnf.g", HF_SAME, C, 0, "%s%s", prefix, llama ? "norm.weight" : "ln_f.weight");
+    if (!llama) HF_ADD("lnf.b", HF_SAME, C, 0, "%sln_f.bias", prefix);
+    if (c->untied_head) HF_ADD("head", HF_SAME, V, C, "lm_head.weight");
+#undef HF_ADD
+    return n;
+}
+
+/* Where element (r, k) of Hugging Face tensor t goes in gpt.h's parameter of model c (its flat index),
+ * or -1 where it has no place there (the rows of GPT-2's positions past the model's context) */
+static inline int64_t gpt_hf_index(const gpt_hf_tensor *t, const gpt_config *c, int64_t r, int64_t k) {
+    int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1, C = c->width, D = C / c->heads;
+    int64_t R = c->heads / gpt_kv_heads(c), QKV = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
+    switch (t->how) {
+    case HF_TRANSPOSE: return k * rows + r; /* [out, in] there, [in, out] here */
+    case HF_GPT2_QKV_W: case HF_GPT2_QKV_B: { /* there column j = (part, h, d), here (h, part, d) */
+        int64_t j = t->how == HF_GPT2_QKV_W ? k : r, part = j / C, h = j % C / D, col = (h * 3 + part) * D + j % D;
+        return t->how == HF_GPT2_QKV_W ? r * 3 * C + col : col;
+    }
+    case HF_LLAMA_Q: case HF_LLAMA_K: case HF_LLAMA_V: { /* there row r = (head, d) of [out, in]; here column (group, slot, d) */
+        int64_t head = r / D, group = t->how == HF_LLAMA_Q ? head / R : head;
+        int64_t slot = t->how == HF_LLAMA_Q ? head % R : t->how == HF_LLAMA_K ? R : R + 1;
+        return k * QKV + (group * (R + 2) + slot) * D + r % D;
+    }
+    default: return !strcmp(t->mine, "wpe") && r >= c->ctx ? -1 : r * cols + k;
+    }
+}
+
+/* Buffers known to Hugging Face's checkpoints that hold no weight (GPT-2's causal masks, old LLaMA's
+ * rotary frequencies): left out */
+static inline int gpt_hf_buffer(const char *name) {
+    static const char *const ends[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t n = strlen(name);
+    for (int i = 0; i < 3; i++)
+        if (n >= strlen(ends[i]) && !strcmp(name + n - strlen(ends[i]), ends[i]) && !strstr(name, "c_attn")) return 1;
+    return 0;
+}
+
+/* Writes the weights of path (a directory of config.json and safetensors, or one .safetensors file)
+ * into the parameters of model m (gpt_build with c, as gpt_hf_config describes the directory) in
+ * session s: every rank writes the blocks it holds. */
+static inline pdde_status gpt_hf_load(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *path) {
+    pdde_context *ctx = pdde_graph_context(g);
+    st_model file;
+    char why[600];
+    if (st_open(path, &file, why, sizeof why)) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s", why);
+    const char *prefix = c->arch == GPT_ARCH_LLAMA ? "model." : st_find(&file, "transformer.wte.weight") ? "transformer." : "";
+    int n = gpt_hf_tensors(c, prefix, NULL);
+    gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
+    pdde_status st = t ? PDDE_OK : PDDE_ERR_OOM;
+    if (t) gpt_hf_tensors(c, prefix, t);
+    const st_tensor **found = calloc((size_t)n + 1, sizeof *found);
+    int64_t big = 0;
+    for (int i = 0; i < n && !st; i++) { /* every tensor there, of its shape, before anything is written */
+        const st_tensor *f = found[i] = st_find(&file, t[i].hf);
+        int64_t want_rows = strcmp(t[i].mine, "wpe") ? t[i].shape[0] : -1; /* (GPT-2's positions: at least the context's) */
+        if (!f) { st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: no tensor %s (the model's %s)", path, t[i].hf, t[i].mine); break; }
+        if (f->ndim != t[i].ndim || (want_rows >= 0 ? f->shape[0] != want_rows : f->shape[0] < c->ctx) || (f->ndim > 1 && f->shape[1] != t[i].shape[1]))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: tensor %s is [%lld%s%lld], the model's %s needs [%lld%s%lld]", path, t[i].hf,
+                            (long long)f->shape[0], f->ndim > 1 ? ", " : "", f->ndim > 1 ? (long long)f->shape[1] : 0LL, t[i].mine,
+                            (long long)t[i].shape[0], t[i].ndim > 1 ? ", " : "", t[i].ndim > 1 ? (long long)t[i].shape[1] : 0LL);
+        big = st_numel(f) > big ? st_numel(f) : big;
+    }
+    for (int k = 0; k < file.n && !st; k++) { /* and nothing there that the model would lose */
+        int known = gpt_hf_buffer(file.t[k].name) || (!c->untied_head && !strcmp(file.t[k].name, "lm_head.weight"));
+        for (int i = 0; i < n && !known; i++) known = found[i] == &file.t[k];
+        if (!known)
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: tensor %s has no place in gpt's %s model (%d layers): another architecture, or "
+                            "more layers than config.json says", path, file.t[k].name, gpt_arch_name(c->arch), c->layers);
+    }
+    float *there = st ? NULL : malloc((size_t)big * sizeof *there), *mine = NULL;
+    if (!st && !there) st = PDDE_ERR_OOM;
+    for (int i = 0; i < n && !st; i++) {
+        pdde_tensor *p = pdde_graph_find(g, t[i].mine);
+        if (!p) { st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: the model has no parameter %s", path, t[i].mine); break; }
+        int64_t count = pdde_tensor_numel(p), rows = found[i]->shape[0], cols = found[i]->ndim > 1 ? found[i]->shape[1] : 1;
+        if (i == 0 || strcmp(t[i].mine, t[i - 1].mine)) { /* (LLaMA's q, k and v fill one parameter) */
+            free(mine);
+            if (!(mine = malloc((size_t)count * sizeof *mine))) { st = PDDE_ERR_OOM; break; }
+        }
+        if (st_read_f32(&file, found[i], there, why, sizeof why)) { st = pdde_error(ctx, PDDE_ERR_IO, "%s", why); break; }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < cols; k++) {
+                int64_t at = gpt_hf_index(&t[i], c, r, k);
+                if (at >= 0) mine[at] = there[r * cols + k];
+            }
+        if (i + 1 == n || strcmp(t[i].mine, t[i + 1].mine)) st = pdde_session_write_global(s, p, mine, (size_t)count * sizeof *mine);
+    }
+    free(there), free(mine), free(found), free(t);
+    st_close(&file);
+    return st;
+}
+
+/* 1 with the name of the first parameter of model c that this rank of session s does not hold whole
+ * (another pipeline stage's, a tensor-parallel or ZeRO-3 block), 0 when it holds them all */
+static inline int gpt_hf_partial(pdde_session *s, pdde_graph *g, const gpt_config *c, char name[32]) {
+    int n = gpt_hf_tensors(c, "", NULL);
+    gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
+    if (!t) return snprintf(name, 32, "(out of memory)"), 1;
+    gpt_hf_tensors(c, "", t);
+    int partial = 0;
+    for (int i = 0; i < n && !partial; i++) {
+        pdde_tensor *p = pdde_graph_find(g, t[i].mine);
+        const pdde_tensor *here = p ? pdde_session_tensor(s, p) : NULL;
+        if ((partial = !here || pdde_tensor_numel(here) != pdde_tensor_numel(p))) snprintf(name, 32, "%s", t[i].mine);
+    }
+    free(t);
+    return partial;
+}
+
+/* v in the fewest digits that read back as v (1e-06, not 9.99999997e-07) */
+static inline void gpt_hf_float(char buf[32], float v) {
+    for (int digits = 6; digits <= 9; digits++)
+        if (snprintf(buf, 32, "%.*g", digits, v), (float)strtod(buf, NULL) == v) return;
+}
+
+/* Writes model m (gpt_build with c) from session s into directory dir (made if missing): config.json
+ * and model.safetensors, F32, as Hugging Face's save_pretrained lays them out (GPT-2 under
+ * "transformer.", LLaMA under "model."; lm_head.weight only when untied); max positions = c->ctx. The
+ * calling rank must hold every parameter whole (gpt_hf_partial). Each file goes through a temporary
+ * and a rename. */
+static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *dir) {
+    pdde_context *ctx = pdde_graph_context(g);
+    int llama = c->arch == GPT_ARCH_LLAMA;
+    if (c->moe_experts > 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)", dir);
+    char name[32];
+    if (gpt_hf_partial(s, g, c, name))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: this rank holds a part of parameter %s, or none: save from a rank that holds every "
+                          "parameter whole (one process: a checkpoint loads under any plan)", dir, name);
+    if (mkdir(dir, 0755) && errno != EEXIST) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", dir, strerror(errno));
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/config.json", dir), snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    char eps[32], theta[32];
+    gpt_hf_float(eps, gpt_norm_eps(c)), gpt_hf_float(theta, gpt_rope_base(c));
+    if (llama)
+        fprintf(f, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
+                "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"hidden_act\": \"silu\",\n"
+                "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), c->ctx, eps, theta,
+                c->untied_head ? "false" : "true");
+    else
+        fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
+                "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %lld,\n  \"activation_function\": \"gelu_new\",\n"
+                "  \"layer_norm_epsilon\": %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                c->vocab, c->ctx, c->width, c->layers, c->heads, (long long)gpt_ffn(c), eps, c->untied_head ? "false" : "true");
+    pdde_status st = fclose(f) || rename(tmp, path) ? pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno)) : PDDE_OK;
+    int n = gpt_hf_tensors(c, llama ? "model." : "transformer.", NULL);
+    gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
+    const char **names = malloc((size_t)n * sizeof *names);
+    int *ndims = malloc((size_t)n * sizeof *ndims);
+    int64_t (*shapes)[ST_MAX_DIMS] = calloc((size_t)n, sizeof *shapes), big = 0;
+    if (!st && (!t || !names || !ndims || !shapes)) st = PDDE_ERR_OOM;
+    if (!st) gpt_hf_tensors(c, llama ? "model." : "transformer.", t);
+    for (int i = 0; i < n && !st; i++) {
+        names[i] = t[i].hf, ndims[i] = t[i].ndim, shapes[i][0] = t[i].shape[0], shapes[i][1] = t[i].shape[1];
+        int64_t numel = t[i].shape[0] * (t[i].ndim > 1 ? t[i].shape[1] : 1);
+        big = numel > big ? numel : big;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir), snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = st ? NULL : fopen(tmp, "wb");
+    if (!st && !f) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (!st && st_write_header(f, n, names, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    float *there = st ? NULL : malloc((size_t)big * sizeof *there), *mine = NULL;
+    if (!st && !there) st = PDDE_ERR_OOM;
+    for (int i = 0; i < n && !st; i++) {
+        pdde_tensor *p = pdde_graph_find(g, t[i].mine);
+        int64_t rows = t[i].shape[0], cols = t[i].ndim > 1 ? t[i].shape[1] : 1, count = pdde_tensor_numel(p);
+        if (i == 0 || strcmp(t[i].mine, t[i - 1].mine)) { /* (LLaMA's q, k and v come from one parameter) */
+            free(mine);
+            mine = malloc((size_t)count * sizeof *mine);
+            st = !mine ? PDDE_ERR_OOM : pdde_session_read(s, p, mine, (size_t)count * sizeof *mine);
+            if (st) break;
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < cols; k++) there[r * cols + k] = mine[gpt_hf_index(&t[i], c, r, k)];
+        if (fwrite(there, sizeof *there, (size_t)(rows * cols), f) != (size_t)(rows * cols))
+            st = pdde_error(ctx, PDDE_ERR_IO, "%s: writing %s: %s", tmp, t[i].hf, strerror(errno));
+    }
+    if (f && fclose(f) && !st) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (!st && rename(tmp, path)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
+    if (st && f) remove(tmp);
+    free(there), free(mine), free(t), free(names), free(ndims), free(shapes);
+    return st;
+}
+
+#endif

@@ -1,0 +1,269 @@
+/* test_gpt_hf — Hugging Face's model directories (examples/gpt_hf.h, safetensors.h, json_scan.h) against
+ * PyTorch. tools/gen_hf_golden.py wrote tests/data/hf_gpt2 (GPT2LMHeadModel, F32, the hub's names and
+ * mask buffers) and tests/data/hf_llama (LlamaForCausalLM: grouped-query attention, theta 500000, eps
+ * 1e-6, untied head, BF16 in two shards) and PyTorch's logits and loss on each, computed the way Hugging
+ * Face's modeling code does. Here: the config read into gpt.h's model, the weights loaded, the logits and
+ * loss compared; the model saved and loaded again, bit for bit; bad JSON, bad files and models gpt.h
+ * cannot compute refused naming the field. */
+#define _GNU_SOURCE /* (memmem) */
+#include "tests/test_util.h"
+#include "examples/gpt_hf.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const double logits_tol = 2e-6, loss_tol = 1.5e-6; /* as test_gpt_golden's: f32 reassociation */
+
+typedef struct {
+    int B, T, V;
+    int32_t *ids, *targets;
+    float loss, *logits;
+} hf_ref;
+
+static int read_ref(FILE *f, hf_ref *r) {
+    int32_t d[3];
+    if (fread(d, 4, 3, f) != 3 || d[0] < 1 || d[1] < 1 || d[2] < 1 || d[0] * d[1] > 1 << 16 || d[2] > 1 << 16) return -1;
+    r->B = d[0], r->T = d[1], r->V = d[2];
+    size_t BT = (size_t)r->B * r->T;
+    r->ids = malloc(BT * 4), r->targets = malloc(BT * 4), r->logits = malloc(BT * r->V * 4);
+    return fread(r->ids, 4, BT, f) == BT && fread(r->targets, 4, BT, f) == BT && fread(&r->loss, 4, 1, f) == 1 &&
+                   fread(r->logits, 4, BT * r->V, f) == BT * r->V ? 0 : -1;
+}
+
+/* A session of the model in dir (its config, context T, batch B) with its weights and the batch */
+static pdde_status hf_session(pdde_context *ctx, const char *dir, const hf_ref *r, gpt_config *cfg, pdde_graph **g, gpt_model *m, pdde_session **s) {
+    char why[400];
+    int max_ctx = 0;
+    *cfg = (gpt_config){.ctx = r->T, .batch = r->B};
+    if (gpt_hf_config(dir, cfg, &max_ctx, why, sizeof why)) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s", why);
+    pdde_status st = pdde_graph_init(ctx, g);
+    if (!st) st = gpt_build(*g, cfg, m);
+    if (!st) pdde_mark_output(m->logits), st = pdde_session_init(*g, NULL, s);
+    if (!st) st = gpt_hf_load(*s, *g, cfg, dir);
+    if (!st) st = pdde_session_write(*s, m->ids, r->ids, (size_t)r->B * r->T * 4);
+    if (!st) st = pdde_session_write(*s, m->targets, r->targets, (size_t)r->B * r->T * 4);
+    return st;
+}
+
+static void check_model(pdde_context *ctx, const char *dir, const hf_ref *r, const char *what) {
+    pdde_graph *g = NULL;
+    pdde_session *s = NULL;
+    gpt_model m = {0};
+    gpt_config cfg;
+    size_t n = (size_t)r->B * r->T * r->V;
+    float *logits = malloc(n * 4), *again = malloc(n * 4);
+    pdde_status st = hf_session(ctx, dir, r, &cfg, &g, &m, &s);
+    CHECK(!st, "%s: %s", dir, pdde_last_error(ctx));
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s, m.logits, logits, n * 4);
+    CHECK(!st, "%s: forward: %s", dir, pdde_last_error(ctx));
+    if (st) goto done;
+    float loss = pdde_session_loss(s), largest = 0;
+    for (size_t i = 0; i < n; i++) largest = fabsf(r->logits[i]) > largest ? fabsf(r->logits[i]) : largest;
+    double e = test_close_all(what, &loss, &r->loss, 1, 0, loss_tol);
+    double el = test_close_all(what, logits, r->logits, n, largest, logits_tol); /* (relative to the largest logit) */
+    printf("%s: loss %.6f, PyTorch's %.6f (rel err %.2g); logits rel err %.2g\n", what, loss, r->loss, e, el);
+
+    /* saved as Hugging Face's directory and read again: the same logits, bit for bit */
+    char out[64];
+    snprintf(out, sizeof out, "build/test_gpt_hf_%s", cfg.arch == GPT_ARCH_LLAMA ? "llama" : "gpt2");
+    st = gpt_hf_save(s, g, &cfg, out);
+    CHECK(!st, "save %s: %s", out, pdde_last_error(ctx));
+    pdde_session_free(s), pdde_graph_free(g), s = NULL, g = NULL;
+    gpt_config back;
+    st = hf_session(ctx, out, r, &back, &g, &m, &s);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s, m.logits, again, n * 4);
+    CHECK(!st && !memcmp(logits, again, n * 4), "%s: the saved directory read back gives other logits (%s)", what, st ? pdde_last_error(ctx) : "");
+    CHECK(!st && back.arch == cfg.arch && back.layers == cfg.layers && back.heads == cfg.heads && gpt_kv_heads(&back) == gpt_kv_heads(&cfg) &&
+              gpt_ffn(&back) == gpt_ffn(&cfg) && back.norm_eps == cfg.norm_eps && gpt_rope_base(&back) == gpt_rope_base(&cfg) &&
+              back.untied_head == cfg.untied_head && back.vocab == cfg.vocab,
+          "%s: the saved config.json describes the model (arch, layers, heads, kv heads, ffn, eps, rope base, untied head, vocab)", what);
+done:
+    pdde_session_free(s), pdde_graph_free(g);
+    free(logits), free(again);
+}
+
+/* The config of tests/data/hf_llama with the JSON text `from` replaced by `to` (in build/test_gpt_hf_cfg) */
+static int config_refused(const char *from, const char *to, const char *says) {
+    char text[4096], why[400] = "", *at;
+    FILE *f = fopen("tests/data/hf_llama/config.json", "rb");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    CHECK((at = strstr(text, from)) != NULL, "config.json holds '%s'", from);
+    if (!at) return 0;
+    mkdir("build/test_gpt_hf_cfg", 0755);
+    f = fopen("build/test_gpt_hf_cfg/config.json", "wb");
+    if (!f) return 0;
+    fprintf(f, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    fclose(f);
+    gpt_config c = {.ctx = 16, .batch = 1};
+    int max_ctx, refused = gpt_hf_config("build/test_gpt_hf_cfg", &c, &max_ctx, why, sizeof why) != 0;
+    CHECK(refused && strstr(why, says), "config.json with %s refused saying '%s': %s", to, says, refused ? why : "accepted");
+    return refused;
+}
+
+typedef struct { int n; char seen[8][64]; } scan_log;
+static int log_value(void *user, const json_value *v) {
+    scan_log *l = user;
+    if (l->n < 8)
+        snprintf(l->seen[l->n++], 64, "%s%s%s[%ld]=%s%g", v->key[0] ? v->key[0] : "-", v->depth > 1 ? "." : "", v->depth > 1 && v->key[1] ? v->key[1] : "",
+                 v->depth > 1 ? v->index[1] : v->index[0], v->type == JSON_STRING ? v->string : "", v->type == JSON_NUMBER ? v->number : -1);
+    return 0;
+}
+
+static void check_json(void) {
+    scan_log l = {0};
+    char why[200];
+    const char *doc = "{\"a\\u00e9\\n\": [1, -2.5e1, \"x\\\"\"], \"b\": {\"c\": true, \"d\": null}}";
+    CHECK(!json_scan(doc, strlen(doc), log_value, &l, why, sizeof why) && l.n == 5 && !strcmp(l.seen[0], "a\xc3\xa9\n.[0]=1") &&
+              !strcmp(l.seen[1], "a\xc3\xa9\n.[1]=-25") && !strcmp(l.seen[2], "a\xc3\xa9\n.[2]=x\"-1") && !strcmp(l.seen[3], "b.c[0]=-1"),
+          "json_scan walks keys, array positions, escapes and numbers (%d values: %s | %s | %s | %s) %s", l.n, l.seen[0], l.seen[1], l.seen[2],
+          l.seen[3], why);
+    static const struct { const char *doc, *says; } bad[] = {
+        {"{\"a\": 1,}", "byte 8: a member name expected"}, {"{\"a\" 1}", "':' expected"}, {"[1 2]", "',' or ']' expected"},
+        {"{\"a\": 01}", "byte 7: ',' or '}' expected"}, {"\"abc", "without its closing quote"}, {"[1] x", "text after the document"},
+        {"{\"a\": \"\\ud800\"}", "unpaired surrogate"}, {"[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]", "nested too deep"}, {"", "ended where a value"},
+        {"[-]", "a value expected"}, {"[1.e5]", "a digit expected after '.'"}, {"{\"a\": tru}", "a value expected"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        l.n = 0;
+        int refused = json_scan(bad[i].doc, strlen(bad[i].doc), log_value, &l, why, sizeof why) != 0;
+        CHECK(refused && strstr(why, bad[i].says), "JSON '%s' refused saying '%s': %s", bad[i].doc, bad[i].says, refused ? why : "accepted");
+    }
+}
+
+/* A safetensors file of one header text and `data` bytes of zeros */
+static int st_refused(const char *header, long data, const char *says) {
+    const char *path = "build/test_gpt_hf_bad.safetensors";
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    uint64_t n = strlen(header);
+    fwrite(&n, 8, 1, f), fwrite(header, 1, n, f);
+    for (long i = 0; i < data; i++) fputc(0, f);
+    fclose(f);
+    st_model m;
+    char why[400] = "";
+    int refused = st_open(path, &m, why, sizeof why) != 0;
+    if (!refused) {
+        float buf[64];
+        refused = m.n > 0 && st_read_f32(&m, &m.t[0], buf, why, sizeof why) != 0;
+        st_close(&m);
+    }
+    CHECK(refused && strstr(why, says), "safetensors header %s refused saying '%s': %s", header, says, refused ? why : "accepted");
+    return refused;
+}
+
+static void check_safetensors(void) {
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}", 24, "JSON syntax at byte 56: ',' or '}' expected");
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", 20, "data_offsets [0, 24] outside the file's 20 bytes");
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 24, "tensor w: 20 bytes for 6 values of F32");
+    st_refused("{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", 24, "24 bytes for 6 values of BF16");
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", 24, "tensor w lacks its data_offsets");
+    st_refused("{\"w\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]}}", 24, "tensor w is I64: F32, BF16 or F16 expected");
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+               "tensor w: named twice");
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "tensor w: field shape");
+    st_refused("{\"w\":[1,2]}", 8, "an object of dtype, shape and data_offsets expected");
+    st_refused("[1]", 8, "the header is not a JSON object");
+    /* a header length past the file */
+    FILE *f = fopen("build/test_gpt_hf_bad.safetensors", "wb");
+    uint64_t huge = 1 << 20;
+    if (f) fwrite(&huge, 8, 1, f), fwrite("{}", 1, 2, f), fclose(f);
+    st_model m;
+    char why[400] = "";
+    CHECK(st_open("build/test_gpt_hf_bad.safetensors", &m, why, sizeof why) && strstr(why, "header length 1048576: not a safetensors file"),
+          "a header length past the file refused: %s", why);
+    CHECK(st_open("tests/data", &m, why, sizeof why) && strstr(why, "neither model.safetensors nor model.safetensors.index.json"),
+          "a directory without weights refused: %s", why);
+    /* F16 values widened */
+    const char *h16 = "{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}";
+    uint16_t v16[2] = {0x3c00, 0xc100}; /* 1, -2.5 */
+    uint64_t n = strlen(h16);
+    f = fopen("build/test_gpt_hf_f16.safetensors", "wb");
+    if (f) fwrite(&n, 8, 1, f), fwrite(h16, 1, n, f), fwrite(v16, 2, 2, f), fclose(f);
+    float got[2] = {0};
+    int ok = !st_open("build/test_gpt_hf_f16.safetensors", &m, why, sizeof why) && !st_read_f32(&m, st_find(&m, "w"), got, why, sizeof why);
+    if (ok) st_close(&m);
+    CHECK(ok && got[0] == 1.0f && got[1] == -2.5f, "F16 values read: %g %g %s", got[0], got[1], ok ? "" : why);
+}
+
+/* The hf_gpt2 weights with one tensor renamed or a stranger added: refused by gpt_hf_load naming it */
+static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
+    static const struct { const char *from, *to, *says; } cases[] = {
+        {"\"h.1.mlp.c_fc.bias\"", "\"h.1.mlp.c_fc.biaz\"", "no tensor h.1.mlp.c_fc.bias (the model's h1.fc.b)"},
+        {"\"h.1.attn.bias\"", "\"h.1.attn.biaz\"", "tensor h.1.attn.biaz has no place in gpt's gpt model (2 layers)"},
+    };
+    char *text = NULL;
+    FILE *f = fopen("tests/data/hf_gpt2/model.safetensors", "rb");
+    long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    if (size > 0 && (text = malloc((size_t)size)) && (fseek(f, 0, SEEK_SET) || fread(text, 1, (size_t)size, f) != (size_t)size)) size = -1;
+    if (f) fclose(f);
+    CHECK(size > 0, "read tests/data/hf_gpt2/model.safetensors");
+    mkdir("build/test_gpt_hf_bad", 0755);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases && size > 0; i++) {
+        char *at = memmem(text, 8 + 4096, cases[i].from, strlen(cases[i].from));
+        CHECK(at != NULL, "the fixture names %s", cases[i].from);
+        if (!at) continue;
+        char *copy = malloc((size_t)size);
+        memcpy(copy, text, (size_t)size), memcpy(copy + (at - text), cases[i].to, strlen(cases[i].to)); /* (same length) */
+        FILE *o = fopen("build/test_gpt_hf_bad/model.safetensors", "wb");
+        if (o) fwrite(copy, 1, (size_t)size, o), fclose(o);
+        free(copy);
+        system("cp tests/data/hf_gpt2/config.json build/test_gpt_hf_bad/");
+        gpt_config cfg;
+        pdde_graph *g = NULL;
+        pdde_session *s = NULL;
+        gpt_model m;
+        pdde_status st = hf_session(ctx, "build/test_gpt_hf_bad", r, &cfg, &g, &m, &s);
+        CHECK(st && strstr(pdde_last_error(ctx), cases[i].says), "a file with %s refused saying '%s': %s", cases[i].to, cases[i].says,
+              st ? pdde_last_error(ctx) : "loaded");
+        pdde_session_free(s), pdde_graph_free(g);
+    }
+    free(text);
+}
+
+int main(void) {
+    FILE *f = fopen("tests/data/hf_ref.bin", "rb");
+    char magic[8] = "";
+    hf_ref ref[2] = {{0}};
+    int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "HFREF001", 8) && !read_ref(f, &ref[0]) && !read_ref(f, &ref[1]);
+    if (f) fclose(f);
+    CHECK(ok, "fixture tests/data/hf_ref.bin: missing or cut");
+    pdde_context *ctx;
+    CHECK(pdde_context_init(NULL, &ctx) == PDDE_OK, "context");
+    if (ok) {
+        check_model(ctx, "tests/data/hf_gpt2", &ref[0], "GPT-2 (F32, the hub's names)");
+        check_model(ctx, "tests/data/hf_llama", &ref[1], "LLaMA (GQA, BF16 shards, untied)");
+        check_load_refusals(ctx, &ref[0]);
+    }
+    gpt_config c = {.ctx = 16, .batch = 1};
+    int max_ctx = 0;
+    char why[400] = "";
+    CHECK(!gpt_hf_config("tests/data/hf_llama", &c, &max_ctx, why, sizeof why) && c.arch == GPT_ARCH_LLAMA && c.kv_heads == 2 && c.ffn == 80 &&
+              c.rope_base == 500000.0f && c.norm_eps == 1e-6f && c.untied_head && max_ctx == 64 && c.ctx == 16,
+          "hf_llama's config: llama, 2 kv heads, ffn 80, theta 500000, eps 1e-6, untied, 64 positions (%s)", why);
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\"", "model_type \"mistral\" (LlamaForCausalLM)");
+    config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling \"llama3\"");
+    config_refused("\"attention_bias\": false", "\"attention_bias\": true", "attention_bias true: gpt's LLaMA linears have no biases");
+    config_refused("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act \"gelu\"");
+    config_refused("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "num_key_value_heads 3 must divide num_attention_heads 4");
+    config_refused("\"hidden_size\": 32", "\"hidden_size\": 32.5", "hidden_size = 32.5: an integer");
+    config_refused("\"hidden_size\": 32", "\"head_dim\": 16, \"hidden_size\": 32", "a head dim of 16 with 4 heads of width 32");
+    config_refused("\"vocab_size\": 256", "\"vocab_size\": \"256\"", "vocab_size: a number expected");
+    config_refused("\"vocab_size\": 256,", "", "vocab_size = -1: an integer 1 ..");
+    check_json();
+    check_safetensors();
+    gpt_config untied = {.vocab = 50, .ctx = 8, .layers = 1, .heads = 2, .width = 16, .batch = 1, .untied_head = 1};
+    pdde_graph *g = NULL;
+    gpt_model m;
+    pdde_status st = pdde_graph_init(ctx, &g);
+    if (!st) st = gpt_build(g, &untied, &m);
+    pdde_tensor *head = pdde_graph_find(g, "head");
+    CHECK(!st && head && head->shape[0] == 50 && head->shape[1] == 16 && gpt_n_params(&untied) == 50 * 16 * 2 + 8 * 16 + 16 * 4 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 + 64 * 16 + 16 + 2 * 16,
+          "an untied head is a parameter [V, C] of its own, counted by gpt_n_params (%lld)", (long long)gpt_n_params(&untied));
+    pdde_graph_free(g);
+    for (int k = 0; k < 2; k++) free(ref[k].ids), free(ref[k].targets), free(ref[k].logits);
+    pdde_context_free(ctx);
+    return test_finish();
+}
