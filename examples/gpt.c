@@ -7,6 +7,7 @@
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
  *   ./build/gpt --recompute                       # recompute the blocks in backward: less activation memory
  *   ./build/gpt --init-from gpt2_124M.bin --data 'fineweb_train_*.bin' --ctx 1024   # fine-tune OpenAI's GPT-2 (llm.c's files)
+ *   ./build/gpt --init-from SmolLM2-135M --data 'shard_*.bin' --save-hf tuned   # a Hugging Face LLaMA in, the tuned one out
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
@@ -197,7 +198,7 @@ static int adopt_model(int argc, char **argv, options *o, const gpt_config *file
         for (int i = 1; i < argc; i++) given |= !strcmp(argv[i], flag[k]);
         if (!given || mine[k] == theirs[k]) continue;
         char a[32], b[32];
-        snprintf(a, sizeof a, "%.9g", mine[k]), snprintf(b, sizeof b, "%.9g", theirs[k]);
+        gpt_hf_float(a, (float)mine[k]), gpt_hf_float(b, (float)theirs[k]);
         if (k == 0) snprintf(a, sizeof a, "%s", gpt_arch_name(m->arch)), snprintf(b, sizeof b, "%s", gpt_arch_name(file->arch));
         if (k + 1 == sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, "a tied head");
         fprintf(stderr, "gpt: --init-from %s: %s %s, but the file's model has %s (leave the flag out: the file's is taken)\n", o->init_from, flag[k], a, b);
@@ -218,6 +219,8 @@ static int adopt_file_model(int argc, char **argv, options *o) {
         if (slash) *slash = 0;
         int bad = !dir || gpt_hf_config(slash || is_dir(dir) ? dir : ".", &file, &max_ctx, why, sizeof why);
         free(dir);
+        st_model weights; /* (its files' headers checked now, before the session is built) */
+        if (!bad && !(bad = st_open(o->init_from, &weights, why, sizeof why))) st_close(&weights);
         if (bad) { fprintf(stderr, "gpt: --init-from %s: %s\n", o->init_from, why); return -1; }
         if (adopt_model(argc, argv, o, &file)) return -1;
         if (!gpt_hf_fits(&o->model, max_ctx, why, sizeof why)) return 0;

@@ -270,9 +270,74 @@ check "gpt --pp 2 --save-llmc is refused before training: rank 0 does not hold e
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<'BAD'
 --init-from tests/data/gpt2_llmc.bin --layers 3|--init-from tests/data/gpt2_llmc.bin: --layers 3, but the file's model has 2 (leave the flag out
 --init-from tests/data/gpt2_llmc.bin --ctx 64|--ctx 64, but the file's positions stop at 32
---init-from tests/data/gpt2_llmc.bin --arch llama|llm.c's file holds a dense GPT-2: not --arch llama or --moe-experts
+--init-from tests/data/gpt2_llmc.bin --arch llama|--init-from tests/data/gpt2_llmc.bin: --arch llama, but the file's model has gpt
 --init-from tests/data/gpt2_llmc.bin --moe-experts 4|llm.c's file holds a dense GPT-2
 --init-from tests/data/gpt_golden.bin|--init-from tests/data/gpt_golden.bin: header[0] = 1162101840: not llm.c's GPT-2 model file
 --init-from tests/data/no-such.bin|--init-from tests/data/no-such.bin: No such file or directory
+BAD
+
+# Hugging Face's directories (tests/data/hf_llama: LLaMA, 2 kv heads of 4, theta 500000, eps 1e-6, an
+# untied head, BF16 in two shards; hf_gpt2: GPT-2 as the hub saves it): --init-from takes the model and
+# starts at its validation loss (a .safetensors file as its directory); --save-hf writes the trained
+# model, which validates where training ended and whose header Python reads as Hugging Face's; under
+# --tp 2 the heads and the untied head's vocabulary split, starting at the one process's loss
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama --steps 3 --save-hf "$tmp/hfl" >"$tmp/hf.log" 2>&1
+rc=$?
+start=$(val_at "$tmp/hf.log" 0) end=$(val_at "$tmp/hf.log" 3)
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/hfl" --steps 0 >"$tmp/hf2.log" 2>&1
+rc2=$?
+[ $rc = 0 ] && grep -q "LLaMA-style blocks, 2 kv heads, rope base 500000, ffn 80" "$tmp/hf.log" && grep -q "an untied head, norm epsilon 1e-06" "$tmp/hf.log" &&
+    [ -n "$start" ] && [ "$start" != "$end" ] && [ $rc2 = 0 ] && [ "$(val_at "$tmp/hf2.log" 0)" = "$end" ]
+ok=$?
+check "gpt --init-from a Hugging Face LLaMA starts at its validation loss ($start), --save-hf's directory validates at the end's ($end = $(val_at "$tmp/hf2.log" 0); rc $rc/$rc2)" $ok
+python3 - "$tmp/hfl" >"$tmp/hfpy.log" 2>&1 <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+config = json.load(open(d + "/config.json"))
+raw = open(d + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+end = 0
+for name, t in sorted(tensors.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    a, b = t["data_offsets"]
+    count = 1
+    for s in t["shape"]:
+        count *= s
+    assert t["dtype"] == "F32" and a == end and b - a == 4 * count, name
+    end = b
+assert (8 + n) % 8 == 0 and 8 + n + end == len(raw), "the data section is the rest of the file"
+assert tensors["model.layers.1.self_attn.k_proj.weight"]["shape"] == [16, 32]
+assert tensors["model.layers.0.mlp.down_proj.weight"]["shape"] == [32, 80]
+assert tensors["lm_head.weight"]["shape"] == [256, 32] and len(tensors) == 2 * 9 + 3
+assert config["num_key_value_heads"] == 2 and config["rms_norm_eps"] == 1e-6 and config["rope_theta"] == 500000 and not config["tie_word_embeddings"]
+print("read as Hugging Face's:", len(tensors), "tensors")
+PY
+ok=$?
+check "--save-hf's directory reads in Python as Hugging Face's: config, header, offsets, shapes ($(tail -1 "$tmp/hfpy.log"))" $ok
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2/model.safetensors --steps 0 >"$tmp/hfg.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --steps 0 >"$tmp/hfg2.log" 2>&1
+[ $rc = 0 ] && [ -n "$(val_at "$tmp/hfg.log" 0)" ] && [ "$(val_at "$tmp/hfg.log" 0)" = "$(val_at "$tmp/hfg2.log" 0)" ] && grep -q "2 layers, 4 heads, width 32" "$tmp/hfg.log"
+ok=$?
+check "gpt --init-from a GPT-2 .safetensors file starts as from its directory ($(val_at "$tmp/hfg.log" 0) = $(val_at "$tmp/hfg2.log" 0); rc $rc)" $ok
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama --steps 0 --tp 2 >"$tmp/hftp.log" 2>&1
+rc=$?
+near "$(val_at "$tmp/hftp.log" 0)" "$start" 0.0002
+ok=$?
+check "pdde-run -n 2 gpt --init-from tests/data/hf_llama --tp 2 starts at the one process's validation loss ($(val_at "$tmp/hftp.log" 0) vs $start; rc $rc)" $((rc || ok))
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama --steps 2 --pp 2 --save-hf "$tmp/hfpp" >"$tmp/hfpp.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -qF -- "--save-hf $tmp/hfpp: rank 0 holds a part of parameter" "$tmp/hfpp.log" && ! grep -q 'step *1/' "$tmp/hfpp.log" && [ ! -e "$tmp/hfpp" ]
+ok=$?
+check "gpt --pp 2 --save-hf is refused before training (rc $rc: $(grep -m1 -- --save-hf "$tmp/hfpp.log" | cut -c1-120))" $ok
+mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
+refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
+--init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out
+--init-from tests/data/hf_llama --norm-eps 0.00001|--norm-eps 1e-05, but the file's model has 1e-06
+--init-from tests/data/hf_gpt2 --untied-head|--untied-head given, but the file's model has a tied head
+--init-from tests/data/hf_gpt2 --ctx 64|--init-from tests/data/hf_gpt2: --ctx 64, but the model's positions stop at 32
+--init-from tests/data/hf_llama --moe-experts 4|Hugging Face's GPT-2 and LLaMA have no experts
+--init-from $tmp/hfnone|--init-from $tmp/hfnone: $tmp/hfnone: neither model.safetensors nor model.safetensors.index.json there
 BAD
 finish
