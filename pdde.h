@@ -300,7 +300,8 @@ typedef enum {
     PDDE_OP_MOE_AUX_LOSS,         /* src: logits [N,E], counts i32 [E] -> [1]: E sum_e f_e P_e, f = counts /
                                      their sum, P = the mean over the rows of softmax(logits) */
     PDDE_OP_MOE_AUX_LOSS_BACK,    /* src: logits, counts, dloss [1] -> dlogits [N,E] */
-    PDDE_OP_ROPE,                 /* rotary position embedding of x [B,T,H,D] (pdde_rope); f: ROPE_BASE;
+    PDDE_OP_ROPE,                 /* rotary position embedding of x [B,T,H,D] (pdde_rope); f: ROPE_BASE, and
+                                     ROPE_FACTOR, _LOW, _HIGH, _ORIGINAL (pdde_rope_llama3; FACTOR 0: none);
                                      i: ROPE_INVERSE 1 rotates by minus the angle (the backward) */
     PDDE_OP_COUNT
 } pdde_op;
@@ -445,6 +446,11 @@ pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, flo
  * pairs (i, i + D/2), i < D/2, are rotated by the angle t * base^(-2i/D) (the "rotate half" layout of
  * GPT-NeoX and Hugging Face's LLaMA; base 10000 there). In f32; linear in x. */
 pdde_tensor *pdde_rope(pdde_graph *g, pdde_tensor *x, float base);
+/* The same with LLaMA 3.1's frequencies for long contexts (Hugging Face's rope_type "llama3"): a pair
+ * whose wavelength 2 pi / base^(-2i/D) exceeds original / low_freq turns factor times slower, one below
+ * original / high_freq keeps its speed, and those between blend the two linearly in original / wavelength.
+ * LLaMA 3.1 and 3.2: factor 8 or 32, low_freq 1, high_freq 4, original 8192. */
+pdde_tensor *pdde_rope_llama3(pdde_graph *g, pdde_tensor *x, float base, float factor, float low_freq, float high_freq, float original);
 pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal);
 /* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D] f32.
  * Fused (PDDE_OP_ATTENTION and its backward): memory O(B*H*T*D), never the [B, H, T, T] scores. q, k, v

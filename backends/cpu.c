@@ -690,10 +690,10 @@ static void rope_table_task(void *arg, int64_t begin, int64_t end) {
     const cpu_job *j = arg;
     const pdde_tensor *t = j->node;
     int64_t half = t->shape[3] / 2;
-    float base = pdde_op_f32(t, PDDE_P_ROPE_BASE), *cs = (float *)j->extra;
+    float *cs = (float *)j->extra;
     for (int64_t p = begin; p < end; p++)
         for (int64_t i = 0; i < half; i++) {
-            float a = (float)p * (1.0f / powf(base, (float)(2 * i) / (float)t->shape[3])); /* (Hugging Face's f32 rounding) */
+            float a = (float)p * pdde_rope_inv_freq(t, i, t->shape[3]); /* (Hugging Face's f32 rounding) */
             cs[2 * (p * half + i)] = cosf(a), cs[2 * (p * half + i) + 1] = sinf(a);
         }
 }

@@ -1552,8 +1552,8 @@ static int pgd_rope(const pgd_ctx *g, const pdde_tensor *node) {
     if (!pairs) return PDDE_OK;
     pgd_rope_freqs f;
     memset(&f, 0, sizeof f);
-    float base = pdde_op_f32(node, PDDE_P_ROPE_BASE), sign = pdde_op_i32(node, PDDE_P_ROPE_INVERSE) ? -1.0f : 1.0f;
-    for (int64_t i = 0; i < half_d; i++) f.inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)x->shape[3]); /* (backends/cpu.c's) */
+    float sign = pdde_op_i32(node, PDDE_P_ROPE_INVERSE) ? -1.0f : 1.0f;
+    for (int64_t i = 0; i < half_d; i++) f.inv[i] = pdde_rope_inv_freq(node, i, x->shape[3]); /* (backends/cpu.c's) */
     int32_t dt = (int32_t)x->dtype;
     pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
     return pgd_launch_1d(g, PGD_K_ROPE, pairs,

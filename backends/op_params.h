@@ -7,6 +7,7 @@
 #ifndef PDDE_OP_PARAMS_H
 #define PDDE_OP_PARAMS_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -65,7 +66,9 @@ typedef enum {
     PDDE_P_CONST_VALUE = 0,             /* constant leaf: its fill value */
     PDDE_P_SCALE = 0,                   /* scale, expand */
     PDDE_P_NORM_EPS = 0,                /* layernorm, rmsnorm and their backward ops */
-    PDDE_P_ROPE_BASE = 0,               /* rope: the angle of pair i at position t is t * base^(-2i/D) */
+    PDDE_P_ROPE_BASE = 0,               /* rope: the angle of pair i at position t is t * inv_i, inv_i = base^(-2i/D) */
+    PDDE_P_ROPE_FACTOR = 1,             /* rope: > 0: LLaMA 3's long-context frequencies (pdde_rope_inv_freq) */
+    PDDE_P_ROPE_LOW = 2, PDDE_P_ROPE_HIGH = 3, PDDE_P_ROPE_ORIGINAL = 4,
     PDDE_P_DROPOUT_P = 0,
     PDDE_P_ATTENTION_SCALE = 0,         /* attention, attention_back: the factor of q k^T */
     PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_BETA1 = 1, PDDE_P_UPDATE_BETA2 = 2, PDDE_P_UPDATE_EPS = 3,
@@ -78,6 +81,20 @@ static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t
 static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
 static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
 enum { PDDE_MATMUL_GELU = 1, PDDE_MATMUL_DGELU = 2 }; /* PDDE_P_MATMUL_ACT */
+
+/* rope: the angle per position of pair i of D (every backend's; in f32 as Hugging Face computes it).
+ * With PDDE_P_ROPE_FACTOR > 0 (pdde_rope_llama3), a wavelength 2 pi / inv_i past ORIGINAL / LOW is
+ * slowed by FACTOR, one below ORIGINAL / HIGH kept, those between blended. */
+static inline float pdde_rope_inv_freq(const pdde_tensor *t, int64_t i, int64_t D) {
+    float inv = 1.0f / powf(pdde_op_f32(t, PDDE_P_ROPE_BASE), (float)(2 * i) / (float)D), factor = pdde_op_f32(t, PDDE_P_ROPE_FACTOR);
+    if (!(factor > 0)) return inv;
+    float low = pdde_op_f32(t, PDDE_P_ROPE_LOW), high = pdde_op_f32(t, PDDE_P_ROPE_HIGH), original = pdde_op_f32(t, PDDE_P_ROPE_ORIGINAL);
+    float wavelen = 2.0f * 3.14159265358979f / inv;
+    if (wavelen < original / high) return inv;
+    if (wavelen > original / low) return inv / factor;
+    float smooth = (original / wavelen - low) / (high - low);
+    return (1.0f - smooth) * inv / factor + smooth * inv;
+}
 /* The geometry of an attention node (forward or backward) in either layout: q, k, v [B,H,T,D] apart,
  * or packed in one [B,T,H*3*D] tensor, head-major (PDDE_P_ATTENTION_QKV_D = D). *packed: which. */
 static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t *H, int64_t *T, int64_t *D, int *packed) {

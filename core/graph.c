@@ -335,6 +335,18 @@ pdde_tensor *pdde_rope(pdde_graph *g, pdde_tensor *x, float base) {
     return t;
 }
 
+pdde_tensor *pdde_rope_llama3(pdde_graph *g, pdde_tensor *x, float base, float factor, float low_freq, float high_freq, float original) {
+    if (x && !(factor >= 1 && low_freq > 0 && high_freq > low_freq && original > 0 && isfinite(factor) && isfinite(high_freq) && isfinite(original)))
+        return graph_fail(g, PDDE_ERR_INVALID_ARG, "rope of %s: LLaMA 3's factor %g (>= 1), low_freq %g and high_freq %g (0 < low < high) and "
+                          "original context %g (> 0), finite", x->name, factor, low_freq, high_freq, original);
+    pdde_tensor *t = pdde_rope(g, x, base);
+    if (t) {
+        pdde_op_set_f32(t, PDDE_P_ROPE_FACTOR, factor), pdde_op_set_f32(t, PDDE_P_ROPE_LOW, low_freq);
+        pdde_op_set_f32(t, PDDE_P_ROPE_HIGH, high_freq), pdde_op_set_f32(t, PDDE_P_ROPE_ORIGINAL, original);
+    }
+    return t;
+}
+
 pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
     pdde_tensor *t = unary(g, PDDE_OP_SOFTMAX, x);
     if (t && causal && (t->ndim < 2 || t->shape[t->ndim - 1] != t->shape[t->ndim - 2]))

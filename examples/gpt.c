@@ -78,6 +78,8 @@ static void usage(FILE *f) {
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
             "           [--kv-heads N]     (llama: grouped-query attention, N key/value heads dividing --heads; default --heads)\n"
             "           [--rope-base X]    (llama: RoPE's base, > 1; default 10000)\n"
+            "           [--rope-scaling F,L,H,O]   (llama: LLaMA 3.1's long-context RoPE: factor F, low_freq L, high_freq H,\n"
+            "                              original context O, as its config.json's rope_scaling; default none)\n"
             "           [--ffn N]          (hidden units of each MLP; default 4 x width, llama 8/3 x width rounded up)\n"
             "           [--norm-eps X]     (the layernorms' epsilon; default 1e-5)\n"
             "           [--untied-head]    (the head a parameter of its own, not the token embedding)\n"
@@ -164,6 +166,20 @@ static bool is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+/* --rope-scaling as --help writes it: "none", or "FACTOR,LOW,HIGH,ORIGINAL" (buf: 160 bytes) */
+static void rope_scaling_str(const gpt_config *c, char *buf) {
+    if (!(c->rope_scaling[0] > 0)) { snprintf(buf, 160, "none"); return; }
+    char v[4][32];
+    for (int k = 0; k < 4; k++) gpt_hf_float(v[k], c->rope_scaling[k]);
+    snprintf(buf, 160, "%s,%s,%s,%s", v[0], v[1], v[2], v[3]);
+}
+
+static bool flag_given(int argc, char **argv, const char *flag) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], flag)) return true;
+    return false;
+}
+
 /* What --init-from names: a Hugging Face model (a directory holding config.json, or a .safetensors file
  * beside one), a pdde checkpoint (another directory, or a file of pdde's format), else llm.c's model file */
 typedef enum { INIT_LLMC, INIT_HF, INIT_CHECKPOINT } init_kind;
@@ -193,11 +209,14 @@ static int adopt_model(int argc, char **argv, options *o, const gpt_config *file
                            m->untied_head};
     const double theirs[] = {file->arch, file->layers, file->heads, file->width, file->vocab, gpt_kv_heads(file), (double)gpt_ffn(file),
                              gpt_rope_base(file), gpt_norm_eps(file), file->untied_head};
+    char a[160], b[160];
+    rope_scaling_str(m, a), rope_scaling_str(file, b);
+    if (flag_given(argc, argv, "--rope-scaling") && strcmp(a, b)) {
+        fprintf(stderr, "gpt: --init-from %s: --rope-scaling %s, but the file's model has %s (leave the flag out: the file's is taken)\n", o->init_from, a, b);
+        return -1;
+    }
     for (size_t k = 0; k < sizeof flag / sizeof *flag; k++) {
-        int given = 0;
-        for (int i = 1; i < argc; i++) given |= !strcmp(argv[i], flag[k]);
-        if (!given || mine[k] == theirs[k]) continue;
-        char a[32], b[32];
+        if (!flag_given(argc, argv, flag[k]) || mine[k] == theirs[k]) continue;
         gpt_hf_float(a, (float)mine[k]), gpt_hf_float(b, (float)theirs[k]);
         if (k == 0) snprintf(a, sizeof a, "%s", gpt_arch_name(m->arch)), snprintf(b, sizeof b, "%s", gpt_arch_name(file->arch));
         if (k + 1 == sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, "a tied head");
@@ -206,6 +225,7 @@ static int adopt_model(int argc, char **argv, options *o, const gpt_config *file
     }
     m->arch = file->arch, m->layers = file->layers, m->heads = file->heads, m->width = file->width, m->vocab = file->vocab;
     m->kv_heads = file->kv_heads, m->ffn = file->ffn, m->rope_base = file->rope_base, m->norm_eps = file->norm_eps, m->untied_head = file->untied_head;
+    memcpy(m->rope_scaling, file->rope_scaling, sizeof m->rope_scaling);
     return 0;
 }
 
@@ -259,6 +279,17 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
         else if (!strcmp(a, "--ffn")) iv = &o->model.ffn;
         else if (!strcmp(a, "--norm-eps")) fv = &o->model.norm_eps;
+        else if (!strcmp(a, "--rope-scaling")) {
+            float *r = o->model.rope_scaling;
+            int at = 0;
+            if (strcmp(v, "none") && (sscanf(v, "%f,%f,%f,%f%n", &r[0], &r[1], &r[2], &r[3], &at) != 4 || v[at] || !(r[0] >= 1 && r[1] > 0 &&
+                                      r[2] > r[1] && r[3] > 0 && isfinite(r[0]) && isfinite(r[2]) && isfinite(r[3])))) {
+                fprintf(stderr, "gpt: --rope-scaling wants FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_CONTEXT (LLaMA 3.1's: 8,1,4,8192; factor >= 1, "
+                        "0 < low < high) or none, got '%s'\n", v);
+                return -1;
+            }
+            if (!strcmp(v, "none")) memset(r, 0, sizeof o->model.rope_scaling);
+        }
         else if (!strcmp(a, "--arch")) {
             if (strcmp(v, "gpt") && strcmp(v, "llama")) { fprintf(stderr, "gpt: --arch takes gpt or llama, got '%s'\n", v); return -1; }
             o->model.arch = strcmp(v, "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
@@ -382,8 +413,8 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --width %d is not divisible by --heads %d: each head is width / heads wide\n", m->width, m->heads);
         return -1;
     }
-    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || o->rope_base_given)) {
-        fprintf(stderr, "gpt: --kv-heads and --rope-base are LLaMA's: give --arch llama with them\n");
+    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || o->rope_base_given || m->rope_scaling[0] > 0)) {
+        fprintf(stderr, "gpt: --kv-heads, --rope-base and --rope-scaling are LLaMA's: give --arch llama with them\n");
         return -1;
     }
     if (o->rope_base_given && !(m->rope_base > 1)) {
@@ -864,18 +895,18 @@ static int world_too_large(pdde_context *ctx, const options *o) {
  * the tensors silently and train another function. The training data (--data and its token count) is
  * kept there too: the checkpoint's data position means nothing in other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
-enum { MODEL_FLAGS = 7 };
-static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], double value[MODEL_FLAGS]) {
-    static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity", "--norm-eps"};
+enum { MODEL_FLAGS = 8 };
+/* Each model flag's name and value as --help writes it */
+static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char value[MODEL_FLAGS][160]) {
+    static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity", "--norm-eps",
+                                                   "--rope-scaling"};
     int moe = c->moe_experts > 1; /* (without experts the MoE flags change nothing: 0) */
-    const double values[MODEL_FLAGS] = {(double)c->arch, c->heads, gpt_kv_heads(c), gpt_rope_base(c), moe ? gpt_moe_topk(c) : 0, moe ? c->moe_capacity : 0,
-                                        gpt_norm_eps(c)};
-    for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k], value[k] = values[k];
-}
-
-static void model_flag_str(int k, double v, char *buf, size_t n) {
-    if (k == 0) snprintf(buf, n, "%s", gpt_arch_name((gpt_arch)(int)v));
-    else snprintf(buf, n, "%.9g", v);
+    const double values[MODEL_FLAGS - 2] = {0, c->heads, gpt_kv_heads(c), gpt_rope_base(c), moe ? gpt_moe_topk(c) : 0, moe ? c->moe_capacity : 0};
+    for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k];
+    for (int k = 1; k < MODEL_FLAGS - 2; k++) snprintf(value[k], 160, "%.9g", values[k]);
+    snprintf(value[0], 160, "%s", gpt_arch_name(c->arch));
+    gpt_hf_float(value[MODEL_FLAGS - 2], gpt_norm_eps(c));
+    rope_scaling_str(c, value[MODEL_FLAGS - 1]);
 }
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
@@ -884,16 +915,12 @@ static int save_model_flags(const char *dir, const gpt_config *c, const char *da
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE), snprintf(tmp, sizeof tmp, "%s.tmp", path);
     const char *name[MODEL_FLAGS];
-    double value[MODEL_FLAGS];
+    char value[MODEL_FLAGS][160];
     model_flags(c, name, value);
     FILE *f = fopen(tmp, "w");
     if (!f) { fprintf(stderr, "gpt: cannot write %s: %s\n", tmp, strerror(errno)); return 1; }
     fprintf(f, "# the model flags of the checkpoint here that its tensors' shapes do not show (gpt --resume checks them)\n");
-    for (int k = 0; k < MODEL_FLAGS; k++) {
-        char v[64];
-        model_flag_str(k, value[k], v, sizeof v);
-        fprintf(f, "%s %s\n", name[k] + 2, v);
-    }
+    for (int k = 0; k < MODEL_FLAGS; k++) fprintf(f, "%s %s\n", name[k] + 2, value[k]);
     fprintf(f, "data %lld %s\n", (long long)tokens, data); /* (last: the path may hold spaces) */
     int bad = fflush(f) || fsync(fileno(f));
     bad |= fclose(f) != 0;
@@ -932,18 +959,17 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say, cons
         return 0;
     }
     const char *name[MODEL_FLAGS];
-    double value[MODEL_FLAGS];
+    char value[MODEL_FLAGS][160];
     model_flags(c, name, value);
     int bad = 0;
     while (!bad && fgets(line, sizeof line, f)) {
-        char key[64], saved[64], mine[64];
-        if (line[0] == '#' || sscanf(line, "%63s %63s", key, saved) != 2) continue;
+        char key[64], saved[160];
+        if (line[0] == '#' || sscanf(line, "%63s %159s", key, saved) != 2) continue;
         for (int k = 0; k < MODEL_FLAGS; k++) {
             if (strcmp(key, name[k] + 2)) continue;
-            model_flag_str(k, value[k], mine, sizeof mine);
-            if (strcmp(saved, mine)) {
+            if (strcmp(saved, value[k])) {
                 fprintf(stderr, "gpt: cannot %s: %s holds another model's checkpoint: saved with %s %s, this run has %s %s: give the model "
-                        "flags that saved it\n", use, dir, name[k], saved, name[k], mine);
+                        "flags that saved it\n", use, dir, name[k], saved, name[k], value[k]);
                 bad = 1;
             }
         }
@@ -1226,8 +1252,11 @@ elastic_rebuild:
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
-    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g, ffn %lld\n", gpt_kv_heads(&o.model),
-                                               gpt_rope_base(&o.model), (long long)gpt_ffn(&o.model));
+    char scaling[160];
+    rope_scaling_str(&o.model, scaling);
+    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g%s%s, ffn %lld\n", gpt_kv_heads(&o.model),
+                                               gpt_rope_base(&o.model), o.model.rope_scaling[0] > 0 ? ", LLaMA 3 scaling " : "",
+                                               o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model));
     if (o.model.untied_head || gpt_norm_eps(&o.model) != 1e-5f || (o.model.arch != GPT_ARCH_LLAMA && gpt_ffn(&o.model) != 4LL * o.model.width))
         printf("gpt: %s head, norm epsilon %g, ffn %lld\n", o.model.untied_head ? "an untied" : "a tied", gpt_norm_eps(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",

@@ -46,6 +46,8 @@ typedef struct {
     gpt_arch arch;
     int kv_heads;    /* LLaMA: key/value heads (grouped-query attention), dividing heads; 0 = heads */
     float rope_base; /* LLaMA: RoPE's base; 0 = 10000 */
+    float rope_scaling[4]; /* LLaMA 3.1's long-context frequencies (pdde_rope_llama3): factor, low_freq,
+                              high_freq, original context; factor 0: none */
     float norm_eps;  /* the layernorms' (RMSNorms') epsilon; 0 = 1e-5 */
     int untied_head; /* 1: the head is its own parameter "head" [V, C], not wte */
 } gpt_config;
@@ -185,6 +187,12 @@ static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c,
     return gpt_linear(g, p, y, C, C, proj_std);
 }
 
+/* RoPE of x [B, T, H, D] with model c's base (and LLaMA 3's scaling) */
+static inline pdde_tensor *gpt_rope(pdde_graph *g, const gpt_config *c, pdde_tensor *x) {
+    const float *s = c->rope_scaling;
+    return s[0] > 0 ? pdde_rope_llama3(g, x, gpt_rope_base(c), s[0], s[1], s[2], s[3]) : pdde_rope(g, x, gpt_rope_base(c));
+}
+
 /* LLaMA's attention sublayer of block l on a = rmsnorm(x) [B, T, C]: grouped-query attention with RoPE
  * on q and k. The qkv columns are group-major, [Hkv, R + 2, D] (R = H / Hkv): a group's R query heads,
  * then its k, then its v, so a column split over kv groups (tensor parallelism) gives each rank whole
@@ -192,14 +200,13 @@ static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c,
  * Hkv, 1, D] repeated R times on the group's dim by concat. */
 static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *a, float proj_std) {
     int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads, Hkv = gpt_kv_heads(c), R = H / Hkv;
-    float base = gpt_rope_base(c);
     char p[32];
     snprintf(p, sizeof p, "h%d.attn", l);
     pdde_tensor *qkv = pdde_reshape(g, gpt_linear_nobias(g, p, a, C, (H + 2 * Hkv) * D, 0.02f), 5, (int64_t[]){B, T, Hkv, R + 2, D});
     pdde_tensor *q = pdde_reshape(g, pdde_slice(g, qkv, 3, 0, R), 4, (int64_t[]){B, T, H, D});
     pdde_tensor *kv[2] = {pdde_slice(g, qkv, 3, R, 1), pdde_slice(g, qkv, 3, R + 1, 1)}; /* [B, T, Hkv, 1, D] */
-    q = pdde_rope(g, q, base);
-    kv[0] = pdde_reshape(g, pdde_rope(g, pdde_reshape(g, kv[0], 4, (int64_t[]){B, T, Hkv, D}), base), 5, (int64_t[]){B, T, Hkv, 1, D});
+    q = gpt_rope(g, c, q);
+    kv[0] = pdde_reshape(g, gpt_rope(g, c, pdde_reshape(g, kv[0], 4, (int64_t[]){B, T, Hkv, D})), 5, (int64_t[]){B, T, Hkv, 1, D});
     for (int i = 0; i < 2; i++) {
         if (R > 1) {
             pdde_tensor *copies[64];
@@ -241,9 +248,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)", c->width, c->heads, c->layers);
     bool llama = c->arch == GPT_ARCH_LLAMA;
     if (c->arch != GPT_ARCH_GPT && !llama) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: architecture %d is neither GPT nor LLaMA", (int)c->arch);
-    if (!llama && (c->kv_heads || c->rope_base))
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d and rope base %g are LLaMA's (the GPT architecture has neither)", c->kv_heads,
-                          c->rope_base);
+    if (!llama && (c->kv_heads || c->rope_base || c->rope_scaling[0]))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d, rope base %g and rope scaling are LLaMA's (the GPT architecture has none)",
+                          c->kv_heads, c->rope_base);
     if (llama && (c->kv_heads < 0 || c->heads % gpt_kv_heads(c) || c->heads / gpt_kv_heads(c) > 64 || (c->width / c->heads) % 2 ||
                   !(c->rope_base >= 0) || isinf(c->rope_base)))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LLaMA needs kv heads %d dividing heads %d (at most 64 query heads a group), an even "

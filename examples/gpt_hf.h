@@ -15,8 +15,8 @@
  *     gate_proj, up_proj, down_proj are fc, fc3, fcproj. Both rotate q and k by pairs (i, i + D/2).
  *   lm_head.weight: absent where the head is tied to the embedding (tie_word_embeddings), else gpt.h's
  *     untied "head".
- * What gpt.h cannot compute is refused naming the field: other architectures, rope_scaling (LLaMA 3.1's
- * long-context frequencies), biases in LLaMA's linears, an activation other than GPT-2's tanh GELU or
+ * LLaMA 3.1's and 3.2's rope_scaling ("llama3") is read too. What gpt.h cannot compute is refused naming
+ * the field: other architectures, other rope_scaling types, biases in LLaMA's linears, an activation other than GPT-2's tanh GELU or
  * LLaMA's SiLU. A tensor of the file that the model would not use is refused too (it would be lost). */
 #ifndef PDDE_GPT_HF_H
 #define PDDE_GPT_HF_H
@@ -24,10 +24,11 @@
 #include "json_scan.h"
 #include "safetensors.h"
 
-/* config.json: the fields gpt.h needs, read by name at the top level (rope_scaling's type one down) */
+/* config.json: the fields gpt.h needs, read by name at the top level (rope_scaling's one down) */
+static const char *const gpt_hf_scaling_names[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
 typedef struct {
     char model_type[32], architecture[64], activation[32], rope_scaling[32];
-    double num[16];
+    double num[16], scaling[4];
     char bad[200];
 } gpt_hf_fields;
 
@@ -46,6 +47,9 @@ static inline int gpt_hf_field(void *user, const json_value *v) {
     if (v->depth == 2 && !strcmp(k, "rope_scaling") && v->type == JSON_STRING && v->key[1] && (!strcmp(v->key[1], "rope_type") || !strcmp(v->key[1], "type")))
         snprintf(f->rope_scaling, sizeof f->rope_scaling, "%s", v->string);
     if (v->depth == 2 && !strcmp(k, "rope_scaling") && !f->rope_scaling[0]) snprintf(f->rope_scaling, sizeof f->rope_scaling, "(unnamed)");
+    for (int i = 0; i < 4; i++)
+        if (v->depth == 2 && !strcmp(k, "rope_scaling") && v->key[1] && !strcmp(v->key[1], gpt_hf_scaling_names[i]) && v->type == JSON_NUMBER)
+            f->scaling[i] = v->number;
     if (v->depth == 2 && !strcmp(k, "architectures") && v->type == JSON_STRING && v->index[1] == 0)
         snprintf(f->architecture, sizeof f->architecture, "%s", v->string);
     if (v->depth != 1) return 0;
@@ -74,6 +78,7 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     fclose(fp);
     gpt_hf_fields f = {.num = {0}};
     for (int i = 0; i < HF_N; i++) f.num[i] = -1; /* (not given) */
+    for (int i = 0; i < 4; i++) f.scaling[i] = -1;
     char syntax[160];
     if (!ok) free(text), snprintf(why, why_size, "%s/config.json: cannot read it", dir);
     else if (json_scan(text, (size_t)n, gpt_hf_field, &f, syntax, sizeof syntax)) ok = 0, snprintf(why, why_size, "%s/config.json: %s", dir, syntax);
@@ -88,8 +93,13 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     if (f.activation[0] && strcmp(f.activation, act) && !(!llama && !strcmp(f.activation, "gelu_pytorch_tanh")))
         return snprintf(why, why_size, "%s/config.json: %s \"%s\": gpt's %s MLP computes %s", dir, llama ? "hidden_act" : "activation_function", f.activation,
                         llama ? "LLaMA" : "GPT-2", act), -1;
-    if (f.rope_scaling[0] && strcmp(f.rope_scaling, "default"))
-        return snprintf(why, why_size, "%s/config.json: rope_scaling \"%s\": gpt's RoPE has one base and no scaling (LLaMA 3.1 and 3.2 need it)", dir, f.rope_scaling), -1;
+    int llama3 = !strcmp(f.rope_scaling, "llama3");
+    if (f.rope_scaling[0] && strcmp(f.rope_scaling, "default") && !llama3)
+        return snprintf(why, why_size, "%s/config.json: rope_scaling \"%s\": gpt's RoPE scales as LLaMA 3.1's (\"llama3\") only", dir, f.rope_scaling), -1;
+    const double *r = f.scaling;
+    if (llama3 && !(r[0] >= 1 && r[1] > 0 && r[2] > r[1] && r[3] > 0 && r[0] < 1e6 && r[2] < 1e6 && r[3] < 1e9))
+        return snprintf(why, why_size, "%s/config.json: rope_scaling llama3: factor %g (>= 1), low_freq_factor %g and high_freq_factor %g "
+                        "(0 < low < high), original_max_position_embeddings %g (> 0) expected", dir, r[0], r[1], r[2], r[3]), -1;
     for (int i = HF_ATT_BIAS; i <= HF_MLP_BIAS; i++)
         if (llama && f.num[i] > 0) return snprintf(why, why_size, "%s/config.json: %s true: gpt's LLaMA linears have no biases", dir, gpt_hf_names[i][1]), -1;
     static const int needed[] = {HF_VOCAB, HF_LAYERS, HF_HEADS, HF_WIDTH, HF_MAX_POS};
@@ -105,6 +115,7 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     m.kv_heads = llama && f.num[HF_KV_HEADS] > 0 ? (int)f.num[HF_KV_HEADS] : 0;
     m.ffn = f.num[HF_FFN] > 0 ? (int)f.num[HF_FFN] : llama ? -1 : 4 * m.width;
     m.rope_base = llama ? (float)(f.num[HF_THETA] > 0 ? f.num[HF_THETA] : 10000) : 0;
+    for (int i = 0; i < 4; i++) m.rope_scaling[i] = llama3 ? (float)r[i] : 0;
     m.norm_eps = (float)(f.num[HF_EPS] > 0 ? f.num[HF_EPS] : llama ? 1e-6 : 1e-5); /* (each class's default) */
     m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama; /* (LlamaConfig unties by default, GPT2Config ties) */
     if (m.ffn < 1 || m.ffn > 1 << 24) return snprintf(why, why_size, "%s/config.json: %s = %g: an integer 1 .. 2^24 expected", dir, gpt_hf_names[HF_FFN][llama], f.num[HF_FFN]), -1;
@@ -310,14 +321,18 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     snprintf(path, sizeof path, "%s/config.json", dir), snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
-    char eps[32], theta[32];
+    char eps[32], theta[32], scaling[320] = "null", v[4][32];
     gpt_hf_float(eps, gpt_norm_eps(c)), gpt_hf_float(theta, gpt_rope_base(c));
+    for (int i = 0; i < 4; i++) gpt_hf_float(v[i], c->rope_scaling[i]);
+    if (c->rope_scaling[0] > 0)
+        snprintf(scaling, sizeof scaling, "{\"rope_type\": \"llama3\", \"%s\": %s, \"%s\": %s, \"%s\": %s, \"%s\": %s}", gpt_hf_scaling_names[0], v[0],
+                 gpt_hf_scaling_names[1], v[1], gpt_hf_scaling_names[2], v[2], gpt_hf_scaling_names[3], v[3]);
     if (llama)
         fprintf(f, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
                 "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
-                "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"hidden_act\": \"silu\",\n"
+                "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
                 "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
-                c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), c->ctx, eps, theta,
+                c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), c->ctx, eps, theta, scaling,
                 c->untied_head ? "false" : "true");
     else
         fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"

@@ -171,9 +171,11 @@ static pdde_tensor *b_norm(pdde_graph *g, const op_case *c) {
     return pdde_rmsnorm(g, x, gamma, 1e-5f);
 }
 
-/* rope: x [p0, p1, p2, p3] ([B, T, H, D]) rotated with base p4 */
+/* rope: x [p0, p1, p2, p3] ([B, T, H, D]) rotated with base p4; p5 > 0: LLaMA 3's scaling by factor p5, low
+ * and high frequency factors 1 and 4, original context p6 */
 static pdde_tensor *b_rope(pdde_graph *g, const op_case *c) {
-    return pdde_rope(g, P(g, "x", 4, c->p[0], c->p[1], c->p[2], c->p[3]), (float)c->p[4]);
+    pdde_tensor *x = P(g, "x", 4, c->p[0], c->p[1], c->p[2], c->p[3]);
+    return c->p[5] > 0 ? pdde_rope_llama3(g, x, (float)c->p[4], (float)c->p[5], 1.0f, 4.0f, (float)c->p[6]) : pdde_rope(g, x, (float)c->p[4]);
 }
 
 /* softmax: shape, p[5] = causal */
@@ -603,6 +605,10 @@ static const op_case cases[] = {
     {"rope", b_rope, {2, 5, 4, 128, 500000}, 1, T_DEF},
     {"rope", b_rope, {3, 1, 2, 2, 10000}, 1, T_DEF},
     {"rope", b_rope, {1, 300, 1, 256, 10000}, 1, T_DEF},
+    /* LLaMA 3.1's scaled frequencies: its own (factor 8, original 8192), and a short original context
+     * that puts D = 128's pairs in all three bands (kept, blended, slowed) */
+    {"rope", b_rope, {1, 33, 2, 64, 500000, 8, 8192}, 1, T_DEF},
+    {"rope", b_rope, {2, 300, 1, 128, 10000, 32, 64}, 1, T_DEF},
     /* softmax: shape, p[5] causal */
     {"softmax", b_softmax, {2, 5, 37, 0, 0, 0}, 1, T_DEF},
     {"softmax", b_softmax, {2, 1, 1, 0, 0, 0}, 1, T_DEF},

@@ -331,6 +331,19 @@ rc=$?
 [ $rc != 0 ] && grep -qF -- "--save-hf $tmp/hfpp: rank 0 holds a part of parameter" "$tmp/hfpp.log" && ! grep -q 'step *1/' "$tmp/hfpp.log" && [ ! -e "$tmp/hfpp" ]
 ok=$?
 check "gpt --pp 2 --save-hf is refused before training (rc $rc: $(grep -m1 -- --save-hf "$tmp/hfpp.log" | cut -c1-120))" $ok
+# LLaMA 3.1's rope_scaling (tests/data/hf_llama3): taken from config.json, written back by --save-hf, kept
+# beside a checkpoint, where a run without it is refused
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama3 --steps 2 --save-hf "$tmp/hfl3" --ckpt-dir "$tmp/ck3" >"$tmp/hf3.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/hfl3" --steps 0 >"$tmp/hf3b.log" 2>&1
+rc2=$?
+"$build/gpt" "${llmc[@]}" --arch llama --kv-heads 1 --layers 2 --heads 4 --width 32 --ffn 64 --init-from "$tmp/ck3" --steps 0 >"$tmp/hf3c.log" 2>&1
+rc3=$?
+[ $rc = 0 ] && grep -q "rope base 10000, LLaMA 3 scaling 8,1,4,64, ffn 64" "$tmp/hf3.log" && [ $rc2 = 0 ] && [ -n "$(val_at "$tmp/hf3.log" 2)" ] &&
+    [ "$(val_at "$tmp/hf3b.log" 0)" = "$(val_at "$tmp/hf3.log" 2)" ] && grep -q '"rope_type": "llama3", "factor": 8' "$tmp/hfl3/config.json" && [ $rc3 = 1 ] &&
+    grep -qF "saved with --rope-scaling 8,1,4,64, this run has --rope-scaling none" "$tmp/hf3c.log"
+ok=$?
+check "gpt --init-from a LLaMA 3 directory scales its RoPE, --save-hf keeps rope_scaling ($(val_at "$tmp/hf3.log" 2) = $(val_at "$tmp/hf3b.log" 0)), its checkpoint refuses a run without it (rc $rc/$rc2/$rc3)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out
@@ -338,6 +351,9 @@ refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_gpt2 --untied-head|--untied-head given, but the file's model has a tied head
 --init-from tests/data/hf_gpt2 --ctx 64|--init-from tests/data/hf_gpt2: --ctx 64, but the model's positions stop at 32
 --init-from tests/data/hf_llama --moe-experts 4|Hugging Face's GPT-2 and LLaMA have no experts
+--init-from tests/data/hf_llama3 --rope-scaling 32,1,4,8192|--rope-scaling 32,1,4,8192, but the file's model has 8,1,4,64
+--rope-scaling 8,1,4,8192|--kv-heads, --rope-base and --rope-scaling are LLaMA's
+--arch llama --rope-scaling 8,4,1,8192|--rope-scaling wants FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_CONTEXT
 --init-from $tmp/hfnone|--init-from $tmp/hfnone: $tmp/hfnone: neither model.safetensors nor model.safetensors.index.json there
 BAD
 finish

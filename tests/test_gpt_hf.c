@@ -1,8 +1,9 @@
 /* test_gpt_hf — Hugging Face's model directories (examples/gpt_hf.h, safetensors.h, json_scan.h) against
  * PyTorch. tools/gen_hf_golden.py wrote tests/data/hf_gpt2 (GPT2LMHeadModel, F32, the hub's names and
- * mask buffers) and tests/data/hf_llama (LlamaForCausalLM: grouped-query attention, theta 500000, eps
- * 1e-6, untied head, BF16 in two shards) and PyTorch's logits and loss on each, computed the way Hugging
- * Face's modeling code does. Here: the config read into gpt.h's model, the weights loaded, the logits and
+ * mask buffers), tests/data/hf_llama (LlamaForCausalLM: grouped-query attention, theta 500000, eps
+ * 1e-6, untied head, BF16 in two shards) and tests/data/hf_llama3 (LLaMA 3.1's rope_scaling, one kv
+ * head, tied, F16), and PyTorch's logits and loss on each, computed the way Hugging Face's modeling
+ * code does. Here: the config read into gpt.h's model, the weights loaded, the logits and
  * loss compared; the model saved and loaded again, bit for bit; bad JSON, bad files and models gpt.h
  * cannot compute refused naming the field. */
 #define _GNU_SOURCE /* (memmem) */
@@ -226,8 +227,8 @@ static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
 int main(void) {
     FILE *f = fopen("tests/data/hf_ref.bin", "rb");
     char magic[8] = "";
-    hf_ref ref[2] = {{0}};
-    int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "HFREF001", 8) && !read_ref(f, &ref[0]) && !read_ref(f, &ref[1]);
+    hf_ref ref[3] = {{0}};
+    int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "HFREF001", 8) && !read_ref(f, &ref[0]) && !read_ref(f, &ref[1]) && !read_ref(f, &ref[2]);
     if (f) fclose(f);
     CHECK(ok, "fixture tests/data/hf_ref.bin: missing or cut");
     pdde_context *ctx;
@@ -235,16 +236,23 @@ int main(void) {
     if (ok) {
         check_model(ctx, "tests/data/hf_gpt2", &ref[0], "GPT-2 (F32, the hub's names)");
         check_model(ctx, "tests/data/hf_llama", &ref[1], "LLaMA (GQA, BF16 shards, untied)");
+        check_model(ctx, "tests/data/hf_llama3", &ref[2], "LLaMA 3 (rope_scaling llama3, one kv head, F16, tied)");
         check_load_refusals(ctx, &ref[0]);
     }
     gpt_config c = {.ctx = 16, .batch = 1};
     int max_ctx = 0;
     char why[400] = "";
     CHECK(!gpt_hf_config("tests/data/hf_llama", &c, &max_ctx, why, sizeof why) && c.arch == GPT_ARCH_LLAMA && c.kv_heads == 2 && c.ffn == 80 &&
-              c.rope_base == 500000.0f && c.norm_eps == 1e-6f && c.untied_head && max_ctx == 64 && c.ctx == 16,
-          "hf_llama's config: llama, 2 kv heads, ffn 80, theta 500000, eps 1e-6, untied, 64 positions (%s)", why);
+              c.rope_base == 500000.0f && c.norm_eps == 1e-6f && c.untied_head && max_ctx == 128 && c.ctx == 16 && c.rope_scaling[0] == 0,
+          "hf_llama's config: llama, 2 kv heads, ffn 80, theta 500000, eps 1e-6, untied, 128 positions, no rope scaling (%s)", why);
+    c = (gpt_config){.ctx = 16, .batch = 1};
+    CHECK(!gpt_hf_config("tests/data/hf_llama3", &c, &max_ctx, why, sizeof why) && c.kv_heads == 1 && !c.untied_head && c.rope_scaling[0] == 8 &&
+              c.rope_scaling[1] == 1 && c.rope_scaling[2] == 4 && c.rope_scaling[3] == 64,
+          "hf_llama3's config: one kv head, tied, rope scaling 8, 1, 4, 64 (%s)", why);
     config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\"", "model_type \"mistral\" (LlamaForCausalLM)");
-    config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "rope_scaling \"llama3\"");
+    config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0}", "rope_scaling \"yarn\": gpt's RoPE scales as LLaMA 3.1's");
+    config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
+                   "rope_scaling llama3: factor 8 (>= 1), low_freq_factor -1");
     config_refused("\"attention_bias\": false", "\"attention_bias\": true", "attention_bias true: gpt's LLaMA linears have no biases");
     config_refused("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act \"gelu\"");
     config_refused("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "num_key_value_heads 3 must divide num_attention_heads 4");
@@ -263,7 +271,7 @@ int main(void) {
     CHECK(!st && head && head->shape[0] == 50 && head->shape[1] == 16 && gpt_n_params(&untied) == 50 * 16 * 2 + 8 * 16 + 16 * 4 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 + 64 * 16 + 16 + 2 * 16,
           "an untied head is a parameter [V, C] of its own, counted by gpt_n_params (%lld)", (long long)gpt_n_params(&untied));
     pdde_graph_free(g);
-    for (int k = 0; k < 2; k++) free(ref[k].ids), free(ref[k].targets), free(ref[k].logits);
+    for (int k = 0; k < 3; k++) free(ref[k].ids), free(ref[k].targets), free(ref[k].logits);
     pdde_context_free(ctx);
     return test_finish();
 }

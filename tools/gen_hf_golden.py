@@ -17,8 +17,12 @@ Face's modeling code computes it (GPT2LMHeadModel, LlamaForCausalLM), independen
              (repeat_kv: query head h reads kv head h // 2); SwiGLU down(silu(gate(x)) * up(x)) with 80
              hidden units; an untied lm_head. Saved in BF16 as two shards and
              model.safetensors.index.json. V=256, L=2, C=32; the reference uses the bf16 values.
+  hf_llama3/ LLaMA 3.1's rope_scaling ("llama3": factor 8, low_freq_factor 1, high_freq_factor 4,
+             original_max_position_embeddings 64, theta 10000: of the 4 frequencies of D=8 one is kept,
+             one blended, two slowed 8 times), one kv head for H=4, the head tied to the embedding, eps
+             1e-5. Saved in F16, one file. V=256, L=2, C=32; the reference uses the f16 values.
 
-hf_ref.bin (little-endian), for gpt2 then llama:
+hf_ref.bin (little-endian), for gpt2, llama, then llama3:
   char magic[8] = "HFREF001"
   per model: i32 B, T, V; i32 ids[B*T], targets[B*T]; f32 loss; f32 logits[B*T*V]
 """
@@ -36,14 +40,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "tests", "data")
 
 
+TORCH_DTYPE = {"BF16": torch.bfloat16, "F16": torch.float16}
+
+
 def write_safetensors(path, tensors, dtype):
-    """tensors: [(name, float tensor)], written in `dtype` ("F32" or "BF16") in that order."""
+    """tensors: [(name, float tensor)], written in `dtype` ("F32", "BF16" or "F16") in that order."""
     header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
     for name, t in tensors:
         if dtype == "F32":
             blob = t.contiguous().numpy().astype("<f4").tobytes()
         else:
-            blob = t.to(torch.bfloat16).contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
+            blob = t.to(TORCH_DTYPE[dtype]).contiguous().view(torch.int16).numpy().astype("<i2").tobytes()
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [at, at + len(blob)]}
         blobs.append(blob)
         at += len(blob)
@@ -107,13 +114,23 @@ def gpt2():
     return V, forward
 
 
-def llama():
-    V, H, HKV, FF, THETA, EPS = 256, 4, 2, 80, 500000.0, 1e-6
+def llama3_inv_freq(inv_freq, factor, low, high, original):
+    """transformers' "llama3" rope_scaling, in float32"""
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < original / high) * ~(wavelen > original / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed):
     D, R = C // H, H // HKV
-    g = torch.Generator().manual_seed(SEED + 1)
+    g = torch.Generator().manual_seed(seed)
+    as_file = TORCH_DTYPE[dtype]
 
     def normal(*shape, std=0.02):
-        return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16).float()  # the values the file holds
+        return torch.randn(*shape, generator=g) * std
 
     W = {"model.embed_tokens.weight": normal(V, C)}
     for l in range(L):
@@ -124,13 +141,17 @@ def llama():
                   p + "post_attention_layernorm.weight": 1 + normal(C),
                   p + "mlp.gate_proj.weight": normal(FF, C), p + "mlp.up_proj.weight": normal(FF, C),
                   p + "mlp.down_proj.weight": normal(C, FF)})
-    W.update({"model.norm.weight": 1 + normal(C), "lm_head.weight": normal(V, C)})
-    W = {k: v.to(torch.bfloat16).float() for k, v in W.items()}  # (1 + normal: rounded again)
+    W["model.norm.weight"] = 1 + normal(C)
+    if not tied:
+        W["lm_head.weight"] = normal(V, C)
+    W = {k: v.to(as_file).float() for k, v in W.items()}  # the values the file holds
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
               "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": HKV,
-              "max_position_embeddings": 64, "rms_norm_eps": EPS, "rope_theta": THETA, "rope_scaling": None,
-              "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-              "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+              "max_position_embeddings": 128, "rms_norm_eps": EPS, "rope_theta": THETA, "rope_scaling": None,
+              "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": tied,
+              "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16" if dtype == "BF16" else "float16"}
+    if scaling:
+        config["rope_scaling"] = dict(scaling, rope_type="llama3")
 
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS))
@@ -140,6 +161,9 @@ def llama():
 
     def forward(ids):
         inv_freq = 1.0 / (THETA ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        if scaling:
+            inv_freq = llama3_inv_freq(inv_freq, scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"],
+                                       scaling["original_max_position_embeddings"])
         freqs = torch.arange(T).float()[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()
@@ -160,30 +184,42 @@ def llama():
             m = rms(x, W[p + "post_attention_layernorm.weight"])
             h = F.silu(F.linear(m, W[p + "mlp.gate_proj.weight"])) * F.linear(m, W[p + "mlp.up_proj.weight"])
             x = x + F.linear(h, W[p + "mlp.down_proj.weight"])
-        return F.linear(rms(x, W["model.norm.weight"]), W["lm_head.weight"])
+        head = W["model.embed_tokens.weight"] if tied else W["lm_head.weight"]
+        return F.linear(rms(x, W["model.norm.weight"]), head)
 
-    d = os.path.join(OUT, "hf_llama")
+    d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     names = list(W)
-    half = len(names) // 2
-    shards = [names[:half], names[half:]]
-    weight_map = {}
-    for i, part in enumerate(shards):
-        file = "model-%05d-of-%05d.safetensors" % (i + 1, len(shards))
-        write_safetensors(os.path.join(d, file), [(n, W[n]) for n in part], "BF16")
-        weight_map.update({n: file for n in part})
-    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": sum(2 * t.numel() for t in W.values())}, "weight_map": weight_map}, f, indent=2)
+    if shards == 1:
+        write_safetensors(os.path.join(d, "model.safetensors"), [(n, W[n]) for n in names], dtype)
+    else:
+        half = len(names) // 2
+        weight_map = {}
+        for i, part in enumerate((names[:half], names[half:])):
+            file = "model-%05d-of-%05d.safetensors" % (i + 1, 2)
+            write_safetensors(os.path.join(d, file), [(n, W[n]) for n in part], dtype)
+            weight_map.update({n: file for n in part})
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": sum(2 * t.numel() for t in W.values())}, "weight_map": weight_map}, f, indent=2)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     return V, forward
+
+
+def llama2():
+    return llama("hf_llama", 256, 4, 2, 80, 500000.0, 1e-6, False, None, "BF16", 2, SEED + 1)
+
+
+def llama3():
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    return llama("hf_llama3", 256, 4, 1, 64, 10000.0, 1e-5, True, scaling, "F16", 1, SEED + 2)
 
 
 def main():
     torch.set_num_threads(1)
     ref = open(os.path.join(OUT, "hf_ref.bin"), "wb")
     ref.write(b"HFREF001")
-    for k, build in enumerate((gpt2, llama)):
+    for k, build in enumerate((gpt2, llama2, llama3)):
         V, forward = build()
         g = torch.Generator().manual_seed(SEED + 10 + k)
         ids = torch.randint(0, V, (B, T), generator=g)
