@@ -21,8 +21,8 @@ while IFS='|' read -r flags message; do
 done <<'BAD'
 --arch mamba|--arch takes gpt or llama
 --arch|no value after it
---kv-heads 2|--kv-heads and --rope-base are LLaMA's
---rope-base 5000|--kv-heads and --rope-base are LLaMA's
+--kv-heads 2|--kv-heads, --rope-base and --rope-scaling are LLaMA's
+--rope-base 5000|--kv-heads, --rope-base and --rope-scaling are LLaMA's
 --arch llama --kv-heads 3|--kv-heads 3 dividing --heads 4
 --arch llama --kv-heads -1|--kv-heads wants a non-negative integer
 --arch llama --rope-base 0.5|RoPE's base must be > 1
