@@ -891,8 +891,8 @@ static int world_too_large(pdde_context *ctx, const options *o) {
 }
 
 /* The model flags that the tensors' shapes do not show, kept beside the checkpoint in --ckpt-dir (the
- * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base, top-k, capacity or norm epsilon would load
- * the tensors silently and train another function. The training data (--data and its token count) is
+ * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base or scaling, top-k, capacity or norm
+ * epsilon would load the tensors silently and train another function. The training data (--data and its token count) is
  * kept there too: the checkpoint's data position means nothing in other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
 enum { MODEL_FLAGS = 8 };
@@ -901,12 +901,13 @@ static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char
     static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity", "--norm-eps",
                                                    "--rope-scaling"};
     int moe = c->moe_experts > 1; /* (without experts the MoE flags change nothing: 0) */
-    const double values[MODEL_FLAGS - 2] = {0, c->heads, gpt_kv_heads(c), gpt_rope_base(c), moe ? gpt_moe_topk(c) : 0, moe ? c->moe_capacity : 0};
     for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k];
-    for (int k = 1; k < MODEL_FLAGS - 2; k++) snprintf(value[k], 160, "%.9g", values[k]);
     snprintf(value[0], 160, "%s", gpt_arch_name(c->arch));
-    gpt_hf_float(value[MODEL_FLAGS - 2], gpt_norm_eps(c));
-    rope_scaling_str(c, value[MODEL_FLAGS - 1]);
+    snprintf(value[1], 160, "%d", c->heads), snprintf(value[2], 160, "%d", gpt_kv_heads(c));
+    snprintf(value[3], 160, "%.9g", gpt_rope_base(c));
+    snprintf(value[4], 160, "%d", moe ? gpt_moe_topk(c) : 0), snprintf(value[5], 160, "%.9g", moe ? c->moe_capacity : 0.0f);
+    gpt_hf_float(value[6], gpt_norm_eps(c));
+    rope_scaling_str(c, value[7]);
 }
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
@@ -954,8 +955,8 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say, cons
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
     FILE *f = fopen(path, "r");
     if (!f) {
-        if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --moe-topk, --moe-capacity and --norm-eps "
-                        "are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
+        if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --rope-scaling, --moe-topk, "
+                        "--moe-capacity and --norm-eps are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
         return 0;
     }
     const char *name[MODEL_FLAGS];

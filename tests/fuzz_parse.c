@@ -1,8 +1,9 @@
 /* fuzz_parse — a fuzz target for what pdde reads that another program or a person wrote: plan text,
  * cluster files, checkpoints (the single file; a sharded one's manifest and shard), parameter-server
  * table files, token files, snapshots (the bytes a peer sends in an elastic job, read by
- * pdde_snapshot_from_data) and the recommender's Criteo TSV data (examples/dlrm.h's reader). The first
- * input byte picks the reader, the rest is its input. Each
+ * pdde_snapshot_from_data), the recommender's Criteo TSV data (examples/dlrm.h's reader) and Hugging Face's
+ * safetensors files and config.json (examples/gpt_hf.h's readers). The first input byte picks the reader,
+ * the rest is its input. Each
  * reader checks a checksum first; the target recomputes it over the mutated bytes (most of the time)
  * so that the parsing behind it is reached. Besides "no crash, no hang, no sanitizer report":
  *   - a plan that parses prints as text that parses to the same plan, and prints the same again;
@@ -12,7 +13,9 @@
  *   - a token file's (pdde's or an llm.c shard) batches: each target is the next token;
  *   - a snapshot that is accepted restores the session or says why not;
  *   - a Criteo line read is a label 0 or 1, finite features >= 0 and ids of 1 to 8 hex digits tagged
- *     with their field; every line is read or counted as malformed, once.
+ *     with their field; every line is read or counted as malformed, once;
+ *   - a safetensors file that opens has every tensor's bytes inside the file, and each reads or says why;
+ *     a config.json that is read gives a model gpt_build takes (or refuses saying why).
  *
  * Built by `make test-fuzz` with clang's libFuzzer under AddressSanitizer and UBSan (its corpus is
  * seeded with valid inputs of each kind at the first run); without libFuzzer main() below mutates
@@ -21,6 +24,7 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/dlrm.h"
+#include "examples/gpt_hf.h"
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,8 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_COUNT };
-static const char *const target_name[T_COUNT] = {"plan", "cluster", "checkpoint", "manifest", "shard", "table", "tokens", "snapshot", "criteo"};
+enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_SAFETENSORS, T_HF_CONFIG, T_COUNT };
+static const char *const target_name[T_COUNT] = {"plan",     "cluster", "checkpoint", "manifest",    "shard",    "table",
+                                                 "tokens",   "snapshot", "criteo",    "safetensors", "hf config"};
 
 /* A violated property: the harness (not the library) stops here, so that the fuzzer records the input. */
 #define REQUIRE(cond, ...) do { if (!(cond)) { fprintf(stderr, "fuzz_parse: " __VA_ARGS__); fputc('\n', stderr); abort(); } } while (0)
@@ -208,6 +213,23 @@ static void make_seeds(void) {
         "0\t-1\t+0\t\t\t\t\t\t\t\t\t\t\t9223372036854775807\tffffffff\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t0\r\n"
         "2\tnot a line\n";
     add_seed(T_CRITEO, criteo, sizeof criteo - 1);
+
+    /* safetensors: a small file of each dtype and shape kind; config.json: GPT-2's and LLaMA's (tests/data) */
+    static const char st[] = "{\"__metadata__\":{\"format\":\"pt\"},\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                             "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[24,30]},\"h\":{\"dtype\":\"F16\",\"shape\":[1,1,2],"
+                             "\"data_offsets\":[30,34]},\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[34,42]}}";
+    uint8_t file[sizeof st + 8 + 42] = {0};
+    uint64_t len = sizeof st - 1;
+    memcpy(file, &len, 8), memcpy(file + 8, st, len);
+    for (int i = 0; i < 42; i++) file[8 + len + i] = (uint8_t)(i * 37);
+    add_seed(T_SAFETENSORS, file, 8 + len + 42);
+    static const char *const configs[] = {"tests/data/hf_gpt2/config.json", "tests/data/hf_llama/config.json", "tests/data/hf_llama3/config.json"};
+    for (int i = 0; i < 3; i++) {
+        bytes b = slurp(configs[i]);
+        REQUIRE(b.n, "read %s (run from the repository root)", configs[i]);
+        add_seed(T_HF_CONFIG, b.p, b.n);
+        free(b.p);
+    }
 }
 
 static void remove_dir(const char *dir) {
@@ -423,6 +445,53 @@ static void read_criteo(const uint8_t *p, size_t n) {
     dlrm_reader_close(&r);
 }
 
+/* A safetensors file: opened, every tensor inside the file, each read as f32 or refused saying why */
+static void read_safetensors(const uint8_t *p, size_t n) {
+    char path[400], why[600];
+    snprintf(path, sizeof path, "%s/in.safetensors", F.dir);
+    spill(path, p, n);
+    st_model m;
+    if (st_open(path, &m, why, sizeof why)) {
+        REQUIRE(why[0], "a refused safetensors file without a message");
+        return;
+    }
+    F.accepted = true;
+    for (int i = 0; i < m.n; i++) {
+        const st_tensor *t = &m.t[i];
+        REQUIRE(t->begin >= 0 && t->begin <= t->end && m.data_at[t->file] + t->end <= (int64_t)n, "tensor %s's bytes [%lld, %lld) past the file",
+                t->name, (long long)t->begin, (long long)t->end);
+        int64_t count = st_numel(t);
+        if (t->dtype == ST_OTHER || count > 1 << 20) continue;
+        float *v = malloc((size_t)count * sizeof *v + 1);
+        why[0] = 0;
+        if (st_read_f32(&m, t, v, why, sizeof why)) REQUIRE(why[0], "tensor %s not read, without a message", t->name);
+        free(v);
+    }
+    st_close(&m);
+}
+
+/* A config.json: read into gpt.h's model, which gpt_build then takes or refuses saying why */
+static void read_hf_config(const uint8_t *p, size_t n) {
+    char why[600], path[400];
+    snprintf(path, sizeof path, "%s/config.json", F.dir);
+    spill(path, p, n);
+    gpt_config c = {.ctx = 8, .batch = 1};
+    int max_ctx = 0;
+    if (gpt_hf_config(F.dir, &c, &max_ctx, why, sizeof why)) {
+        REQUIRE(why[0], "a refused config.json without a message");
+        return;
+    }
+    F.accepted = true;
+    REQUIRE(c.layers >= 1 && c.heads >= 1 && c.width % c.heads == 0 && c.vocab >= 1 && max_ctx >= 1 && gpt_ffn(&c) >= 1, "config read as "
+            "layers %d heads %d width %d vocab %d positions %d", c.layers, c.heads, c.width, c.vocab, max_ctx);
+    if ((int64_t)c.layers * c.width * c.width > 1 << 22 || (int64_t)c.vocab * c.width > 1 << 22 || gpt_ffn(&c) * c.width > 1 << 22) return; /* (built only when small) */
+    pdde_graph *g = NULL;
+    gpt_model model;
+    REQUIRE(pdde_graph_init(F.ctx, &g) == PDDE_OK, "graph");
+    if (gpt_build(g, &c, &model)) REQUIRE(pdde_last_error(F.ctx)[0], "gpt_build refused a config.json's model without a message");
+    pdde_graph_free(g);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
@@ -446,6 +515,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case T_TOKENS: read_tokens(p, n); break;
     case T_SNAPSHOT: read_snapshot(p, n, fix); break;
     case T_CRITEO: read_criteo(p, n); break;
+    case T_SAFETENSORS: read_safetensors(p, n); break;
+    case T_HF_CONFIG: read_hf_config(p, n); break;
     }
     free(p);
     return 0;
