@@ -66,7 +66,8 @@ static void usage(FILE *f) {
             "                              (--data: text, its bytes the tokens; or ids: llm.c's GPT-2 / LLaMA 3 shards, pdde's token\n"
             "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
             "                              there, else on --data's last 10%%)\n"
-            "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin: the sample of a token file printed as text)\n"
+            "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin, or Hugging Face's tokenizer.json: the\n"
+            "                              sample of a token file printed as text; default the --init-from directory's tokenizer.json)\n"
             "           [--init-from PATH] (start from a Hugging Face model directory, config.json and safetensors: GPT-2 or\n"
             "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2); or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
             "                              _bf16.bin: the model's flags are the file's, --ctx at most its positions; or a pdde\n"
@@ -683,13 +684,15 @@ typedef struct {
 } tokenizer;
 
 static void tokenizer_free(tokenizer *t) {
-    for (int i = 0; t->bytes && i < t->n; i++) free(t->bytes[i]);
+    for (int i = 0; t->bytes && i < t->n; i++) free(t->bytes[i]); /* (an id tokenizer.json lacks: NULL) */
     free(t->bytes), t->bytes = NULL, t->n = 0;
 }
 
-/* 0, or 1 with why the file is not one (naming the field) */
+/* 0, or 1 with why the file is not one (naming the field); a .json file is Hugging Face's tokenizer.json */
 static int tokenizer_load(const char *path, tokenizer *t, char *why, size_t why_size) {
     *t = (tokenizer){0};
+    size_t len = strlen(path);
+    if (len >= 5 && !strcmp(path + len - 5, ".json")) return gpt_hf_vocab(path, &t->n, &t->bytes, why, why_size) != 0;
     FILE *f = fopen(path, "rb");
     int32_t header[256];
     if (!f) return snprintf(why, why_size, "%s", strerror(errno)), 1;
@@ -830,7 +833,7 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
             if (pdde_comm_broadcast(comm, &chosen, 1, PDDE_I32, root) != PDDE_OK) break;
             next = chosen;
         }
-        if (ids_out && tok && next < tok->n) len += sprintf(text + len, "%s", tok->bytes[next]);
+        if (ids_out && tok && next < tok->n && tok->bytes[next]) len += sprintf(text + len, "%s", tok->bytes[next]);
         else if (ids_out && tok) len += sprintf(text + len, "<%d>", next); /* (an id the tokenizer has no bytes for) */
         else if (ids_out) len += sprintf(text + len, "%s%d", k ? " " : "", next);
         else text[len++] = (char)next;
@@ -1056,7 +1059,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     tokenizer tok = {0}; /* (read now: a bad file is said before training, not after) */
-    char why[160];
+    char why[160], beside[4200];
+    if (!o.tokenizer && o.init_from && init_from_kind(o.init_from) == INIT_HF) { /* (a Hugging Face model's own tokenizer.json) */
+        snprintf(beside, sizeof beside, "%s", o.init_from);
+        char *slash = is_dir(beside) ? NULL : strrchr(beside, '/');
+        if (slash) *slash = 0;
+        if (slash || is_dir(beside)) strncat(beside, "/tokenizer.json", sizeof beside - strlen(beside) - 1);
+        else snprintf(beside, sizeof beside, "tokenizer.json");
+        if (!access(beside, R_OK)) o.tokenizer = beside;
+    }
     if (o.tokenizer && tokenizer_load(o.tokenizer, &tok, why, sizeof why)) {
         fprintf(stderr, "gpt: --tokenizer %s: %s\n", o.tokenizer, why);
         return 2;

@@ -280,6 +280,124 @@ static inline pdde_status gpt_hf_load(pdde_session *s, pdde_graph *g, const gpt_
     return st;
 }
 
+/* tokenizer.json: the bytes of every token (model.vocab and added_tokens), to print a sample's ids as
+ * text. Byte-level BPE (GPT-2, LLaMA 3, SmolLM2: its decoder "ByteLevel") spells each byte as one
+ * character of GPT-2's bytes_to_unicode table; SentencePiece's BPE (LLaMA 2, TinyLlama) writes a space
+ * as U+2581 and a byte without a token as "<0xNN>"; added tokens are their content. Tokens are cut to
+ * 255 bytes. */
+typedef struct {
+    int byte_level, vocab_array;
+    int n;          /* ids 0 .. n-1 */
+    char **raw;     /* [n]: the token as the file spells it, or NULL */
+    char *literal;  /* [n]: an added token (its content is its text) */
+    long added_at;  /* the added_tokens element being read, its id and content */
+    int added_id;
+    char *added_content;
+} gpt_hf_vocab_walk;
+
+static inline int gpt_hf_vocab_set(gpt_hf_vocab_walk *w, double id, const char *token, int literal) {
+    if (!(id >= 0 && id < 1 << 24 && id == (int)id)) return 1;
+    if ((int)id >= w->n) {
+        int n = (int)id + 1 > 2 * w->n ? (int)id + 1 : 2 * w->n;
+        char **raw = realloc(w->raw, (size_t)n * sizeof *raw), *lit = raw ? realloc(w->literal, (size_t)n) : NULL;
+        if (raw) w->raw = raw;
+        if (!raw || !lit) return 1;
+        w->literal = lit;
+        for (int i = w->n; i < n; i++) w->raw[i] = NULL, w->literal[i] = 0;
+        w->n = n;
+    }
+    free(w->raw[(int)id]);
+    w->raw[(int)id] = st_strdup(token), w->literal[(int)id] = (char)literal;
+    return !w->raw[(int)id];
+}
+
+static inline int gpt_hf_vocab_value(void *user, const json_value *v) {
+    gpt_hf_vocab_walk *w = user;
+    const char *k0 = v->key[0] ? v->key[0] : "", *last = v->key[v->depth - 1];
+    if (!strcmp(k0, "decoder") && last && !strcmp(last, "type") && v->type == JSON_STRING && !strcmp(v->string, "ByteLevel")) w->byte_level = 1;
+    if (!strcmp(k0, "model") && v->depth >= 3 && v->key[1] && !strcmp(v->key[1], "vocab")) {
+        if (!v->key[2]) return w->vocab_array = 1; /* (a Unigram model's [piece, score] pairs) */
+        return v->type == JSON_NUMBER ? gpt_hf_vocab_set(w, v->number, v->key[2], 0) : 1;
+    }
+    if (strcmp(k0, "added_tokens") || v->depth != 3 || !v->key[2]) return 0;
+    if (v->index[1] != w->added_at) free(w->added_content), w->added_content = NULL, w->added_id = -1, w->added_at = v->index[1];
+    if (!strcmp(v->key[2], "id") && v->type == JSON_NUMBER) w->added_id = v->number >= 0 && v->number < 1 << 24 ? (int)v->number : -2;
+    if (!strcmp(v->key[2], "content") && v->type == JSON_STRING && !w->added_content && !(w->added_content = st_strdup(v->string))) return 1;
+    if (w->added_id == -1 || !w->added_content) return 0;
+    int bad = gpt_hf_vocab_set(w, w->added_id, w->added_content, 1);
+    free(w->added_content), w->added_content = NULL, w->added_id = -1;
+    return bad;
+}
+
+/* GPT-2's bytes_to_unicode: the byte a byte-level BPE spells as code point cp (printable bytes as
+ * themselves, the other 68 as 256 + k in byte order), or -1 */
+static inline int gpt_hf_unicode_byte(unsigned cp) {
+    int k = (int)cp - 256;
+    if (cp < 256) return (int)cp;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        if (!printable && k-- == 0) return b;
+    }
+    return -1;
+}
+
+/* One token's bytes (at most 255 of them) into out[256] */
+static inline void gpt_hf_token_bytes(const char *s, int byte_level, int literal, char *out) {
+    int n = 0;
+    while (*s && n < 255) {
+        unsigned char c = (unsigned char)*s;
+        unsigned len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1, hex = 0;
+        if (strnlen(s, len) < len) len = 1; /* (cut UTF-8: the byte as it is) */
+        unsigned cp = len == 1 ? c : c & (0xFFu >> (len + 1));
+        for (unsigned i = 1; i < len; i++) cp = cp << 6 | ((unsigned char)s[i] & 63);
+        int b = byte_level && !literal ? gpt_hf_unicode_byte(cp) : -1;
+        if (b >= 0) out[n++] = (char)b;
+        else if (!byte_level && !literal && cp == 0x2581) out[n++] = ' ';
+        else if (!byte_level && !literal && !strncmp(s, "<0x", 3) && strlen(s) == 6 && s[5] == '>' && sscanf(s + 3, "%2x", &hex) == 1) {
+            out[n++] = (char)hex, len = 6;
+        } else {
+            if (n + (int)len > 255) break;
+            memcpy(out + n, s, len), n += (int)len;
+        }
+        s += len;
+    }
+    out[n] = 0;
+}
+
+/* The bytes of each token of tokenizer.json at path: *bytes[id] (NUL-terminated; NULL for an id it has
+ * not) for id < *n, malloc'd; 0, or -1 with why[] */
+static inline int gpt_hf_vocab(const char *path, int *n, char ***bytes, char *why, size_t why_size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return snprintf(why, why_size, "%s", strerror(errno)), -1;
+    long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    char *text = size >= 0 && size < 1L << 30 ? malloc((size_t)size + 1) : NULL;
+    int ok = text && !fseek(f, 0, SEEK_SET) && fread(text, 1, (size_t)size, f) == (size_t)size;
+    fclose(f);
+    gpt_hf_vocab_walk w = {.added_at = -1, .added_id = -1};
+    char syntax[160] = "";
+    if (!ok) snprintf(why, why_size, "cannot read it");
+    else if (json_scan(text, (size_t)size, gpt_hf_vocab_value, &w, syntax, sizeof syntax))
+        ok = 0, snprintf(why, why_size, "%s", syntax[0] ? syntax : w.vocab_array ? "model.vocab is a list (a Unigram model): a BPE tokenizer's map of tokens to ids expected"
+                                                                               : "model.vocab or added_tokens: ids 0 .. 2^24 and strings expected");
+    else if (!w.n) ok = 0, snprintf(why, why_size, "no model.vocab: a Hugging Face tokenizer.json expected");
+    free(text), free(w.added_content);
+    *n = ok ? w.n : 0, *bytes = ok ? calloc((size_t)w.n, sizeof **bytes) : NULL;
+    if (ok && !*bytes) ok = 0, snprintf(why, why_size, "out of memory");
+    for (int i = 0; ok && i < w.n; i++) {
+        char out[256];
+        if (!w.raw[i]) continue;
+        gpt_hf_token_bytes(w.raw[i], w.byte_level, w.literal[i], out);
+        if (!((*bytes)[i] = st_strdup(out))) ok = 0, snprintf(why, why_size, "out of memory");
+    }
+    for (int i = 0; i < w.n; i++) free(w.raw[i]);
+    free(w.raw), free(w.literal);
+    if (!ok && *bytes) {
+        for (int i = 0; i < w.n; i++) free((*bytes)[i]);
+        free(*bytes), *bytes = NULL, *n = 0;
+    }
+    return ok ? 0 : -1;
+}
+
 /* 1 with the name of the first parameter of model c that this rank of session s does not hold whole
  * (another pipeline stage's, a tensor-parallel or ZeRO-3 block), 0 when it holds them all */
 static inline int gpt_hf_partial(pdde_session *s, pdde_graph *g, const gpt_config *c, char name[32]) {

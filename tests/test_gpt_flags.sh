@@ -344,6 +344,21 @@ rc3=$?
     grep -qF "saved with --rope-scaling 8,1,4,64, this run has --rope-scaling none" "$tmp/hf3c.log"
 ok=$?
 check "gpt --init-from a LLaMA 3 directory scales its RoPE, --save-hf keeps rope_scaling ($(val_at "$tmp/hf3.log" 2) = $(val_at "$tmp/hf3b.log" 0)), its checkpoint refuses a run without it (rc $rc/$rc2/$rc3)" $ok
+# a Hugging Face model's tokenizer.json prints the sample of its token ids as text (by default the one beside
+# the weights; --tokenizer names another, a config.json is refused as one)
+python3 - "$tmp/hfids.bin" <<'PY'
+import struct, sys
+ids = [(i * 37) % 301 for i in range(4000)]
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack("<%dH" % len(ids), *ids))
+PY
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --data "$tmp/hfids.bin" --steps 0 --sample-len 8 >"$tmp/hftok.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --data "$tmp/hfids.bin" --steps 0 --sample-len 8 --tokenizer tests/data/hf_llama/config.json >"$tmp/hftok2.log" 2>&1
+rc2=$?
+[ $rc = 0 ] && grep -q "^---- sample (after token [0-9]*, decoded by tests/data/hf_gpt2/tokenizer.json) ----" "$tmp/hftok.log" && [ $rc2 = 2 ] &&
+    grep -qF -- "--tokenizer tests/data/hf_llama/config.json: no model.vocab" "$tmp/hftok2.log"
+ok=$?
+check "gpt --init-from a Hugging Face directory decodes the sample by its tokenizer.json; a config.json as --tokenizer is refused (rc $rc/$rc2)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out

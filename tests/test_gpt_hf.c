@@ -189,6 +189,32 @@ static void check_safetensors(void) {
     CHECK(ok && got[0] == 1.0f && got[1] == -2.5f, "F16 values read: %g %g %s", got[0], got[1], ok ? "" : why);
 }
 
+/* tokenizer.json's tokens as bytes: byte-level BPE (hf_gpt2's) and SentencePiece's (hf_llama's) */
+static void check_vocab(void) {
+    static const struct { const char *path; int n, ids[5]; const char *text; } cases[] = {
+        {"tests/data/hf_gpt2/tokenizer.json", 301, {256, 257, 258, 259, 300}, " the cat caf\xc3\xa9\n\n<|endoftext|>"},
+        {"tests/data/hf_llama/tokenizer.json", 256, {99, 100, 101, 3, 2}, " the cat caf\xc3\xa9\n</s>"},
+    };
+    for (int c = 0; c < 2; c++) {
+        int n = 0;
+        char **bytes = NULL, why[200] = "", text[256] = "";
+        int rc = gpt_hf_vocab(cases[c].path, &n, &bytes, why, sizeof why);
+        for (int i = 0; !rc && i < 5 && cases[c].ids[i] < n && bytes[cases[c].ids[i]]; i++) strcat(text, bytes[cases[c].ids[i]]);
+        CHECK(!rc && n == cases[c].n && !strcmp(text, cases[c].text), "%s: %d tokens (want %d), ids decode to '%s' (want '%s') %s", cases[c].path, n,
+              cases[c].n, text, cases[c].text, why);
+        for (int i = 0; i < n; i++) free(bytes[i]);
+        free(bytes);
+    }
+    FILE *f = fopen("build/test_gpt_hf_unigram.json", "w");
+    if (f) fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"<unk>\", 0.0], [\"a\", -1.5]]}}", f), fclose(f);
+    int n;
+    char **bytes = NULL, why[200] = "";
+    CHECK(gpt_hf_vocab("build/test_gpt_hf_unigram.json", &n, &bytes, why, sizeof why) && strstr(why, "a Unigram model") && !bytes,
+          "a Unigram tokenizer refused: %s", why);
+    CHECK(gpt_hf_vocab("tests/data/hf_llama/config.json", &n, &bytes, why, sizeof why) && strstr(why, "no model.vocab") && !bytes,
+          "a config.json as tokenizer refused: %s", why);
+}
+
 /* The hf_gpt2 weights with one tensor renamed or a stranger added: refused by gpt_hf_load naming it */
 static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
     static const struct { const char *from, *to, *says; } cases[] = {
@@ -261,6 +287,7 @@ int main(void) {
     config_refused("\"vocab_size\": 256", "\"vocab_size\": \"256\"", "vocab_size: a number expected");
     config_refused("\"vocab_size\": 256,", "", "vocab_size = -1: an integer 1 ..");
     check_json();
+    check_vocab();
     check_safetensors();
     gpt_config untied = {.vocab = 50, .ctx = 8, .layers = 1, .heads = 2, .width = 16, .batch = 1, .untied_head = 1};
     pdde_graph *g = NULL;

@@ -22,6 +22,13 @@ Face's modeling code computes it (GPT2LMHeadModel, LlamaForCausalLM), independen
              one blended, two slowed 8 times), one kv head for H=4, the head tied to the embedding, eps
              1e-5. Saved in F16, one file. V=256, L=2, C=32; the reference uses the f16 values.
 
+Beside hf_gpt2 and hf_llama, a tokenizer.json of each kind (their vocabularies made up, the format
+Hugging Face's): byte-level BPE (GPT-2's bytes_to_unicode, decoder "ByteLevel", 301 tokens, the last
+"<|endoftext|>" added) and SentencePiece's BPE with byte fallback (U+2581 for a space, "<0x0A>" for a
+byte, 256 tokens, "<unk>", "<s>", "</s>" added). Ids 256, 257, 258, 259, 300 of the first decode to
+" the", " cat", " café", "\n\n", "<|endoftext|>"; ids 99, 100, 101, 3, 2 of the second to " the", " cat",
+" café", "\n", "</s>".
+
 hf_ref.bin (little-endian), for gpt2, llama, then llama3:
   char magic[8] = "HFREF001"
   per model: i32 B, T, V; i32 ids[B*T], targets[B*T]; f32 loss; f32 logits[B*T*V]
@@ -215,6 +222,48 @@ def llama3():
     return llama("hf_llama3", 256, 4, 1, 64, 10000.0, 1e-5, True, scaling, "F16", 1, SEED + 2)
 
 
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}, bs
+
+
+def write_tokenizers():
+    to_char, order = bytes_to_unicode()
+    spell = lambda text: "".join(to_char[b] for b in text.encode())
+    vocab = {to_char[b]: i for i, b in enumerate(order)}  # GPT-2's ids 0..255, in bytes_to_unicode's order
+    for word in (" the", " cat", " café", "\n\n"):  # ids 256..259
+        vocab[spell(word)] = len(vocab)
+    while len(vocab) < 300:
+        vocab[spell(" w%d" % len(vocab))] = len(vocab)
+    vocab["<|endoftext|>"] = 300
+    byte_level = {"version": "1.0", "added_tokens": [{"id": 300, "content": "<|endoftext|>", "special": True}],
+                  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False}, "decoder": {"type": "ByteLevel"},
+                  "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+    with open(os.path.join(OUT, "hf_gpt2", "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(byte_level, f, ensure_ascii=False, indent=1)
+    specials = ["<unk>", "<s>", "</s>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for b in [0x0A] + list(range(0x20, 0x7F)):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for word in ("▁the", "▁cat", "▁café", "▁sat"):
+        vocab[word] = len(vocab)
+    while len(vocab) < 256:
+        vocab["▁w%d" % len(vocab)] = len(vocab)
+    piece = {"version": "1.0", "added_tokens": [{"id": i, "content": t, "special": True} for i, t in enumerate(specials)],
+             "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                                                          {"type": "ByteFallback"}, {"type": "Fuse"},
+                                                          {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+             "model": {"type": "BPE", "vocab": vocab, "merges": [], "byte_fallback": True}}
+    with open(os.path.join(OUT, "hf_llama", "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(piece, f, ensure_ascii=False, indent=1)
+
+
 def main():
     torch.set_num_threads(1)
     ref = open(os.path.join(OUT, "hf_ref.bin"), "wb")
@@ -233,6 +282,7 @@ def main():
         ref.write(logits.detach().reshape(-1).numpy().astype("<f4").tobytes())
         print("%s: loss %.6f" % (build.__name__, loss))
     ref.close()
+    write_tokenizers()
     print("wrote %s" % os.path.join(OUT, "hf_ref.bin"))
 
 
