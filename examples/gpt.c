@@ -84,6 +84,9 @@ static void usage(FILE *f) {
             "           [--ffn N]          (hidden units of each MLP; default 4 x width, llama 8/3 x width rounded up)\n"
             "           [--norm-eps X]     (the layernorms' epsilon; default 1e-5)\n"
             "           [--untied-head]    (the head a parameter of its own, not the token embedding)\n"
+            "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
+            "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
+            "                              --save-llmc write the weights merged)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--temperature X] [--top-k N] (the sample: softmax temperature, default 0.8, 0 the likeliest token each\n"
@@ -280,6 +283,8 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
         else if (!strcmp(a, "--ffn")) iv = &o->model.ffn;
         else if (!strcmp(a, "--norm-eps")) fv = &o->model.norm_eps;
+        else if (!strcmp(a, "--lora-rank")) iv = &o->model.lora_rank;
+        else if (!strcmp(a, "--lora-alpha")) fv = &o->model.lora_alpha;
         else if (!strcmp(a, "--rope-scaling")) {
             float *r = o->model.rope_scaling;
             int at = 0;
@@ -358,6 +363,11 @@ static int parse(int argc, char **argv, options *o) {
         i++;
     }
     if (o->init_from && init_from_kind(o->init_from) != INIT_CHECKPOINT && adopt_file_model(argc, argv, o)) return -1;
+    if (o->model.lora_rank > 0 && !o->init_from) {
+        fprintf(stderr, "gpt: --lora-rank %d adapts a pretrained model: give --init-from (a Hugging Face directory, llm.c's file or a "
+                "checkpoint of this model)\n", o->model.lora_rank);
+        return -1;
+    }
     /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
      * plans for itself) */
     bool plan_given = o->plan != NULL;
@@ -898,11 +908,11 @@ static int world_too_large(pdde_context *ctx, const options *o) {
  * epsilon would load the tensors silently and train another function. The training data (--data and its token count) is
  * kept there too: the checkpoint's data position means nothing in other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
-enum { MODEL_FLAGS = 8 };
+enum { MODEL_FLAGS = 9 };
 /* Each model flag's name and value as --help writes it */
 static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char value[MODEL_FLAGS][160]) {
     static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity", "--norm-eps",
-                                                   "--rope-scaling"};
+                                                   "--rope-scaling", "--lora-alpha"};
     int moe = c->moe_experts > 1; /* (without experts the MoE flags change nothing: 0) */
     for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k];
     snprintf(value[0], 160, "%s", gpt_arch_name(c->arch));
@@ -911,6 +921,7 @@ static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char
     snprintf(value[4], 160, "%d", moe ? gpt_moe_topk(c) : 0), snprintf(value[5], 160, "%.9g", moe ? c->moe_capacity : 0.0f);
     gpt_hf_float(value[6], gpt_norm_eps(c));
     rope_scaling_str(c, value[7]);
+    snprintf(value[8], 160, "%.9g", c->lora_rank > 0 ? (c->lora_alpha > 0 ? c->lora_alpha : (float)c->lora_rank) : 0.0f);
 }
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
@@ -1269,6 +1280,9 @@ elastic_rebuild:
     if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g%s%s, ffn %lld\n", gpt_kv_heads(&o.model),
                                                gpt_rope_base(&o.model), o.model.rope_scaling[0] > 0 ? ", LLaMA 3 scaling " : "",
                                                o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model));
+    if (o.model.lora_rank > 0)
+        printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank,
+               o.model.lora_alpha > 0 ? o.model.lora_alpha : (float)o.model.lora_rank, (double)gpt_n_lora_params(&o.model) / 1e6);
     if (o.model.untied_head || gpt_norm_eps(&o.model) != 1e-5f || (o.model.arch != GPT_ARCH_LLAMA && gpt_ffn(&o.model) != 4LL * o.model.width))
         printf("gpt: %s head, norm epsilon %g, ffn %lld\n", o.model.untied_head ? "an untied" : "a tied", gpt_norm_eps(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",
@@ -1286,9 +1300,11 @@ elastic_rebuild:
     printf("\n");
     /* the arena holds one micro-batch's activations per micro-batch in flight (pipeline stages keep
      * several), with the memory plan's reuse; the sum is one pass's tensors as if none shared memory */
-    printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (the memory plan's "
+    char frozen[64] = "";
+    if (o.model.lora_rank > 0) snprintf(frozen, sizeof frozen, ", frozen weights and inputs %.1f MB", ms.input_bytes / 1e6);
+    printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB%s, activations %.1f MB (the memory plan's "
            "arenas, one a micro-batch in flight: %.1f MB alive at most in each; %.1f MB a micro-batch's tensors summed without reuse)\n",
-           o.data, (long long)pdde_data_token_count(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
+           o.data, (long long)pdde_data_token_count(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6, frozen,
            ms.arena_bytes / 1e6, ms.activation_peak_bytes / 1e6, ms.activation_bytes / 1e6);
 
     char ckpt[4096] = "";

@@ -50,12 +50,39 @@ typedef struct {
                               high_freq, original context; factor 0: none */
     float norm_eps;  /* the layernorms' (RMSNorms') epsilon; 0 = 1e-5 */
     int untied_head; /* 1: the head is its own parameter "head" [V, C], not wte */
+    /* LoRA (gpt_lora): lora_rank > 0 holds every pretrained weight frozen (a state input, loaded by the
+     * caller) and trains, beside each linear of the blocks, adapters <w>.lora_a [in, r] (normal, std
+     * 1 / sqrt(in)) and <w>.lora_b [r, out] (zeros): x W + (x A) B lora_alpha / r */
+    int lora_rank;
+    float lora_alpha; /* 0 = lora_rank (a scale of 1) */
 } gpt_config;
 
 static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA ? "llama" : "gpt"; }
 static inline int gpt_kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
 static inline float gpt_rope_base(const gpt_config *c) { return c->rope_base > 0 ? c->rope_base : 10000.0f; }
-static inline float gpt_norm_eps(const gpt_config *c) { return c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
+static inline float gpt_norm_eps(const gpt_config *c) { return c && c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
+
+/* A weight of model c (NULL: a plain model): a parameter, or under LoRA the pretrained value held
+ * frozen: a state input (checkpointed, never trained) that the caller loads */
+static inline pdde_tensor *gpt_weight(pdde_graph *g, const gpt_config *c, const char *name, int ndim, const int64_t *shape, float std) {
+    if (!c || c->lora_rank <= 0) return pdde_param(g, name, ndim, shape, std);
+    pdde_tensor *t = pdde_input(g, name, PDDE_F32, ndim, shape);
+    if (t) pdde_mark_state(t);
+    return t;
+}
+
+/* y = x @ <prefix>.w plus, under LoRA, the adapters' (x A) B alpha / r */
+static inline pdde_tensor *gpt_lora(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, pdde_tensor *y, int64_t in, int64_t out) {
+    if (!c || c->lora_rank <= 0) return y;
+    char name[64];
+    int64_t r = c->lora_rank;
+    snprintf(name, sizeof name, "%s.lora_a", prefix);
+    pdde_tensor *a = pdde_param(g, name, 2, (int64_t[]){in, r}, 1.0f / sqrtf((float)in));
+    snprintf(name, sizeof name, "%s.lora_b", prefix);
+    pdde_tensor *b = pdde_param(g, name, 2, (int64_t[]){r, out}, 0.0f);
+    float scale = (c->lora_alpha > 0 ? c->lora_alpha : (float)r) / (float)r;
+    return pdde_add(g, y, pdde_scale(g, pdde_matmul(g, pdde_matmul(g, x, a, 0, 0), b, 0, 0), scale));
+}
 
 /* LLaMA's SwiGLU holds three matrices where GPT's MLP holds two, so its hidden units are 2/3 of 4 C,
  * rounded up to a multiple of 256 (LLaMA's multiple_of) from width 1024 on and of 32 below (tiny models
@@ -65,6 +92,32 @@ static inline int64_t gpt_ffn(const gpt_config *c) {
     if (c->arch != GPT_ARCH_LLAMA) return 4 * (int64_t)c->width;
     int64_t f = 8 * (int64_t)c->width / 3, multiple = c->width >= 1024 ? 256 : 32;
     return (f + multiple - 1) / multiple * multiple;
+}
+
+/* Reads weight t of model c (built by gpt_build) from session s into dst: under LoRA the pretrained
+ * value plus its adapters' product, A B alpha / r, which a plain model of c's shape computes with */
+static inline pdde_status gpt_read_weight(pdde_session *s, pdde_graph *g, const gpt_config *c, const pdde_tensor *t, float *dst) {
+    pdde_status st = pdde_session_read(s, t, dst, pdde_tensor_nbytes(t));
+    char name[80];
+    size_t n = strlen(t->name);
+    if (st || c->lora_rank <= 0 || n < 2 || strcmp(t->name + n - 2, ".w")) return st;
+    snprintf(name, sizeof name, "%.*s.lora_a", (int)(n - 2), t->name);
+    pdde_tensor *a = pdde_graph_find(g, name);
+    snprintf(name, sizeof name, "%.*s.lora_b", (int)(n - 2), t->name);
+    pdde_tensor *b = pdde_graph_find(g, name);
+    if (!a || !b) return PDDE_OK;
+    int64_t in = a->shape[0], r = a->shape[1], out = b->shape[1];
+    float *av = malloc((size_t)(in * r) * sizeof *av), *bv = malloc((size_t)(r * out) * sizeof *bv);
+    float scale = (c->lora_alpha > 0 ? c->lora_alpha : (float)r) / (float)r;
+    st = !av || !bv ? PDDE_ERR_OOM : pdde_session_read(s, a, av, (size_t)(in * r) * sizeof *av);
+    if (!st) st = pdde_session_read(s, b, bv, (size_t)(r * out) * sizeof *bv);
+    for (int64_t i = 0; !st && i < in; i++)
+        for (int64_t k = 0; k < r; k++) {
+            float aik = av[i * r + k] * scale;
+            for (int64_t j = 0; j < out; j++) dst[i * out + j] += aik * bv[k * out + j];
+        }
+    free(av), free(bv);
+    return st;
 }
 
 /* Tensor-parallel degrees must divide this: the heads (GPT), the kv groups (LLaMA: each rank whole
@@ -127,44 +180,46 @@ static inline pdde_tensor *gpt_moe_ffn(pdde_graph *g, const gpt_config *c, int l
     return pdde_reshape(g, y, 3, (int64_t[]){c->batch, c->ctx, C});
 }
 
-/* x @ W + b with the weight <prefix>.w [in, out] and bias <prefix>.b [out]; gelu: gelu(x @ W + b), the
- * bias and the activation in one op (pdde_bias_gelu) */
-static inline pdde_tensor *gpt_linear_act(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std, bool gelu) {
+/* x @ W + b with the weight <prefix>.w [in, out] and bias <prefix>.b [out] of model c (NULL: plain);
+ * gelu: gelu(x @ W + b), the bias and the activation in one op (pdde_bias_gelu) */
+static inline pdde_tensor *gpt_linear_act(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std,
+                                          bool gelu) {
     char name[64];
     snprintf(name, sizeof name, "%s.w", prefix);
-    pdde_tensor *w = pdde_param(g, name, 2, (int64_t[]){in, out}, std);
+    pdde_tensor *w = gpt_weight(g, c, name, 2, (int64_t[]){in, out}, std);
     snprintf(name, sizeof name, "%s.b", prefix);
-    pdde_tensor *b = pdde_param(g, name, 1, (int64_t[]){out}, 0.0f);
-    pdde_tensor *xw = pdde_matmul(g, x, w, 0, 0);
+    pdde_tensor *b = gpt_weight(g, c, name, 1, (int64_t[]){out}, 0.0f);
+    pdde_tensor *xw = gpt_lora(g, c, prefix, x, pdde_matmul(g, x, w, 0, 0), in, out);
     return gelu ? pdde_bias_gelu(g, xw, b) : pdde_bias_add(g, xw, b);
 }
 
-static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
-    return gpt_linear_act(g, prefix, x, in, out, std, false);
+static inline pdde_tensor *gpt_linear(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
+    return gpt_linear_act(g, c, prefix, x, in, out, std, false);
 }
 
-static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C, float eps) {
+static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t C) {
     char name[64];
     snprintf(name, sizeof name, "%s.g", prefix);
-    pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES);
+    pdde_tensor *gamma = gpt_weight(g, c, name, 1, (int64_t[]){C}, PDDE_INIT_ONES);
     snprintf(name, sizeof name, "%s.b", prefix);
-    pdde_tensor *beta = pdde_param(g, name, 1, (int64_t[]){C}, 0.0f);
-    return pdde_layernorm(g, x, gamma, beta, eps);
+    pdde_tensor *beta = gpt_weight(g, c, name, 1, (int64_t[]){C}, 0.0f);
+    return pdde_layernorm(g, x, gamma, beta, gpt_norm_eps(c));
 }
 
 /* The architecture's norm of x [.., C] with parameters <prefix>.g (and GPT's <prefix>.b) */
 static inline pdde_tensor *gpt_norm(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t C) {
-    if (c->arch != GPT_ARCH_LLAMA) return gpt_layernorm(g, prefix, x, C, gpt_norm_eps(c));
+    if (c->arch != GPT_ARCH_LLAMA) return gpt_layernorm(g, c, prefix, x, C);
     char name[64];
     snprintf(name, sizeof name, "%s.g", prefix);
-    return pdde_rmsnorm(g, x, pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES), gpt_norm_eps(c));
+    return pdde_rmsnorm(g, x, gpt_weight(g, c, name, 1, (int64_t[]){C}, PDDE_INIT_ONES), gpt_norm_eps(c));
 }
 
 /* x @ <prefix>.w [in, out], no bias (LLaMA's linears) */
-static inline pdde_tensor *gpt_linear_nobias(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
+static inline pdde_tensor *gpt_linear_nobias(pdde_graph *g, const gpt_config *c, const char *prefix, pdde_tensor *x, int64_t in, int64_t out,
+                                             float std) {
     char name[64];
     snprintf(name, sizeof name, "%s.w", prefix);
-    return pdde_matmul(g, x, pdde_param(g, name, 2, (int64_t[]){in, out}, std), 0, 0);
+    return gpt_lora(g, c, prefix, x, pdde_matmul(g, x, gpt_weight(g, c, name, 2, (int64_t[]){in, out}, std), 0, 0), in, out);
 }
 
 /* GPT's attention sublayer of block l on a = ln1(x) [B, T, C], projected (proj): the fused qkv columns
@@ -173,7 +228,7 @@ static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c,
     int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads;
     char p[32];
     snprintf(p, sizeof p, "h%d.attn", l);
-    pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3], *y;
+    pdde_tensor *qkv = gpt_linear(g, c, p, a, C, 3 * C, 0.02f), *part[3], *y;
     if (c->unfused_attention || c->separate_qkv) {
         pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
         for (int i = 0; i < 3; i++)
@@ -184,7 +239,7 @@ static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c,
         y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
     }
     snprintf(p, sizeof p, "h%d.proj", l);
-    return gpt_linear(g, p, y, C, C, proj_std);
+    return gpt_linear(g, c, p, y, C, C, proj_std);
 }
 
 /* RoPE of x [B, T, H, D] with model c's base (and LLaMA 3's scaling) */
@@ -202,7 +257,7 @@ static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *
     int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads, Hkv = gpt_kv_heads(c), R = H / Hkv;
     char p[32];
     snprintf(p, sizeof p, "h%d.attn", l);
-    pdde_tensor *qkv = pdde_reshape(g, gpt_linear_nobias(g, p, a, C, (H + 2 * Hkv) * D, 0.02f), 5, (int64_t[]){B, T, Hkv, R + 2, D});
+    pdde_tensor *qkv = pdde_reshape(g, gpt_linear_nobias(g, c, p, a, C, (H + 2 * Hkv) * D, 0.02f), 5, (int64_t[]){B, T, Hkv, R + 2, D});
     pdde_tensor *q = pdde_reshape(g, pdde_slice(g, qkv, 3, 0, R), 4, (int64_t[]){B, T, H, D});
     pdde_tensor *kv[2] = {pdde_slice(g, qkv, 3, R, 1), pdde_slice(g, qkv, 3, R + 1, 1)}; /* [B, T, Hkv, 1, D] */
     q = gpt_rope(g, c, q);
@@ -219,7 +274,7 @@ static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *
     pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, kv[0], kv[1]); /* [B, H, T, D] */
     y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
     snprintf(p, sizeof p, "h%d.proj", l);
-    return gpt_linear_nobias(g, p, y, C, C, proj_std);
+    return gpt_linear_nobias(g, c, p, y, C, C, proj_std);
 }
 
 /* The dense feed-forward of block l on h = the second norm's output: GPT's fcproj(gelu(fc(h))), LLaMA's
@@ -230,13 +285,13 @@ static inline pdde_tensor *gpt_mlp(pdde_graph *g, const gpt_config *c, int l, pd
     snprintf(p, sizeof p, "h%d.fc", l);
     if (c->arch == GPT_ARCH_LLAMA) {
         snprintf(p3, sizeof p3, "h%d.fc3", l);
-        h = pdde_mul(g, pdde_silu(g, gpt_linear_nobias(g, p, h, C, F, 0.02f)), gpt_linear_nobias(g, p3, h, C, F, 0.02f));
+        h = pdde_mul(g, pdde_silu(g, gpt_linear_nobias(g, c, p, h, C, F, 0.02f)), gpt_linear_nobias(g, c, p3, h, C, F, 0.02f));
         snprintf(p, sizeof p, "h%d.fcproj", l);
-        return gpt_linear_nobias(g, p, h, F, C, proj_std);
+        return gpt_linear_nobias(g, c, p, h, F, C, proj_std);
     }
-    h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f)) : gpt_linear_act(g, p, h, C, F, 0.02f, true);
+    h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, c, p, h, C, F, 0.02f)) : gpt_linear_act(g, c, p, h, C, F, 0.02f, true);
     snprintf(p, sizeof p, "h%d.fcproj", l);
-    return gpt_linear(g, p, h, F, C, proj_std);
+    return gpt_linear(g, c, p, h, F, C, proj_std);
 }
 
 /* Builds the forward graph and the loss; returns pdde_graph_status(g). Layers get layer ids 1..L (0 is
@@ -255,6 +310,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
                   !(c->rope_base >= 0) || isinf(c->rope_base)))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LLaMA needs kv heads %d dividing heads %d (at most 64 query heads a group), an even "
                           "head dim (width / heads = %d, for RoPE) and a finite rope base (%g)", c->kv_heads, c->heads, c->width / c->heads, c->rope_base);
+    if (c->lora_rank < 0 || c->lora_rank > 4096 || !(c->lora_alpha >= 0) || isinf(c->lora_alpha) || (c->lora_rank > 0 && c->moe_experts > 1))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LoRA rank %d (0 .. 4096) and alpha %g (>= 0, finite), and no experts (%d) with it",
+                          c->lora_rank, c->lora_alpha, c->moe_experts);
     if (!(c->norm_eps >= 0) || c->norm_eps > 1)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: norm epsilon %g: 0 (1e-5) or a number in (0, 1] expected", c->norm_eps);
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab;
@@ -266,8 +324,8 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
-    pdde_tensor *wte = pdde_param(g, "wte", 2, (int64_t[]){V, C}, 0.02f);
-    pdde_tensor *wpe = llama ? NULL : pdde_param(g, "wpe", 2, (int64_t[]){T, C}, 0.02f);
+    pdde_tensor *wte = gpt_weight(g, c, "wte", 2, (int64_t[]){V, C}, 0.02f);
+    pdde_tensor *wpe = llama ? NULL : gpt_weight(g, c, "wpe", 2, (int64_t[]){T, C}, 0.02f);
     pdde_tensor *x = pdde_embedding(g, wte, m->ids);
     if (wpe) x = pdde_add(g, x, wpe); /* [B, T, C] + [T, C] */
     for (int l = 0; l < c->layers; l++) {
@@ -289,7 +347,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     }
     pdde_graph_set_layer(g, c->layers + 1);
     x = gpt_norm(g, c, "lnf", x, C);
-    pdde_tensor *head = c->untied_head ? pdde_param(g, "head", 2, (int64_t[]){V, C}, 0.02f) : wte;
+    pdde_tensor *head = c->untied_head ? gpt_weight(g, c, "head", 2, (int64_t[]){V, C}, 0.02f) : wte;
     m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), head, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
     if (m->moe_balance) {
@@ -343,6 +401,10 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
             snprintf(b, sizeof b, "h%d.%s.b", l, names[i]); /* (LLaMA's have none: NULL) */
             if (i >= 2 && !pdde_graph_find(g, w)) continue; /* GPT's MLP has no fc3; an MoE block: its experts instead (gpt_shard_experts) */
             pdde_status st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), pdde_graph_find(g, b), mesh, axis, kinds[i]);
+            /* LoRA's adapters split with their weight: a column layer's B by columns, a row layer's A by
+             * rows (x A is then partial, as x W is, and summed with it) */
+            snprintf(w, sizeof w, "h%d.%s.lora_%c", l, names[i], kinds[i] == PDDE_TP_COLUMN ? 'b' : 'a');
+            if (!st && pdde_graph_find(g, w)) st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), NULL, mesh, axis, kinds[i]);
             if (st) return st;
         }
     }
@@ -674,18 +736,28 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
     return gpt_plan_search_simulated(ctx, c, d, use_all_devices, NULL, plans, max_plans, n_fit, n_rejected);
 }
 
+/* The parameters LoRA trains (its adapters), 0 without it */
+static inline int64_t gpt_n_lora_params(const gpt_config *c) {
+    if (c->lora_rank <= 0) return 0;
+    int64_t C = c->width, F = gpt_ffn(c), r = c->lora_rank, D = c->heads > 0 ? C / c->heads : 0;
+    int64_t qkv = c->arch == GPT_ARCH_LLAMA ? (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D : 3 * C;
+    int64_t per = r * (C + qkv) + r * 2 * C + r * (C + F) * (c->arch == GPT_ARCH_LLAMA ? 2 : 1) + r * (F + C);
+    return c->layers * per;
+}
+
+/* Every weight of model c: its parameters, and under LoRA the frozen pretrained ones and the adapters */
 static inline int64_t gpt_n_params(const gpt_config *c) {
     int64_t C = c->width, F = gpt_ffn(c), E = c->moe_experts, VC = (int64_t)c->vocab * C * (c->untied_head ? 2 : 1), n = VC + 2 * C;
     if (c->arch == GPT_ARCH_LLAMA) { /* no position embedding, no biases, norms with gains only */
         int64_t D = c->heads > 0 ? C / c->heads : 0, qkv = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
         n = VC + C;
         for (int l = 0; l < c->layers; l++) n += 2 * C + C * qkv + C * C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
-        return n;
+        return n + gpt_n_lora_params(c);
     }
     n += (int64_t)c->ctx * C;
     for (int l = 0; l < c->layers; l++)
         n += 4 * C + 3 * C * C + 3 * C + C * C + C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : C * F + F + F * C + C);
-    return n;
+    return n + gpt_n_lora_params(c);
 }
 
 /* DeepSeek-V3's balance without a loss: after a step, each MoE block's bias (an input, cfg.moe_bias)

@@ -482,7 +482,7 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
         if (i == 0 || strcmp(t[i].mine, t[i - 1].mine)) { /* (LLaMA's q, k and v come from one parameter) */
             free(mine);
             mine = malloc((size_t)count * sizeof *mine);
-            st = !mine ? PDDE_ERR_OOM : pdde_session_read(s, p, mine, (size_t)count * sizeof *mine);
+            st = !mine ? PDDE_ERR_OOM : gpt_read_weight(s, g, c, p, mine); /* (under LoRA: merged) */
             if (st) break;
         }
         for (int64_t r = 0; r < rows; r++)

@@ -203,8 +203,7 @@ static inline pdde_status gpt_llmc_save(pdde_session *s, pdde_graph *g, const gp
         for (int l = 0; l < (gpt_llmc_layered(k) ? c->layers : 1) && !st; l++) {
             snprintf(name, sizeof name, gpt_llmc_map[k].name, l);
             pdde_tensor *t = pdde_graph_find(g, name);
-            int64_t count = pdde_tensor_numel(t);
-            st = pdde_session_read(s, t, mine, (size_t)count * sizeof *mine);
+            st = gpt_read_weight(s, g, c, t, mine); /* (under LoRA: merged) */
             if (st) break;
             gpt_llmc_relayout(gpt_llmc_map[k].how, t, c->heads, 1, file, mine);
             if (fwrite(file, sizeof *file, (size_t)n[k], f) != (size_t)n[k]) st = pdde_error(ctx, PDDE_ERR_IO, "%s: writing %s: %s", tmp, name, strerror(errno));

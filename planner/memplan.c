@@ -199,7 +199,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
             if (!placed[t->id]) persist_place(P, d, t, placed);
             if (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_SHADOW)) s->param_bytes += bytes; /* (and their bf16 copies) */
             else if (t->flags & PDDE_TENSOR_GRAD) s->grad_bytes += bytes;
-            else if (t->flags & PDDE_TENSOR_STATE) s->optimizer_bytes += bytes;
+            else if ((t->flags & PDDE_TENSOR_STATE) && !(t->flags & PDDE_TENSOR_INPUT)) s->optimizer_bytes += bytes; /* (a state input: an input's) */
             else s->input_bytes += bytes;
         } else {
             s->activation_bytes += bytes;

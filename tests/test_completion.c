@@ -218,14 +218,14 @@ static void test_mlp(void) {
     pdde_graph *g = new_graph();
     const pdde_mesh *m = mesh_2x2(g);
     pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 3, SHAPE(4, 8, 16));
-    pdde_tensor *h = gpt_layernorm(g, "ln", x, 16, 1e-5f);
+    pdde_tensor *h = gpt_layernorm(g, NULL, "ln", x, 16);
     pdde_tensor *fc = pdde_matmul(g, h, pdde_param(g, "fc.w", 2, SHAPE(16, 64), 0.02f), 0, 0);
     pdde_tensor *fcb = pdde_bias_add(g, fc, pdde_param(g, "fc.b", 1, SHAPE(64), 0));
     pdde_tensor *act = pdde_gelu(g, fcb);
     pdde_tensor *pr = pdde_matmul(g, act, pdde_param(g, "fcproj.w", 2, SHAPE(64, 16), 0.02f), 0, 0);
     pdde_tensor *prb = pdde_bias_add(g, pr, pdde_param(g, "fcproj.b", 1, SHAPE(16), 0));
     pdde_tensor *res = pdde_add(g, x, prb);
-    pdde_tensor *out = gpt_layernorm(g, "ln2", res, 16, 1e-5f);
+    pdde_tensor *out = gpt_layernorm(g, NULL, "ln2", res, 16);
     CHECK(pdde_graph_status(g) == PDDE_OK, "build");
     CHECK(!pdde_strategy_data_parallel(g, m, "dp"), "dp");
     CHECK(!pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, "fc.w"), pdde_graph_find(g, "fc.b"), m, "tp", PDDE_TP_COLUMN) &&

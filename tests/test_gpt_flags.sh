@@ -344,6 +344,27 @@ rc3=$?
     grep -qF "saved with --rope-scaling 8,1,4,64, this run has --rope-scaling none" "$tmp/hf3c.log"
 ok=$?
 check "gpt --init-from a LLaMA 3 directory scales its RoPE, --save-hf keeps rope_scaling ($(val_at "$tmp/hf3.log" 2) = $(val_at "$tmp/hf3b.log" 0)), its checkpoint refuses a run without it (rc $rc/$rc2/$rc3)" $ok
+# LoRA on the Hugging Face LLaMA: adapters trained (the validation loss moves), --save-hf writes the
+# merged weights, which validate where the run ended; --tp 2 and --dp 2 train the one process's model; a
+# resume with another --lora-alpha is refused; without --init-from it is refused
+lora=("${llmc[@]}" --init-from tests/data/hf_llama --lora-rank 4 --steps 4 --val-every 4)
+"$build/gpt" "${lora[@]}" --save-hf "$tmp/lora" --ckpt-dir "$tmp/ckl4" >"$tmp/lora.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/lora" --steps 0 >"$tmp/lora2.log" 2>&1
+rc2=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${lora[@]}" --tp 2 >"$tmp/loratp.log" 2>&1
+rc3=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${lora[@]}" --dp 2 >"$tmp/loradp.log" 2>&1
+rc4=$?
+"$build/gpt" "${lora[@]}" --lora-alpha 8 --ckpt-dir "$tmp/ckl4" --resume >"$tmp/lora3.log" 2>&1
+rc5=$?
+end=$(val_at "$tmp/lora.log" 4)
+[ $rc = 0 ] && grep -q "LoRA rank 4, alpha 4: .* parameters trained, the pretrained weights frozen" "$tmp/lora.log" && [ -n "$end" ] &&
+    [ "$end" != "$(val_at "$tmp/lora.log" 0)" ] && [ $rc2 = 0 ] && near "$(val_at "$tmp/lora2.log" 0)" "$end" 0.0002 && [ $rc3 = 0 ] &&
+    near "$(val_at "$tmp/loratp.log" 4)" "$end" 0.0002 && [ $rc4 = 0 ] && near "$(val_at "$tmp/loradp.log" 4)" "$end" 0.0002 && [ $rc5 = 1 ] &&
+    grep -qF "saved with --lora-alpha 4, this run has --lora-alpha 8" "$tmp/lora3.log"
+ok=$?
+check "gpt --lora-rank 4 trains adapters ($(val_at "$tmp/lora.log" 0) -> $end), --save-hf's merged weights validate there ($(val_at "$tmp/lora2.log" 0)), --tp 2 and --dp 2 too ($(val_at "$tmp/loratp.log" 4), $(val_at "$tmp/loradp.log" 4)); another --lora-alpha refused (rc $rc/$rc2/$rc3/$rc4/$rc5)" $ok
 # a Hugging Face model's tokenizer.json prints the sample of its token ids as text (by default the one beside
 # the weights; --tokenizer names another, a config.json is refused as one)
 python3 - "$tmp/hfids.bin" <<'PY'
@@ -369,6 +390,8 @@ refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama3 --rope-scaling 32,1,4,8192|--rope-scaling 32,1,4,8192, but the file's model has 8,1,4,64
 --rope-scaling 8,1,4,8192|--kv-heads, --rope-base and --rope-scaling are LLaMA's
 --arch llama --rope-scaling 8,4,1,8192|--rope-scaling wants FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_CONTEXT
+--lora-rank 4|--lora-rank 4 adapts a pretrained model: give --init-from
+--init-from tests/data/hf_gpt2 --lora-rank 4 --moe-experts 4|Hugging Face's GPT-2 and LLaMA have no experts
 --init-from $tmp/hfnone|--init-from $tmp/hfnone: $tmp/hfnone: neither model.safetensors nor model.safetensors.index.json there
 BAD
 finish

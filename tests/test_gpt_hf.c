@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* (memmem) */
 #include "tests/test_util.h"
 #include "examples/gpt_hf.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -189,6 +190,72 @@ static void check_safetensors(void) {
     CHECK(ok && got[0] == 1.0f && got[1] == -2.5f, "F16 values read: %g %g %s", got[0], got[1], ok ? "" : why);
 }
 
+/* LoRA on hf_llama (examples/gpt.h): with B = 0 the logits are the plain model's bit for bit; a step
+ * of AdamW moves the adapters and leaves every pretrained weight as loaded; gpt_read_weight gives W +
+ * A B alpha / r, as computed here in double; the session trains only the adapters' bytes */
+static void check_lora(pdde_context *ctx, const hf_ref *r) {
+    gpt_config plain, lora;
+    pdde_graph *g = NULL, *lg = NULL;
+    pdde_session *s = NULL, *ls = NULL;
+    gpt_model m, lm;
+    size_t n = (size_t)r->B * r->T * r->V;
+    float *logits = malloc(n * 4), *llogits = malloc(n * 4);
+    pdde_status st = hf_session(ctx, "tests/data/hf_llama", r, &plain, &g, &m, &s);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s, m.logits, logits, n * 4);
+    CHECK(!st, "plain hf_llama: %s", pdde_last_error(ctx));
+    char why[400];
+    int max_ctx;
+    lora = (gpt_config){.ctx = r->T, .batch = r->B, .lora_rank = 3, .lora_alpha = 6};
+    if (!st && gpt_hf_config("tests/data/hf_llama", &lora, &max_ctx, why, sizeof why)) st = PDDE_ERR_INVALID_ARG;
+    lora.lora_rank = 3, lora.lora_alpha = 6;
+    pdde_optimizer_params op = {.lr = 1e-2f};
+    pdde_memory_stats ms = {0};
+    if (!st) st = pdde_graph_init(ctx, &lg);
+    if (!st) st = gpt_build(lg, &lora, &lm);
+    if (!st) pdde_mark_output(lm.logits), st = pdde_backward(lg, lm.loss);
+    if (!st) st = pdde_optimizer_adamw(lg, &op);
+    if (!st) st = pdde_session_init(lg, NULL, &ls);
+    if (!st) st = gpt_hf_load(ls, lg, &lora, "tests/data/hf_llama");
+    if (!st) st = pdde_session_write(ls, lm.ids, r->ids, (size_t)r->B * r->T * 4);
+    if (!st) st = pdde_session_write(ls, lm.targets, r->targets, (size_t)r->B * r->T * 4);
+    if (!st) st = pdde_session_run(ls, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(ls, lm.logits, llogits, n * 4);
+    CHECK(!st && !memcmp(logits, llogits, n * 4), "LoRA with B = 0 gives the plain model's logits bit for bit (%s)", st ? pdde_last_error(ctx) : "");
+    if (!st) pdde_session_memory(ls, &ms);
+    CHECK(!st && ms.param_bytes == (size_t)gpt_n_lora_params(&lora) * 4 && ms.grad_bytes == ms.param_bytes,
+          "LoRA trains its adapters only: %zu bytes of parameters, %zu of gradients, gpt_n_lora_params %lld", ms.param_bytes, ms.grad_bytes,
+          (long long)gpt_n_lora_params(&lora));
+    pdde_tensor *w = pdde_graph_find(lg, "h1.fc3.w"), *a = pdde_graph_find(lg, "h1.fc3.lora_a"), *b = pdde_graph_find(lg, "h1.fc3.lora_b");
+    int64_t in = 32, rank = 3, out = gpt_ffn(&lora), nw = in * out;
+    float *before = malloc((size_t)nw * 4), *after = malloc((size_t)nw * 4), *merged = malloc((size_t)nw * 4);
+    float *av = malloc((size_t)(in * rank) * 4), *bv = malloc((size_t)(rank * out) * 4);
+    if (!st && w && a && b) st = pdde_session_read(ls, w, before, (size_t)nw * 4);
+    for (int step = 0; step < 3 && !st; step++) st = pdde_session_run(ls, PDDE_RUN_STEP);
+    float loss0 = pdde_session_loss(ls);
+    if (!st) st = pdde_session_run(ls, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(ls, w, after, (size_t)nw * 4);
+    if (!st) st = pdde_session_read(ls, a, av, (size_t)(in * rank) * 4);
+    if (!st) st = pdde_session_read(ls, b, bv, (size_t)(rank * out) * 4);
+    if (!st) st = gpt_read_weight(ls, lg, &lora, w, merged);
+    int bmoved = 0;
+    for (int64_t i = 0; i < rank * out; i++) bmoved |= bv[i] != 0;
+    CHECK(!st && w && a && b && !memcmp(before, after, (size_t)nw * 4) && bmoved && pdde_session_loss(ls) < loss0,
+          "3 AdamW steps move the adapters (loss %g then %g) and leave h1.fc3.w as loaded (%s)", loss0, pdde_session_loss(ls),
+          st ? pdde_last_error(ctx) : "");
+    double worst = 0;
+    for (int64_t i = 0; !st && i < in; i++)
+        for (int64_t j = 0; j < out; j++) {
+            double want = before[i * out + j];
+            for (int64_t k = 0; k < rank; k++) want += (double)av[i * rank + k] * bv[k * out + j] * 2.0; /* (alpha 6 / r 3) */
+            double e = fabs(merged[i * out + j] - want);
+            worst = e > worst ? e : worst;
+        }
+    CHECK(!st && worst < 1e-6, "gpt_read_weight gives W + A B alpha / r: worst difference %g", worst);
+    pdde_session_free(s), pdde_graph_free(g), pdde_session_free(ls), pdde_graph_free(lg);
+    free(logits), free(llogits), free(before), free(after), free(merged), free(av), free(bv);
+}
+
 /* tokenizer.json's tokens as bytes: byte-level BPE (hf_gpt2's) and SentencePiece's (hf_llama's) */
 static void check_vocab(void) {
     static const struct { const char *path; int n, ids[5]; const char *text; } cases[] = {
@@ -264,6 +331,7 @@ int main(void) {
         check_model(ctx, "tests/data/hf_llama", &ref[1], "LLaMA (GQA, BF16 shards, untied)");
         check_model(ctx, "tests/data/hf_llama3", &ref[2], "LLaMA 3 (rope_scaling llama3, one kv head, F16, tied)");
         check_load_refusals(ctx, &ref[0]);
+        check_lora(ctx, &ref[1]);
     }
     gpt_config c = {.ctx = 16, .batch = 1};
     int max_ctx = 0;
@@ -297,6 +365,12 @@ int main(void) {
     pdde_tensor *head = pdde_graph_find(g, "head");
     CHECK(!st && head && head->shape[0] == 50 && head->shape[1] == 16 && gpt_n_params(&untied) == 50 * 16 * 2 + 8 * 16 + 16 * 4 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 64 + 64 + 64 * 16 + 16 + 2 * 16,
           "an untied head is a parameter [V, C] of its own, counted by gpt_n_params (%lld)", (long long)gpt_n_params(&untied));
+    pdde_graph_free(g);
+    gpt_config moe_lora = untied;
+    moe_lora.lora_rank = 2, moe_lora.moe_experts = 4;
+    st = pdde_graph_init(ctx, &g);
+    if (!st) st = gpt_build(g, &moe_lora, &m);
+    CHECK(st && strstr(pdde_last_error(ctx), "no experts (4) with it"), "LoRA with experts refused: %s", pdde_last_error(ctx));
     pdde_graph_free(g);
     for (int k = 0; k < 3; k++) free(ref[k].ids), free(ref[k].targets), free(ref[k].logits);
     pdde_context_free(ctx);

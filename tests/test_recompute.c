@@ -24,23 +24,23 @@ static pdde_status build_dropout_model(pdde_graph *g, const gpt_config *c, gpt_m
         char p[32];
         pdde_graph_set_layer(g, l + 1);
         snprintf(p, sizeof p, "h%d.ln", l);
-        pdde_tensor *a = gpt_layernorm(g, p, x, C, 1e-5f);
+        pdde_tensor *a = gpt_layernorm(g, NULL, p, x, C);
         snprintf(p, sizeof p, "h%d.qkv", l);
-        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.1f), *part[3];
+        pdde_tensor *qkv = gpt_linear(g, NULL, p, a, C, 3 * C, 0.1f), *part[3];
         pdde_split(g, qkv, 2, 3, part);
         for (int i = 0; i < 3; i++)
             part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
         pdde_tensor *y = pdde_attention(g, part[0], part[1], part[2]);
         y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
         snprintf(p, sizeof p, "h%d.proj", l);
-        x = pdde_add(g, x, pdde_dropout(g, gpt_linear(g, p, y, C, C, 0.1f), 0.2f, 100 + (uint64_t)l));
+        x = pdde_add(g, x, pdde_dropout(g, gpt_linear(g, NULL, p, y, C, C, 0.1f), 0.2f, 100 + (uint64_t)l));
         snprintf(p, sizeof p, "h%d.fc1", l);
-        pdde_tensor *h = pdde_dropout(g, pdde_gelu(g, gpt_linear(g, p, x, C, 4 * C, 0.1f)), 0.3f, 200 + (uint64_t)l);
+        pdde_tensor *h = pdde_dropout(g, pdde_gelu(g, gpt_linear(g, NULL, p, x, C, 4 * C, 0.1f)), 0.3f, 200 + (uint64_t)l);
         snprintf(p, sizeof p, "h%d.fc2", l);
-        x = pdde_add(g, x, gpt_linear(g, p, h, 4 * C, C, 0.1f));
+        x = pdde_add(g, x, gpt_linear(g, NULL, p, h, 4 * C, C, 0.1f));
     }
     pdde_graph_set_layer(g, c->layers + 1);
-    x = gpt_layernorm(g, "lnf", x, C, 1e-5f);
+    x = gpt_layernorm(g, NULL, "lnf", x, C);
     m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
     pdde_graph_set_layer(g, -1);
