@@ -151,7 +151,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-lora bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -378,6 +378,9 @@ bench-gpt: all
 # pdde against llm.c's CPU trainer on the same GPT-2 124M file, shards and update (LLMC_DIR: an llm.c checkout)
 bench-llmc: all
 	@bash tools/bench/bench_llmc.sh $(BUILD)
+
+bench-lora: all
+	@bash tools/bench/bench_lora.sh $(BUILD)
 
 # Sharded checkpoints every few steps of gpt on 2 ranks: written synchronously against in the background.
 bench-checkpoint: all

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-lora: LoRA fine-tuning of a SmolLM2-135M-shaped LLaMA (30 layers, width 576, 9 heads over 3 kv
 # heads, SwiGLU 1536, vocabulary 49152, tied head), rank 8 on every linear of the blocks, on the CPU:
-# pdde's LoRA step against PyTorch's (tools/bench/peer_lora_torch.py, the same model file, batch and
+# pdde's LoRA step against PyTorch's (tools/bench/peer_lora_torch.py, the same model file, batch shape and
 # update, in the same run) and against pdde's full fine-tune of the same model. The model is pdde's
 # initialization saved as a Hugging Face directory (gpt --save-hf). Prints each side, then
 #   RESULT lora_cpu torch_ratio=<pdde tok/s over PyTorch's> full_ratio=<LoRA tok/s over full fine-tuning>
