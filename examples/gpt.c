@@ -921,7 +921,7 @@ static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char
     snprintf(value[4], 160, "%d", moe ? gpt_moe_topk(c) : 0), snprintf(value[5], 160, "%.9g", moe ? c->moe_capacity : 0.0f);
     gpt_hf_float(value[6], gpt_norm_eps(c));
     rope_scaling_str(c, value[7]);
-    snprintf(value[8], 160, "%.9g", c->lora_rank > 0 ? (c->lora_alpha > 0 ? c->lora_alpha : (float)c->lora_rank) : 0.0f);
+    snprintf(value[8], 160, "%.9g", c->lora_rank > 0 ? gpt_lora_alpha(c) : 0.0f);
 }
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
@@ -1281,8 +1281,8 @@ elastic_rebuild:
                                                gpt_rope_base(&o.model), o.model.rope_scaling[0] > 0 ? ", LLaMA 3 scaling " : "",
                                                o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model));
     if (o.model.lora_rank > 0)
-        printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank,
-               o.model.lora_alpha > 0 ? o.model.lora_alpha : (float)o.model.lora_rank, (double)gpt_n_lora_params(&o.model) / 1e6);
+        printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank, gpt_lora_alpha(&o.model),
+               (double)gpt_n_lora_params(&o.model) / 1e6);
     if (o.model.untied_head || gpt_norm_eps(&o.model) != 1e-5f || (o.model.arch != GPT_ARCH_LLAMA && gpt_ffn(&o.model) != 4LL * o.model.width))
         printf("gpt: %s head, norm epsilon %g, ffn %lld\n", o.model.untied_head ? "an untied" : "a tied", gpt_norm_eps(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",

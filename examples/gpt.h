@@ -61,6 +61,7 @@ static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA
 static inline int gpt_kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
 static inline float gpt_rope_base(const gpt_config *c) { return c->rope_base > 0 ? c->rope_base : 10000.0f; }
 static inline float gpt_norm_eps(const gpt_config *c) { return c && c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
+static inline float gpt_lora_alpha(const gpt_config *c) { return c->lora_alpha > 0 ? c->lora_alpha : (float)c->lora_rank; }
 
 /* A weight of model c (NULL: a plain model): a parameter, or under LoRA the pretrained value held
  * frozen: a state input (checkpointed, never trained) that the caller loads */
@@ -80,7 +81,7 @@ static inline pdde_tensor *gpt_lora(pdde_graph *g, const gpt_config *c, const ch
     pdde_tensor *a = pdde_param(g, name, 2, (int64_t[]){in, r}, 1.0f / sqrtf((float)in));
     snprintf(name, sizeof name, "%s.lora_b", prefix);
     pdde_tensor *b = pdde_param(g, name, 2, (int64_t[]){r, out}, 0.0f);
-    float scale = (c->lora_alpha > 0 ? c->lora_alpha : (float)r) / (float)r;
+    float scale = gpt_lora_alpha(c) / (float)r;
     return pdde_add(g, y, pdde_scale(g, pdde_matmul(g, pdde_matmul(g, x, a, 0, 0), b, 0, 0), scale));
 }
 
@@ -108,7 +109,7 @@ static inline pdde_status gpt_read_weight(pdde_session *s, pdde_graph *g, const 
     if (!a || !b) return PDDE_OK;
     int64_t in = a->shape[0], r = a->shape[1], out = b->shape[1];
     float *av = malloc((size_t)(in * r) * sizeof *av), *bv = malloc((size_t)(r * out) * sizeof *bv);
-    float scale = (c->lora_alpha > 0 ? c->lora_alpha : (float)r) / (float)r;
+    float scale = gpt_lora_alpha(c) / (float)r;
     st = !av || !bv ? PDDE_ERR_OOM : pdde_session_read(s, a, av, (size_t)(in * r) * sizeof *av);
     if (!st) st = pdde_session_read(s, b, bv, (size_t)(r * out) * sizeof *bv);
     for (int64_t i = 0; !st && i < in; i++)

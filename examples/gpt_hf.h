@@ -1,5 +1,5 @@
 /* gpt_hf.h — Demonstrates how to start a pdde model from a model hub's weights and give a trained one
- * back: Hugging Face's GPT-2 (GPT2LMHeadModel) and LLaMA (LlamaForCausalLM: LLaMA 2, TinyLlama,
+ * back: Hugging Face's GPT-2 (GPT2LMHeadModel) and LLaMA (LlamaForCausalLM: LLaMA 2 and 3, TinyLlama,
  * SmolLM2, ...) directories, config.json and safetensors, to and from gpt.h's model.
  *
  *   gpt_hf_config(dir, &cfg, &max_ctx, why, n)   the model config.json describes, in gpt.h's terms
@@ -16,8 +16,9 @@
  *   lm_head.weight: absent where the head is tied to the embedding (tie_word_embeddings), else gpt.h's
  *     untied "head".
  * LLaMA 3.1's and 3.2's rope_scaling ("llama3") is read too. What gpt.h cannot compute is refused naming
- * the field: other architectures, other rope_scaling types, biases in LLaMA's linears, an activation other than GPT-2's tanh GELU or
- * LLaMA's SiLU. A tensor of the file that the model would not use is refused too (it would be lost). */
+ * the field: other architectures, other rope_scaling types, biases in LLaMA's linears, an activation
+ * other than GPT-2's tanh GELU or LLaMA's SiLU. A tensor of the file that the model would not use is
+ * refused too (it would be lost). */
 #ifndef PDDE_GPT_HF_H
 #define PDDE_GPT_HF_H
 #include "gpt.h"
@@ -44,12 +45,13 @@ static inline int gpt_hf_field(void *user, const json_value *v) {
     gpt_hf_fields *f = user;
     const char *k = v->key[0];
     if (!k) return 0;
-    if (v->depth == 2 && !strcmp(k, "rope_scaling") && v->type == JSON_STRING && v->key[1] && (!strcmp(v->key[1], "rope_type") || !strcmp(v->key[1], "type")))
-        snprintf(f->rope_scaling, sizeof f->rope_scaling, "%s", v->string);
-    if (v->depth == 2 && !strcmp(k, "rope_scaling") && !f->rope_scaling[0]) snprintf(f->rope_scaling, sizeof f->rope_scaling, "(unnamed)");
-    for (int i = 0; i < 4; i++)
-        if (v->depth == 2 && !strcmp(k, "rope_scaling") && v->key[1] && !strcmp(v->key[1], gpt_hf_scaling_names[i]) && v->type == JSON_NUMBER)
-            f->scaling[i] = v->number;
+    if (v->depth == 2 && !strcmp(k, "rope_scaling")) { /* (its type, under either name, and LLaMA 3's numbers) */
+        const char *field = v->key[1] ? v->key[1] : "";
+        if (v->type == JSON_STRING && (!strcmp(field, "rope_type") || !strcmp(field, "type"))) snprintf(f->rope_scaling, sizeof f->rope_scaling, "%s", v->string);
+        else if (!f->rope_scaling[0]) snprintf(f->rope_scaling, sizeof f->rope_scaling, "(unnamed)");
+        for (int i = 0; i < 4; i++)
+            if (v->type == JSON_NUMBER && !strcmp(field, gpt_hf_scaling_names[i])) f->scaling[i] = v->number;
+    }
     if (v->depth == 2 && !strcmp(k, "architectures") && v->type == JSON_STRING && v->index[1] == 0)
         snprintf(f->architecture, sizeof f->architecture, "%s", v->string);
     if (v->depth != 1) return 0;
@@ -65,7 +67,7 @@ static inline int gpt_hf_field(void *user, const json_value *v) {
 }
 
 /* The model of dir/config.json as gpt.h's config (arch, layers, heads, kv heads, width, vocab, ffn, rope
- * base, norm eps, untied head; the run's fields of c untouched) and its positions (*max_ctx); 0, or -1
+ * base and scaling, norm eps, untied head; the run's fields of c untouched) and its positions (*max_ctx); 0, or -1
  * with why[] naming the field */
 static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, char *why, size_t why_size) {
     char path[4200];
@@ -102,12 +104,12 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
                         "(0 < low < high), original_max_position_embeddings %g (> 0) expected", dir, r[0], r[1], r[2], r[3]), -1;
     for (int i = HF_ATT_BIAS; i <= HF_MLP_BIAS; i++)
         if (llama && f.num[i] > 0) return snprintf(why, why_size, "%s/config.json: %s true: gpt's LLaMA linears have no biases", dir, gpt_hf_names[i][1]), -1;
-    static const int needed[] = {HF_VOCAB, HF_LAYERS, HF_HEADS, HF_WIDTH, HF_MAX_POS};
-    static const double most[] = {1 << 24, 4096, 1 << 16, 1 << 16, 1 << 24};
-    for (int i = 0; i < 5; i++) {
-        double v = f.num[needed[i]];
-        if (!(v >= 1 && v <= most[i] && v == (int)v))
-            return snprintf(why, why_size, "%s/config.json: %s = %g: an integer 1 .. %g expected", dir, gpt_hf_names[needed[i]][llama], v, most[i]), -1;
+    static const int ints[] = {HF_VOCAB, HF_LAYERS, HF_HEADS, HF_WIDTH, HF_MAX_POS, HF_KV_HEADS, HF_FFN}; /* (the last two may be left out) */
+    static const double most[] = {1 << 24, 4096, 1 << 16, 1 << 16, 1 << 24, 1 << 16, 1 << 24};
+    for (int i = 0; i < 7; i++) {
+        double v = f.num[ints[i]];
+        if (!(v >= 1 && v <= most[i] && v == (int)v) && !(i >= 5 && v == -1))
+            return snprintf(why, why_size, "%s/config.json: %s = %g: an integer 1 .. %g expected", dir, gpt_hf_names[ints[i]][llama], v, most[i]), -1;
     }
     gpt_config m = *c;
     m.arch = llama ? GPT_ARCH_LLAMA : GPT_ARCH_GPT;
@@ -118,7 +120,7 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     for (int i = 0; i < 4; i++) m.rope_scaling[i] = llama3 ? (float)r[i] : 0;
     m.norm_eps = (float)(f.num[HF_EPS] > 0 ? f.num[HF_EPS] : llama ? 1e-6 : 1e-5); /* (each class's default) */
     m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama; /* (LlamaConfig unties by default, GPT2Config ties) */
-    if (m.ffn < 1 || m.ffn > 1 << 24) return snprintf(why, why_size, "%s/config.json: %s = %g: an integer 1 .. 2^24 expected", dir, gpt_hf_names[HF_FFN][llama], f.num[HF_FFN]), -1;
+    if (m.ffn < 1) return snprintf(why, why_size, "%s/config.json: no intermediate_size", dir), -1;
     if (m.width % m.heads || (f.num[HF_HEAD_DIM] > 0 && f.num[HF_HEAD_DIM] != m.width / m.heads))
         return snprintf(why, why_size, "%s/config.json: a head dim of %g with %d heads of width %d: gpt's heads split the width (head_dim = width / heads)", dir,
                         f.num[HF_HEAD_DIM] > 0 ? f.num[HF_HEAD_DIM] : (double)m.width / m.heads, m.heads, m.width), -1;

@@ -353,6 +353,7 @@ int main(void) {
     config_refused("\"hidden_size\": 32", "\"hidden_size\": 32.5", "hidden_size = 32.5: an integer");
     config_refused("\"hidden_size\": 32", "\"head_dim\": 16, \"hidden_size\": 32", "a head dim of 16 with 4 heads of width 32");
     config_refused("\"vocab_size\": 256", "\"vocab_size\": \"256\"", "vocab_size: a number expected");
+    config_refused("\"intermediate_size\": 80", "\"intermediate_size\": 1e30", "intermediate_size = 1e+30: an integer 1 ..");
     config_refused("\"vocab_size\": 256,", "", "vocab_size = -1: an integer 1 ..");
     check_json();
     check_vocab();
