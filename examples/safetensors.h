@@ -1,4 +1,4 @@
-/* safetensors.h — Demonstrates reading and writing Hugging Face's safetensors files, the format model
+/* safetensors.h — Demonstrates how to read and write Hugging Face's safetensors files, the format model
  * hubs publish weights in: an 8-byte little-endian header length N, N bytes of JSON naming each tensor's
  * dtype, shape and [begin, end) byte offsets in the data that follows. A model saved in several files
  * (model-00001-of-00002.safetensors, ...) has model.safetensors.index.json mapping names to files.
