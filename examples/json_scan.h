@@ -1,7 +1,7 @@
 /* json_scan.h — Demonstrates how to read JSON with a reader small enough to vendor beside pdde: it walks
- * a document and hands every scalar (string, number, true, false, null) to a callback with the keys that lead to
- * it. Hugging Face's files need no more: a safetensors header (examples/safetensors.h) and a model's
- * config.json (examples/gpt_hf.h).
+ * a document and hands every scalar (string, number, true, false, null) to a callback with the keys
+ * that lead to it. Hugging Face's files need no more: a safetensors header (examples/safetensors.h) and
+ * a model's config.json (examples/gpt_hf.h).
  *
  *   json_scan(text, length, visit, user, why, sizeof why)   0, or -1 with why[] giving the byte offset
  *
