@@ -45,6 +45,7 @@ typedef struct {
     float lr, weight_decay, clip;
     float temperature;     /* --temperature: the sample's softmax temperature (0: the likeliest token each time) */
     int top_k;             /* --top-k: the sample draws among the k likeliest tokens only (0: all) */
+    float top_p;           /* --top-p: ... and among the likeliest whose probabilities sum to p (0 or 1: all) */
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
     const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
@@ -89,8 +90,9 @@ static void usage(FILE *f) {
             "                              --save-llmc write the weights merged)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
-            "           [--temperature X] [--top-k N] (the sample: softmax temperature, default 0.8, 0 the likeliest token each\n"
-            "                              time; only the N likeliest tokens drawn from, default all)\n"
+            "           [--temperature X] [--top-k N] [--top-p P] (the sample: softmax temperature, default 0.8, 0 the\n"
+            "                              likeliest token each time; only the N likeliest tokens drawn from, default all; of\n"
+            "                              those, only the likeliest whose probabilities sum to P, default 1: all)\n"
             "           [--prompt TEXT]    (the sample goes on from TEXT; for a token file, ids: \"464,2068\")\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
@@ -328,6 +330,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--clip")) fv = &o->clip;
         else if (!strcmp(a, "--temperature")) fv = &o->temperature;
         else if (!strcmp(a, "--top-k")) iv = &o->top_k;
+        else if (!strcmp(a, "--top-p")) fv = &o->top_p;
         else if (!strcmp(a, "--seed")) {
             char *end = NULL;
             o->seed = strtoull(v, &end, 10);
@@ -363,6 +366,7 @@ static int parse(int argc, char **argv, options *o) {
         i++;
     }
     if (o->init_from && init_from_kind(o->init_from) != INIT_CHECKPOINT && adopt_file_model(argc, argv, o)) return -1;
+    if (o->top_p > 1) { fprintf(stderr, "gpt: --top-p wants a probability in [0, 1], got %g\n", o->top_p); return -1; }
     if (o->model.lora_rank > 0 && !o->init_from) {
         fprintf(stderr, "gpt: --lora-rank %d adapts a pretrained model: give --init-from (a Hugging Face directory, llm.c's file or a "
                 "checkpoint of this model)\n", o->model.lora_rank);
@@ -732,17 +736,25 @@ static int descending(const void *a, const void *b) {
 }
 
 /* The next token from the logits row[0 .. n): the likeliest at temperature 0, else drawn from
- * softmax(row / temperature) over the top_k likeliest (0: all; ties with the k-th kept) with the
+ * softmax(row / temperature) over the top_k likeliest (0: all; ties with the k-th kept), of those the
+ * likeliest whose probabilities sum to top_p (0 or 1: all), with the
  * generator *seed; sorted: scratch of n */
-static int sample_next(const float *row, int n, float temperature, int top_k, float *sorted, uint64_t *seed) {
+static int sample_next(const float *row, int n, float temperature, int top_k, float top_p, float *sorted, uint64_t *seed) {
     int best = 0;
     for (int v = 1; v < n; v++) best = row[v] > row[best] ? v : best;
     if (temperature == 0) return best;
     float floor = -INFINITY;
-    if (top_k > 0 && top_k < n) {
+    int nucleus = top_p > 0 && top_p < 1;
+    if ((top_k > 0 && top_k < n) || nucleus) {
         memcpy(sorted, row, (size_t)n * sizeof *sorted);
         qsort(sorted, (size_t)n, sizeof *sorted, descending);
-        floor = sorted[top_k - 1];
+        if (top_k > 0 && top_k < n) floor = sorted[top_k - 1];
+    }
+    if (nucleus) { /* the likeliest of those above the floor whose probabilities reach top_p (nucleus sampling) */
+        double z = 0, acc = 0;
+        for (int i = 0; i < n && sorted[i] >= floor; i++) z += exp((sorted[i] - sorted[0]) / temperature);
+        for (int i = 0; i < n && sorted[i] >= floor; i++)
+            if ((acc += exp((sorted[i] - sorted[0]) / temperature)) >= top_p * z) { floor = sorted[i]; break; }
     }
     double sum = 0, acc = 0;
     for (int v = 0; v < n; v++) sum += row[v] >= floor ? exp((row[v] - row[best]) / temperature) : 0;
@@ -835,7 +847,7 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
             if (block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK) row = logits + (size_t)(filled - 1) * cols;
         }
         if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
-        int next = sample_next(row, choices, o->temperature, o->top_k, sorted, &seed);
+        int next = sample_next(row, choices, o->temperature, o->top_k, o->top_p, sorted, &seed);
         if (comm && o->pp > 1) { /* the last stage's choice (mesh rank pp - 1: dp 0, tp 0) */
             int32_t chosen = next;
             const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;

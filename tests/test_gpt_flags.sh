@@ -240,8 +240,9 @@ check "gpt --init-from llm.c's file starts at its validation loss ($start; bf16 
 sample_with() { "$build/gpt" --threads 1 --ctx 16 --steps 0 --sample-len 40 --init-from tests/data/gpt2_llmc.bin "$@" 2>&1 | sed -n '/^---- sample/,/^-----/p' | md5sum; }
 greedy=$(sample_with --temperature 0 --seed 1)
 [ "$greedy" = "$(sample_with --temperature 0 --seed 2)" ] && [ "$greedy" = "$(sample_with --top-k 1 --temperature 2 --seed 3)" ] &&
+    [ "$greedy" = "$(sample_with --top-p 0.000001 --temperature 2 --seed 4)" ] && [ "$greedy" != "$(sample_with --top-p 0.9 --temperature 2 --seed 4)" ] &&
     [ "$(sample_with --seed 1)" != "$(sample_with --seed 2)" ] && [ "$(sample_with --seed 1)" != "$greedy" ]
-check "gpt's sample: --temperature 0 and --top-k 1 take the likeliest token whatever the seed; the default draws by it" $?
+check "gpt's sample: --temperature 0, --top-k 1 and a tiny --top-p take the likeliest token whatever the seed; the default draws by it" $?
 # a job started from the file and stopped resumes from its checkpoint, not from the file: its last
 # validation loss is the uninterrupted run's
 "$build/gpt" "${llmc[@]}" --init-from tests/data/gpt2_llmc.bin --steps 3 --ckpt-dir "$tmp/ck" --stop-after 1 >"$tmp/llmcr1.log" 2>&1
@@ -391,6 +392,7 @@ refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --rope-scaling 8,1,4,8192|--kv-heads, --rope-base and --rope-scaling are LLaMA's
 --arch llama --rope-scaling 8,4,1,8192|--rope-scaling wants FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_CONTEXT
 --lora-rank 4|--lora-rank 4 adapts a pretrained model: give --init-from
+--top-p 1.5|--top-p wants a probability in [0, 1], got 1.5
 --init-from tests/data/hf_gpt2 --lora-rank 4 --moe-experts 4|Hugging Face's GPT-2 and LLaMA have no experts
 --init-from $tmp/hfnone|--init-from $tmp/hfnone: $tmp/hfnone: neither model.safetensors nor model.safetensors.index.json there
 BAD
