@@ -223,7 +223,7 @@ static inline int gpt_hf_buffer(const char *name) {
     static const char *const ends[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
     size_t n = strlen(name);
     for (int i = 0; i < 3; i++)
-        if (n >= strlen(ends[i]) && !strcmp(name + n - strlen(ends[i]), ends[i]) && !strstr(name, "c_attn")) return 1;
+        if (n >= strlen(ends[i]) && !strcmp(name + n - strlen(ends[i]), ends[i])) return 1;
     return 0;
 }
 
@@ -246,10 +246,12 @@ static inline pdde_status gpt_hf_load(pdde_session *s, pdde_graph *g, const gpt_
         const st_tensor *f = found[i] = st_find(&file, t[i].hf);
         int64_t want_rows = strcmp(t[i].mine, "wpe") ? t[i].shape[0] : -1; /* (GPT-2's positions: at least the context's) */
         if (!f) { st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: no tensor %s (the model's %s)", path, t[i].hf, t[i].mine); break; }
-        if (f->ndim != t[i].ndim || (want_rows >= 0 ? f->shape[0] != want_rows : f->shape[0] < c->ctx) || (f->ndim > 1 && f->shape[1] != t[i].shape[1]))
-            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: tensor %s is [%lld%s%lld], the model's %s needs [%lld%s%lld]", path, t[i].hf,
-                            (long long)f->shape[0], f->ndim > 1 ? ", " : "", f->ndim > 1 ? (long long)f->shape[1] : 0LL, t[i].mine,
-                            (long long)t[i].shape[0], t[i].ndim > 1 ? ", " : "", t[i].ndim > 1 ? (long long)t[i].shape[1] : 0LL);
+        if (f->ndim != t[i].ndim || (want_rows >= 0 ? f->shape[0] != want_rows : f->shape[0] < c->ctx) || (f->ndim > 1 && f->shape[1] != t[i].shape[1])) {
+            char there[64] = "", here[64] = "";
+            for (int d = 0; d < f->ndim; d++) snprintf(there + strlen(there), sizeof there - strlen(there), "%s%lld", d ? ", " : "", (long long)f->shape[d]);
+            for (int d = 0; d < t[i].ndim; d++) snprintf(here + strlen(here), sizeof here - strlen(here), "%s%lld", d ? ", " : "", (long long)t[i].shape[d]);
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: tensor %s is [%s], the model's %s needs [%s]", path, t[i].hf, there, t[i].mine, here);
+        }
         big = st_numel(f) > big ? st_numel(f) : big;
     }
     for (int k = 0; k < file.n && !st; k++) { /* and nothing there that the model would lose */

@@ -287,6 +287,7 @@ static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
     static const struct { const char *from, *to, *says; } cases[] = {
         {"\"h.1.mlp.c_fc.bias\"", "\"h.1.mlp.c_fc.biaz\"", "no tensor h.1.mlp.c_fc.bias (the model's h1.fc.b)"},
         {"\"h.1.attn.bias\"", "\"h.1.attn.biaz\"", "tensor h.1.attn.biaz has no place in gpt's gpt model (2 layers)"},
+        {"\"shape\": [32, 32]", "\"shape\": [16, 64]", "tensor wpe.weight is [16, 64], the model's wpe needs [16, 32]"},
     };
     char *text = NULL;
     FILE *f = fopen("tests/data/hf_gpt2/model.safetensors", "rb");
