@@ -317,7 +317,7 @@ static inline int gpt_hf_vocab_set(gpt_hf_vocab_walk *w, double id, const char *
 
 static inline int gpt_hf_vocab_value(void *user, const json_value *v) {
     gpt_hf_vocab_walk *w = user;
-    const char *k0 = v->key[0] ? v->key[0] : "", *last = v->key[v->depth - 1];
+    const char *k0 = v->key[0] ? v->key[0] : "", *last = v->depth > 0 ? v->key[v->depth - 1] : NULL;
     if (!strcmp(k0, "decoder") && last && !strcmp(last, "type") && v->type == JSON_STRING && !strcmp(v->string, "ByteLevel")) w->byte_level = 1;
     if (!strcmp(k0, "model") && v->depth >= 3 && v->key[1] && !strcmp(v->key[1], "vocab")) {
         if (!v->key[2]) return w->vocab_array = 1; /* (a Unigram model's [piece, score] pairs) */
@@ -351,7 +351,8 @@ static inline void gpt_hf_token_bytes(const char *s, int byte_level, int literal
     while (*s && n < 255) {
         unsigned char c = (unsigned char)*s;
         unsigned len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1, hex = 0;
-        if (strnlen(s, len) < len) len = 1; /* (cut UTF-8: the byte as it is) */
+        for (unsigned i = 1; i < len; i++)
+            if (!s[i]) len = 1; /* (cut UTF-8: the byte as it is) */
         unsigned cp = len == 1 ? c : c & (0xFFu >> (len + 1));
         for (unsigned i = 1; i < len; i++) cp = cp << 6 | ((unsigned char)s[i] & 63);
         int b = byte_level && !literal ? gpt_hf_unicode_byte(cp) : -1;

@@ -15,7 +15,8 @@
  *   - a Criteo line read is a label 0 or 1, finite features >= 0 and ids of 1 to 8 hex digits tagged
  *     with their field; every line is read or counted as malformed, once;
  *   - a safetensors file that opens has every tensor's bytes inside the file, and each reads or says why;
- *     a config.json that is read gives a model gpt_build takes (or refuses saying why).
+ *     a config.json that is read gives a model gpt_build takes (or refuses saying why); a tokenizer.json
+ *     that is read gives each token at most 255 bytes.
  *
  * Built by `make test-fuzz` with clang's libFuzzer under AddressSanitizer and UBSan (its corpus is
  * seeded with valid inputs of each kind at the first run); without libFuzzer main() below mutates
@@ -35,9 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_SAFETENSORS, T_HF_CONFIG, T_COUNT };
-static const char *const target_name[T_COUNT] = {"plan",     "cluster", "checkpoint", "manifest",    "shard",    "table",
-                                                 "tokens",   "snapshot", "criteo",    "safetensors", "hf config"};
+enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_SAFETENSORS, T_HF_CONFIG, T_HF_VOCAB, T_COUNT };
+static const char *const target_name[T_COUNT] = {"plan",     "cluster", "checkpoint", "manifest",    "shard",     "table",
+                                                 "tokens",   "snapshot", "criteo",    "safetensors", "hf config", "tokenizer.json"};
 
 /* A violated property: the harness (not the library) stops here, so that the fuzzer records the input. */
 #define REQUIRE(cond, ...) do { if (!(cond)) { fprintf(stderr, "fuzz_parse: " __VA_ARGS__); fputc('\n', stderr); abort(); } } while (0)
@@ -223,13 +224,16 @@ static void make_seeds(void) {
     memcpy(file, &len, 8), memcpy(file + 8, st, len);
     for (int i = 0; i < 42; i++) file[8 + len + i] = (uint8_t)(i * 37);
     add_seed(T_SAFETENSORS, file, 8 + len + 42);
-    static const char *const configs[] = {"tests/data/hf_gpt2/config.json", "tests/data/hf_llama/config.json", "tests/data/hf_llama3/config.json"};
-    for (int i = 0; i < 3; i++) {
-        bytes b = slurp(configs[i]);
-        REQUIRE(b.n, "read %s (run from the repository root)", configs[i]);
-        add_seed(T_HF_CONFIG, b.p, b.n);
-        free(b.p);
-    }
+    static const char *const hf[][2] = {{"tests/data/hf_gpt2/config.json", "tests/data/hf_gpt2/tokenizer.json"},
+                                         {"tests/data/hf_llama/config.json", "tests/data/hf_llama/tokenizer.json"},
+                                         {"tests/data/hf_llama3/config.json", NULL}};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2 && hf[i][k]; k++) {
+            bytes b = slurp(hf[i][k]);
+            REQUIRE(b.n, "read %s (run from the repository root)", hf[i][k]);
+            add_seed(k ? T_HF_VOCAB : T_HF_CONFIG, b.p, b.n);
+            free(b.p);
+        }
 }
 
 static void remove_dir(const char *dir) {
@@ -492,6 +496,24 @@ static void read_hf_config(const uint8_t *p, size_t n) {
     pdde_graph_free(g);
 }
 
+/* A tokenizer.json: every token's bytes, each at most 255, or refused saying why */
+static void read_hf_vocab(const uint8_t *p, size_t n) {
+    char path[400], why[600] = "", **bytes = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer.json", F.dir);
+    spill(path, p, n);
+    int count = 0;
+    if (gpt_hf_vocab(path, &count, &bytes, why, sizeof why)) {
+        REQUIRE(why[0] && !bytes, "a refused tokenizer.json without a message, or its tokens left allocated");
+        return;
+    }
+    F.accepted = true;
+    for (int i = 0; i < count; i++) {
+        REQUIRE(!bytes[i] || strlen(bytes[i]) <= 255, "token %d has %zu bytes", i, strlen(bytes[i]));
+        free(bytes[i]);
+    }
+    free(bytes);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup();
@@ -517,6 +539,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case T_CRITEO: read_criteo(p, n); break;
     case T_SAFETENSORS: read_safetensors(p, n); break;
     case T_HF_CONFIG: read_hf_config(p, n); break;
+    case T_HF_VOCAB: read_hf_vocab(p, n); break;
     }
     free(p);
     return 0;
