@@ -1,6 +1,7 @@
 /* gpt_hf.h — Demonstrates how to start a pdde model from a model hub's weights and give a trained one
  * back: Hugging Face's GPT-2 (GPT2LMHeadModel) and LLaMA (LlamaForCausalLM: LLaMA 2 and 3, TinyLlama,
- * SmolLM2, ...) directories, config.json and safetensors, to and from gpt.h's model.
+ * SmolLM2, ...; Mistral's, whose window is at least the context) directories, config.json and
+ * safetensors, to and from gpt.h's model (saved as LLaMA).
  *
  *   gpt_hf_config(dir, &cfg, &max_ctx, why, n)   the model config.json describes, in gpt.h's terms
  *   gpt_hf_load(session, graph, &cfg, path)      its weights into the session's parameters (every rank
@@ -33,13 +34,14 @@ typedef struct {
     char bad[200];
 } gpt_hf_fields;
 
-enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS, HF_N };
+enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS,
+       HF_WINDOW, HF_N };
 /* each field under GPT-2's name and LLaMA's */
 static const char *const gpt_hf_names[HF_N][2] = {
     {"vocab_size", "vocab_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"}, {"", "num_key_value_heads"},
     {"n_embd", "hidden_size"}, {"n_inner", "intermediate_size"}, {"n_positions", "max_position_embeddings"}, {"", "head_dim"},
     {"layer_norm_epsilon", "rms_norm_eps"}, {"", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
-    {"", "attention_bias"}, {"", "mlp_bias"}};
+    {"", "attention_bias"}, {"", "mlp_bias"}, {"", "sliding_window"}};
 
 static inline int gpt_hf_field(void *user, const json_value *v) {
     gpt_hf_fields *f = user;
@@ -86,10 +88,13 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     else if (json_scan(text, (size_t)n, gpt_hf_field, &f, syntax, sizeof syntax)) ok = 0, snprintf(why, why_size, "%s/config.json: %s", dir, syntax);
     if (!ok) return free(text), -1;
     free(text);
-    int llama = !strcmp(f.model_type, "llama");
+    int llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral"); /* (Mistral's: LLaMA's layers, attention in a window) */
     if (!llama && strcmp(f.model_type, "gpt2"))
-        return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)", dir,
-                        f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
+        return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) "
+                        "and \"mistral\"", dir, f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
+    if (llama && f.num[HF_WINDOW] >= 0 && f.num[HF_WINDOW] < c->ctx)
+        return snprintf(why, why_size, "%s/config.json: sliding_window %g: gpt attends to the whole context, the same only while --ctx %d is at most "
+                        "the window", dir, f.num[HF_WINDOW], c->ctx), -1;
     if (f.bad[0]) return snprintf(why, why_size, "%s/config.json: %s", dir, f.bad), -1;
     const char *act = llama ? "silu" : "gelu_new";
     if (f.activation[0] && strcmp(f.activation, act) && !(!llama && !strcmp(f.activation, "gelu_pytorch_tanh")))

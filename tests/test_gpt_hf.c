@@ -85,7 +85,8 @@ done:
     free(logits), free(again);
 }
 
-/* The config of tests/data/hf_llama with the JSON text `from` replaced by `to` (in build/test_gpt_hf_cfg) */
+/* The config of tests/data/hf_llama with the JSON text `from` replaced by `to` (in build/test_gpt_hf_cfg):
+ * refused saying `says` (NULL: whether it is refused) */
 static int config_refused(const char *from, const char *to, const char *says) {
     char text[4096], why[400] = "", *at;
     FILE *f = fopen("tests/data/hf_llama/config.json", "rb");
@@ -101,7 +102,7 @@ static int config_refused(const char *from, const char *to, const char *says) {
     fclose(f);
     gpt_config c = {.ctx = 16, .batch = 1};
     int max_ctx, refused = gpt_hf_config("build/test_gpt_hf_cfg", &c, &max_ctx, why, sizeof why) != 0;
-    CHECK(refused && strstr(why, says), "config.json with %s refused saying '%s': %s", to, says, refused ? why : "accepted");
+    if (says) CHECK(refused && strstr(why, says), "config.json with %s refused saying '%s': %s", to, says, refused ? why : "accepted");
     return refused;
 }
 
@@ -344,7 +345,11 @@ int main(void) {
     CHECK(!gpt_hf_config("tests/data/hf_llama3", &c, &max_ctx, why, sizeof why) && c.kv_heads == 1 && !c.untied_head && c.rope_scaling[0] == 8 &&
               c.rope_scaling[1] == 1 && c.rope_scaling[2] == 4 && c.rope_scaling[3] == 64,
           "hf_llama3's config: one kv head, tied, rope scaling 8, 1, 4, 64 (%s)", why);
-    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\"", "model_type \"mistral\" (LlamaForCausalLM)");
+    /* Mistral's config (LLaMA's layers) whose window holds the context reads as LLaMA's */
+    CHECK(!config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 4096", NULL), "Mistral with a window of 4096 read");
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\"", "model_type \"qwen2\" (LlamaForCausalLM)");
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 8",
+                   "sliding_window 8: gpt attends to the whole context, the same only while --ctx 16 is at most the window");
     config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0}", "rope_scaling \"yarn\": gpt's RoPE scales as LLaMA 3.1's");
     config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
                    "rope_scaling llama3: factor 8 (>= 1), low_freq_factor -1");
