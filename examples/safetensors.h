@@ -49,9 +49,12 @@ static inline char *st_strdup(const char *s) {
     return d ? strcpy(d, s) : NULL;
 }
 
+/* Its element count; 2^60 for any past it (no file holds that many: its bytes then disagree) */
 static inline int64_t st_numel(const st_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    int64_t n = 1, most = INT64_C(1) << 60;
+    for (int i = 0; i < t->ndim; i++)
+        if (!t->shape[i]) return 0;
+    for (int i = 0; i < t->ndim; i++) n = n > most / t->shape[i] ? most : n * t->shape[i];
     return n;
 }
 
@@ -157,8 +160,7 @@ static inline int st_open_file(const char *path, st_model *m, char *why, size_t 
     int64_t data = size - (ok ? m->data_at[file] : 0);
     for (int i = first; ok && i < m->n; i++) {
         const st_tensor *t = &m->t[i];
-        int64_t numel = 1;
-        for (int d = 0; d < t->ndim; d++) numel = t->shape[d] && numel > INT64_MAX / 8 / t->shape[d] ? INT64_MAX / 8 : numel * t->shape[d];
+        int64_t numel = st_numel(t);
         if (!t->dtype_name[0] || t->ndim < 0 || t->begin < 0 || t->end < 0)
             ok = 0, snprintf(why, why_size, "%s: tensor %s lacks its %s", path, t->name, !t->dtype_name[0] ? "dtype" : t->ndim < 0 ? "shape" : "data_offsets");
         else if (t->end < t->begin || t->end > data)

@@ -169,6 +169,8 @@ static void check_safetensors(void) {
     st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "tensor w: field shape");
     st_refused("{\"w\":[1,2]}", 8, "an object of dtype, shape and data_offsets expected");
     st_refused("[1]", 8, "the header is not a JSON object");
+    st_refused("{\"w\":{\"dtype\":\"F32\",\"shape\":[4503599627370496,4503599627370496,2],\"data_offsets\":[0,8]}}", 8,
+               "tensor w: 8 bytes for 1152921504606846976 values of F32"); /* (2^52 x 2^52 x 2: counted as 2^60, no overflow) */
     /* a header length past the file */
     FILE *f = fopen("build/test_gpt_hf_bad.safetensors", "wb");
     uint64_t huge = 1 << 20;
