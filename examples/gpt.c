@@ -916,9 +916,10 @@ static int world_too_large(pdde_context *ctx, const options *o) {
 }
 
 /* The model flags that the tensors' shapes do not show, kept beside the checkpoint in --ckpt-dir (the
- * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base or scaling, top-k, capacity or norm
- * epsilon would load the tensors silently and train another function. The training data (--data and its token count) is
- * kept there too: the checkpoint's data position means nothing in other data. */
+ * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base or scaling, top-k, capacity,
+ * norm epsilon or LoRA alpha would load the tensors silently and train another function. The training
+ * data (--data and its token count) is kept there too: the checkpoint's data position means nothing in
+ * other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
 enum { MODEL_FLAGS = 9 };
 /* Each model flag's name and value as --help writes it */
@@ -982,7 +983,7 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say, cons
     FILE *f = fopen(path, "r");
     if (!f) {
         if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --rope-scaling, --moe-topk, "
-                        "--moe-capacity and --norm-eps are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
+                        "--moe-capacity, --norm-eps and --lora-alpha are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
         return 0;
     }
     const char *name[MODEL_FLAGS];
