@@ -487,8 +487,10 @@ pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name);
 /* Keeps t's value readable after a run (pdde_session_read). Losses are outputs already. */
 void pdde_mark_output(pdde_tensor *t);
 /* Makes input t state the caller carries from step to step (a running statistic, a balancing bias
- * updated between steps): checkpoints and elastic snapshots save and restore it as they do parameters,
- * so after a resume the caller reads its block back (pdde_session_read) instead of starting over. */
+ * updated between steps, a frozen pretrained weight): checkpoints and elastic snapshots save and restore
+ * it as they do parameters, so after a resume the caller reads its block back (pdde_session_read)
+ * instead of starting over. It holds one value for every micro-batch of a step (an input otherwise has
+ * one per micro-batch). */
 void pdde_mark_state(pdde_tensor *t);
 
 /* ---------------------------------------------------------------------------------------------------

@@ -1493,7 +1493,8 @@ static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
     pdde_tensor *r = storage_root(t);
     if (s->direct_bound && s->prog->info[r->id].grad_into) return; /* (the first micro-batch's gradient goes where it is accumulated) */
     if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
-    else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * program_aligned_bytes(r);
+    else if ((r->flags & PDDE_TENSOR_INPUT) && !(r->flags & PDDE_TENSOR_STATE) && s->n_micro > 1) /* (a state input: one slot) */
+        t->offset = s->input_base[r->id] + (size_t)m * program_aligned_bytes(r);
 }
 
 /* ------------------------------------------------------------------------------------------------

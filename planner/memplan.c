@@ -129,7 +129,8 @@ static void persist_place(const pdde_program *P, program_device_memory *d, pdde_
     if (second && !P->info[t->id].grad_into_bytes) first = second, second = t; /* (the one its producer writes goes first) */
     size_t aligned = program_aligned_bytes(first), written = P->info[first->id].grad_into_bytes;
     if (written > aligned || second) aligned = (written + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
-    bool per_micro = (first->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */
+    /* one slot per micro-batch; a state input (pdde_mark_state) is one value for every micro-batch */
+    bool per_micro = (first->flags & PDDE_TENSOR_INPUT) && !(first->flags & PDDE_TENSOR_STATE) && P->n_micro > 1;
     first->offset = d->persist_bytes, placed[first->id] = 1;
     d->persist_bytes += aligned * (per_micro ? (size_t)P->n_micro : 1);
     if (second) second->offset = d->persist_bytes, placed[second->id] = 1, d->persist_bytes += program_aligned_bytes(second);

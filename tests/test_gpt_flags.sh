@@ -357,15 +357,18 @@ timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${lora[@]}" --tp 2 >"$tmp/lorat
 rc3=$?
 timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${lora[@]}" --dp 2 >"$tmp/loradp.log" 2>&1
 rc4=$?
+"$build/gpt" "${lora[@]}" --micro 2 >"$tmp/loramicro.log" 2>&1 # (the frozen weights, state inputs: one value for both micro-batches)
+rc6=$?
 "$build/gpt" "${lora[@]}" --lora-alpha 8 --ckpt-dir "$tmp/ckl4" --resume >"$tmp/lora3.log" 2>&1
 rc5=$?
 end=$(val_at "$tmp/lora.log" 4)
 [ $rc = 0 ] && grep -q "LoRA rank 4, alpha 4: .* parameters trained, the pretrained weights frozen" "$tmp/lora.log" && [ -n "$end" ] &&
     [ "$end" != "$(val_at "$tmp/lora.log" 0)" ] && [ $rc2 = 0 ] && near "$(val_at "$tmp/lora2.log" 0)" "$end" 0.0002 && [ $rc3 = 0 ] &&
     near "$(val_at "$tmp/loratp.log" 4)" "$end" 0.0002 && [ $rc4 = 0 ] && near "$(val_at "$tmp/loradp.log" 4)" "$end" 0.0002 && [ $rc5 = 1 ] &&
+    [ $rc6 = 0 ] && near "$(val_at "$tmp/loramicro.log" 4)" "$end" 0.0002 &&
     grep -qF "saved with --lora-alpha 4, this run has --lora-alpha 8" "$tmp/lora3.log"
 ok=$?
-check "gpt --lora-rank 4 trains adapters ($(val_at "$tmp/lora.log" 0) -> $end), --save-hf's merged weights validate there ($(val_at "$tmp/lora2.log" 0)), --tp 2 and --dp 2 too ($(val_at "$tmp/loratp.log" 4), $(val_at "$tmp/loradp.log" 4)); another --lora-alpha refused (rc $rc/$rc2/$rc3/$rc4/$rc5)" $ok
+check "gpt --lora-rank 4 trains adapters ($(val_at "$tmp/lora.log" 0) -> $end), --save-hf's merged weights validate there ($(val_at "$tmp/lora2.log" 0)), --tp 2, --dp 2 and --micro 2 too ($(val_at "$tmp/loratp.log" 4), $(val_at "$tmp/loradp.log" 4), $(val_at "$tmp/loramicro.log" 4)); another --lora-alpha refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
 # a Hugging Face model's tokenizer.json prints the sample of its token ids as text (by default the one beside
 # the weights; --tokenizer names another, a config.json is refused as one)
 python3 - "$tmp/hfids.bin" <<'PY'
