@@ -1380,14 +1380,12 @@ elastic_rebuild:
         TRY(init == INIT_HF ? gpt_hf_load(s, g, &o.model, o.init_from) : gpt_llmc_load(s, g, &o.model, o.init_from));
     }
     char partial[64];
-    for (int k = 0; k < 2 && rank == 0; k++) { /* (said now, not after training) */
-        const char *out = k ? o.save_hf : o.save_llmc;
-        if (out && (k ? gpt_hf_partial(s, g, &o.model, partial) : gpt_llmc_partial(s, g, &o.model, partial))) {
-            fprintf(stderr, "gpt: %s %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or --dp without "
-                    "--zero 3 (a checkpoint loads under any plan: --resume it on one process with %s)\n", k ? "--save-hf" : "--save-llmc", out,
-                    partial, k ? "--save-hf" : "--save-llmc");
-            return 1;
-        }
+    if ((o.save_llmc || o.save_hf) && rank == 0 && gpt_partial(s, g, partial, sizeof partial)) { /* (said now, not after training) */
+        const char *flag = o.save_llmc ? "--save-llmc" : "--save-hf";
+        fprintf(stderr, "gpt: %s %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or --dp without "
+                "--zero 3 (a checkpoint loads under any plan: --resume it on one process with %s)\n", flag, o.save_llmc ? o.save_llmc : o.save_hf,
+                partial, flag);
+        return 1;
     }
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
     if (o.metrics && rank == 0 && !metrics && !(metrics = fopen(o.metrics, o.resume || (el && pdde_elastic_generation(el) > 0) ? "a" : "w"))) {

@@ -121,6 +121,19 @@ static inline pdde_status gpt_read_weight(pdde_session *s, pdde_graph *g, const 
     return st;
 }
 
+/* 1 with the name of the first weight of graph g (a parameter or a state input: LoRA's frozen weights)
+ * that this rank of session s does not hold whole (another pipeline stage's, a tensor-parallel or ZeRO-3
+ * block), 0 when it holds them all: what a model file written from this rank needs */
+static inline int gpt_partial(pdde_session *s, pdde_graph *g, char *name, size_t name_size) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (!(t->flags & PDDE_TENSOR_PARAM) && (t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_STATE)) != (PDDE_TENSOR_INPUT | PDDE_TENSOR_STATE)) continue;
+        const pdde_tensor *here = pdde_session_tensor(s, t);
+        if (!here || pdde_tensor_numel(here) != pdde_tensor_numel(t)) return snprintf(name, name_size, "%s", t->name), 1;
+    }
+    return 0;
+}
+
 /* Tensor-parallel degrees must divide this: the heads (GPT), the kv groups (LLaMA: each rank whole
  * groups) */
 static inline int gpt_tp_divisor(const gpt_config *c) { return c->arch == GPT_ARCH_LLAMA ? gpt_kv_heads(c) : c->heads; }

@@ -408,23 +408,6 @@ static inline int gpt_hf_vocab(const char *path, int *n, char ***bytes, char *wh
     return ok ? 0 : -1;
 }
 
-/* 1 with the name of the first parameter of model c that this rank of session s does not hold whole
- * (another pipeline stage's, a tensor-parallel or ZeRO-3 block), 0 when it holds them all */
-static inline int gpt_hf_partial(pdde_session *s, pdde_graph *g, const gpt_config *c, char name[32]) {
-    int n = gpt_hf_tensors(c, "", NULL);
-    gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
-    if (!t) return snprintf(name, 32, "(out of memory)"), 1;
-    gpt_hf_tensors(c, "", t);
-    int partial = 0;
-    for (int i = 0; i < n && !partial; i++) {
-        pdde_tensor *p = pdde_graph_find(g, t[i].mine);
-        const pdde_tensor *here = p ? pdde_session_tensor(s, p) : NULL;
-        if ((partial = !here || pdde_tensor_numel(here) != pdde_tensor_numel(p))) snprintf(name, 32, "%s", t[i].mine);
-    }
-    free(t);
-    return partial;
-}
-
 /* v in the fewest digits that read back as v (1e-06, not 9.99999997e-07) */
 static inline void gpt_hf_float(char buf[32], float v) {
     for (int digits = 6; digits <= 9; digits++)
@@ -434,14 +417,14 @@ static inline void gpt_hf_float(char buf[32], float v) {
 /* Writes model m (gpt_build with c) from session s into directory dir (made if missing): config.json
  * and model.safetensors, F32, as Hugging Face's save_pretrained lays them out (GPT-2 under
  * "transformer.", LLaMA under "model."; lm_head.weight only when untied); max positions = c->ctx. The
- * calling rank must hold every parameter whole (gpt_hf_partial). Each file goes through a temporary
+ * calling rank must hold every parameter whole (gpt_partial). Each file goes through a temporary
  * and a rename. */
 static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *dir) {
     pdde_context *ctx = pdde_graph_context(g);
     int llama = c->arch == GPT_ARCH_LLAMA;
     if (c->moe_experts > 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)", dir);
-    char name[32];
-    if (gpt_hf_partial(s, g, c, name))
+    char name[64];
+    if (gpt_partial(s, g, name, sizeof name))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: this rank holds a part of parameter %s, or none: save from a rank that holds every "
                           "parameter whole (one process: a checkpoint loads under any plan)", dir, name);
     if (mkdir(dir, 0755) && errno != EEXIST) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", dir, strerror(errno));

@@ -161,19 +161,6 @@ static inline pdde_status gpt_llmc_load(pdde_session *s, pdde_graph *g, const gp
     return st;
 }
 
-/* 1 with the name of the first parameter of model c that this rank of session s does not hold whole
- * (another pipeline stage's, a tensor-parallel or ZeRO-3 block), 0 when it holds them all */
-static inline int gpt_llmc_partial(pdde_session *s, pdde_graph *g, const gpt_config *c, char name[64]) {
-    for (int k = 0; k < 16; k++)
-        for (int l = 0; l < (gpt_llmc_layered(k) ? c->layers : 1); l++) {
-            snprintf(name, 64, gpt_llmc_map[k].name, l);
-            pdde_tensor *t = pdde_graph_find(g, name);
-            const pdde_tensor *here = t ? pdde_session_tensor(s, t) : NULL;
-            if (!here || pdde_tensor_numel(here) != pdde_tensor_numel(t)) return 1;
-        }
-    return 0;
-}
-
 /* Writes model m's parameters (gpt_build with c, GPT) from session s as an llm.c model file, version 3
  * (f32): vocab_size = c->vocab, padded to a multiple of 128 with zero rows as llm.c pads; max_seq_len =
  * c->ctx. The calling rank must hold every parameter whole (one process, or data parallel without
@@ -196,7 +183,7 @@ static inline pdde_status gpt_llmc_save(pdde_session *s, pdde_graph *g, const gp
     pdde_status st = !f ? pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno)) : !file || !mine ? PDDE_ERR_OOM : PDDE_OK;
     if (!st && fwrite(head, sizeof head, 1, f) != 1) st = pdde_error(ctx, PDDE_ERR_IO, "%s: writing the header: %s", tmp, strerror(errno));
     char name[64];
-    if (!st && gpt_llmc_partial(s, g, c, name))
+    if (!st && gpt_partial(s, g, name, sizeof name))
         st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: this rank holds a part of parameter %s, or none: save from a rank that holds every "
                         "parameter whole (one process: a checkpoint loads under any plan)", path, name);
     for (int k = 0; k < 16 && !st; k++) {
