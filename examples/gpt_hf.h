@@ -74,20 +74,10 @@ static inline int gpt_hf_field(void *user, const json_value *v) {
 static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, char *why, size_t why_size) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return snprintf(why, why_size, "%s/config.json: %s", dir, strerror(errno)), -1;
-    long n = fseek(fp, 0, SEEK_END) ? -1 : ftell(fp);
-    char *text = n >= 0 && n < (1 << 24) ? malloc((size_t)n + 1) : NULL;
-    int ok = text && !fseek(fp, 0, SEEK_SET) && fread(text, 1, (size_t)n, fp) == (size_t)n;
-    fclose(fp);
     gpt_hf_fields f = {.num = {0}};
     for (int i = 0; i < HF_N; i++) f.num[i] = -1; /* (not given) */
     for (int i = 0; i < 4; i++) f.scaling[i] = -1;
-    char syntax[160];
-    if (!ok) free(text), snprintf(why, why_size, "%s/config.json: cannot read it", dir);
-    else if (json_scan(text, (size_t)n, gpt_hf_field, &f, syntax, sizeof syntax)) ok = 0, snprintf(why, why_size, "%s/config.json: %s", dir, syntax);
-    if (!ok) return free(text), -1;
-    free(text);
+    if (json_scan_file(path, 1 << 24, gpt_hf_field, &f, why, why_size)) return st_prefix(why, why_size, dir, "/config.json"), -1;
     int llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral"); /* (Mistral's: LLaMA's layers, attention in a window) */
     if (!llama && strcmp(f.model_type, "gpt2"))
         return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) "
@@ -377,20 +367,15 @@ static inline void gpt_hf_token_bytes(const char *s, int byte_level, int literal
 /* The bytes of each token of tokenizer.json at path: *bytes[id] (NUL-terminated; NULL for an id it has
  * not) for id < *n, malloc'd; 0, or -1 with why[] */
 static inline int gpt_hf_vocab(const char *path, int *n, char ***bytes, char *why, size_t why_size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(why, why_size, "%s", strerror(errno)), -1;
-    long size = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
-    char *text = size >= 0 && size < 1L << 30 ? malloc((size_t)size + 1) : NULL;
-    int ok = text && !fseek(f, 0, SEEK_SET) && fread(text, 1, (size_t)size, f) == (size_t)size;
-    fclose(f);
     gpt_hf_vocab_walk w = {.added_at = -1, .added_id = -1};
-    char syntax[160] = "";
-    if (!ok) snprintf(why, why_size, "cannot read it");
-    else if (json_scan(text, (size_t)size, gpt_hf_vocab_value, &w, syntax, sizeof syntax))
-        ok = 0, snprintf(why, why_size, "%s", syntax[0] ? syntax : w.vocab_array ? "model.vocab is a list (a Unigram model): a BPE tokenizer's map of tokens to ids expected"
-                                                                               : "model.vocab or added_tokens: ids 0 .. 2^24 and strings expected");
-    else if (!w.n) ok = 0, snprintf(why, why_size, "no model.vocab: a Hugging Face tokenizer.json expected");
-    free(text), free(w.added_content);
+    int ok = 1;
+    if (json_scan_file(path, 1L << 30, gpt_hf_vocab_value, &w, why, why_size)) {
+        ok = 0;
+        if (!why[0]) /* (the walk stopped it) */
+            snprintf(why, why_size, "%s", w.vocab_array ? "model.vocab is a list (a Unigram model): a BPE tokenizer's map of tokens to ids expected"
+                                                        : "model.vocab or added_tokens: ids 0 .. 2^24 and strings expected");
+    } else if (!w.n) ok = 0, snprintf(why, why_size, "no model.vocab: a Hugging Face tokenizer.json expected");
+    free(w.added_content);
     *n = ok ? w.n : 0, *bytes = ok ? calloc((size_t)w.n, sizeof **bytes) : NULL;
     if (ok && !*bytes) ok = 0, snprintf(why, why_size, "out of memory");
     for (int i = 0; ok && i < w.n; i++) {

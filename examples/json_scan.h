@@ -4,6 +4,7 @@
  * a model's config.json (examples/gpt_hf.h).
  *
  *   json_scan(text, length, visit, user, why, sizeof why)   0, or -1 with why[] giving the byte offset
+ *   json_scan_file(path, most, visit, user, why, sizeof why)   the same of a file of at most `most` bytes
  *
  * visit(user, v) sees v->key[0 .. v->depth): the member names from the top object down (NULL for an
  * array element, whose position is v->index[i]). Returning nonzero stops the walk (json_scan returns
@@ -11,6 +12,7 @@
  * nesting bounded by JSON_SCAN_DEPTH. */
 #ifndef PDDE_JSON_SCAN_H
 #define PDDE_JSON_SCAN_H
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +167,20 @@ static inline int json_scan(const char *text, size_t length, json_visit visit, v
     if (json_scan_value(&j)) return -1;
     json_skip_space(&j);
     return j.s == j.end ? 0 : json_fail(&j, "text after the document");
+}
+
+/* The file at path (at most `most` bytes) scanned as json_scan does; -1 with why[] saying why where it
+ * cannot be read whole */
+static inline int json_scan_file(const char *path, long most, json_visit visit, void *user, char *why, size_t why_size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return snprintf(why, why_size, "%s", strerror(errno)), -1;
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    char *text = n >= 0 && n <= most ? malloc((size_t)n + 1) : NULL;
+    int ok = text && !fseek(f, 0, SEEK_SET) && fread(text, 1, (size_t)n, f) == (size_t)n;
+    fclose(f);
+    int rc = ok ? json_scan(text, (size_t)n, visit, user, why, why_size) : (snprintf(why, why_size, "cannot read it (%ld bytes, at most %ld)", n, most), -1);
+    free(text);
+    return rc;
 }
 
 #endif

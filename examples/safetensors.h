@@ -179,21 +179,20 @@ typedef struct {
     st_model *m;
     char *why;
     size_t why_size;
-    int failed;
 } st_index_walk;
 
 static inline int st_index_value(void *user, const json_value *v) {
     st_index_walk *w = user;
     if (v->depth != 2 || strcmp(v->key[0], "weight_map")) return 0;
     if (v->type != JSON_STRING || strchr(v->string, '/') || !strcmp(v->string, "..") || !v->string[0])
-        return snprintf(w->why, w->why_size, "weight_map[%s]: a file name in the directory expected", v->key[1]), w->failed = 1;
+        return snprintf(w->why, w->why_size, "weight_map[%s]: a file name in the directory expected", v->key[1]), 1;
     for (int i = 0; i < w->m->n_files; i++) {
         const char *base = strrchr(w->m->path[i], '/');
         if (!strcmp(base ? base + 1 : w->m->path[i], v->string)) return 0;
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", w->dir, v->string);
-    return st_open_file(path, w->m, w->why, w->why_size) ? (w->failed = 1) : 0;
+    return st_open_file(path, w->m, w->why, w->why_size) ? 1 : 0;
 }
 
 static inline int st_open(const char *path, st_model *m, char *why, size_t why_size) {
@@ -205,20 +204,10 @@ static inline int st_open(const char *path, st_model *m, char *why, size_t why_s
     snprintf(file, sizeof file, "%s/model.safetensors", path);
     if (!stat(file, &sb)) return st_open_file(file, m, why, why_size) ? (st_close(m), -1) : 0;
     snprintf(file, sizeof file, "%s/model.safetensors.index.json", path);
-    FILE *f = fopen(file, "rb");
-    if (!f) return snprintf(why, why_size, "%s: neither model.safetensors nor model.safetensors.index.json there", path), -1;
-    char *text = NULL;
-    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
-    if (n >= 0 && n <= ST_MAX_HEADER && (text = malloc((size_t)n + 1)) && (fseek(f, 0, SEEK_SET) || fread(text, 1, (size_t)n, f) != (size_t)n))
-        free(text), text = NULL;
-    fclose(f);
-    if (!text) return snprintf(why, why_size, "%s/model.safetensors.index.json: cannot read it (%ld bytes)", path, n), -1;
-    st_index_walk w = {path, m, why, why_size, 0};
-    char syntax[160];
-    int rc = json_scan(text, (size_t)n, st_index_value, &w, syntax, sizeof syntax);
-    free(text);
-    if (rc && !w.failed) snprintf(why, why_size, "%s/model.safetensors.index.json: %s", path, syntax);
-    else if (rc && !strstr(why, ".safetensors:")) st_prefix(why, why_size, path, "/model.safetensors.index.json"); /* (a weight_map entry's) */
+    if (stat(file, &sb)) return snprintf(why, why_size, "%s: neither model.safetensors nor model.safetensors.index.json there", path), -1;
+    st_index_walk w = {path, m, why, why_size};
+    int rc = json_scan_file(file, ST_MAX_HEADER, st_index_value, &w, why, why_size);
+    if (rc && !strstr(why, ".safetensors:")) st_prefix(why, why_size, path, "/model.safetensors.index.json"); /* (a shard's own why names it) */
     if (!rc && !m->n_files) rc = -1, snprintf(why, why_size, "%s/model.safetensors.index.json: its weight_map names no file", path);
     return rc ? (st_close(m), -1) : 0;
 }
