@@ -31,6 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* What --init-from names (init_from_kind) */
+typedef enum { INIT_LLMC, INIT_HF, INIT_CHECKPOINT } init_kind;
+
 typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
@@ -50,6 +53,7 @@ typedef struct {
     uint64_t seed;
     const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
     const char *save_hf;               /* --save-hf: a Hugging Face model directory */
+    init_kind init;                    /* what --init-from names */
     const char *data, *val_data, *tokenizer, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
@@ -188,7 +192,6 @@ static bool flag_given(int argc, char **argv, const char *flag) {
 
 /* What --init-from names: a Hugging Face model (a directory holding config.json, or a .safetensors file
  * beside one), a pdde checkpoint (another directory, or a file of pdde's format), else llm.c's model file */
-typedef enum { INIT_LLMC, INIT_HF, INIT_CHECKPOINT } init_kind;
 static init_kind init_from_kind(const char *path) {
     size_t len = strlen(path);
     if (len > 12 && !strcmp(path + len - 12, ".safetensors")) return INIT_HF;
@@ -203,6 +206,14 @@ static init_kind init_from_kind(const char *path) {
     size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
     if (f) fclose(f);
     return got == 8 && !memcmp(magic, "PDDECKPT", 8) ? INIT_CHECKPOINT : INIT_LLMC;
+}
+
+/* The directory of the Hugging Face model at path (path itself, or a .safetensors file's folder), malloc'd */
+static char *hf_dir(const char *path) {
+    char *dir = strdup(path), *slash = dir && !is_dir(dir) ? strrchr(dir, '/') : NULL;
+    if (slash) *slash = 0;
+    else if (dir && !is_dir(dir)) strcpy(dir, "."); /* (a file in the working directory: its name is longer than ".") */
+    return dir;
 }
 
 /* --init-from a model file: the model flags below are the file's (file); one of them given with another
@@ -240,10 +251,9 @@ static int adopt_file_model(int argc, char **argv, options *o) {
     char why[600];
     gpt_config file = o->model;
     int max_ctx = 0;
-    if (init_from_kind(o->init_from) == INIT_HF) {
-        char *dir = strdup(o->init_from), *slash = dir && !is_dir(dir) ? strrchr(dir, '/') : NULL; /* (a .safetensors file: config.json beside it) */
-        if (slash) *slash = 0;
-        int bad = !dir || gpt_hf_config(slash || is_dir(dir) ? dir : ".", &file, &max_ctx, why, sizeof why);
+    if (o->init == INIT_HF) {
+        char *dir = hf_dir(o->init_from); /* (a .safetensors file: config.json beside it) */
+        int bad = !dir || gpt_hf_config(dir, &file, &max_ctx, why, sizeof why);
         free(dir);
         st_model weights; /* (its files' headers checked now, before the session is built) */
         if (!bad && !(bad = st_open(o->init_from, &weights, why, sizeof why))) st_close(&weights);
@@ -365,7 +375,8 @@ static int parse(int argc, char **argv, options *o) {
         }
         i++;
     }
-    if (o->init_from && init_from_kind(o->init_from) != INIT_CHECKPOINT && adopt_file_model(argc, argv, o)) return -1;
+    if (o->init_from) o->init = init_from_kind(o->init_from);
+    if (o->init_from && o->init != INIT_CHECKPOINT && adopt_file_model(argc, argv, o)) return -1;
     if (o->top_p > 1) { fprintf(stderr, "gpt: --top-p wants a probability in [0, 1], got %g\n", o->top_p); return -1; }
     if (o->model.lora_rank > 0 && !o->init_from) {
         fprintf(stderr, "gpt: --lora-rank %d adapts a pretrained model: give --init-from (a Hugging Face directory, llm.c's file or a "
@@ -1084,13 +1095,11 @@ int main(int argc, char **argv) {
     }
     tokenizer tok = {0}; /* (read now: a bad file is said before training, not after) */
     char why[160], beside[4200];
-    if (!o.tokenizer && o.init_from && init_from_kind(o.init_from) == INIT_HF) { /* (a Hugging Face model's own tokenizer.json) */
-        snprintf(beside, sizeof beside, "%s", o.init_from);
-        char *slash = is_dir(beside) ? NULL : strrchr(beside, '/');
-        if (slash) *slash = 0;
-        if (slash || is_dir(beside)) strncat(beside, "/tokenizer.json", sizeof beside - strlen(beside) - 1);
-        else snprintf(beside, sizeof beside, "tokenizer.json");
-        if (!access(beside, R_OK)) o.tokenizer = beside;
+    if (!o.tokenizer && o.init_from && o.init == INIT_HF) { /* (a Hugging Face model's own tokenizer.json) */
+        char *dir = hf_dir(o.init_from);
+        if (dir) snprintf(beside, sizeof beside, "%s/tokenizer.json", dir);
+        if (dir && !access(beside, R_OK)) o.tokenizer = beside;
+        free(dir);
     }
     if (o.tokenizer && tokenizer_load(o.tokenizer, &tok, why, sizeof why)) {
         fprintf(stderr, "gpt: --tokenizer %s: %s\n", o.tokenizer, why);
@@ -1368,8 +1377,7 @@ elastic_rebuild:
     }
 
     int from_file = o.init_from && !restored; /* (a resumed run goes on from its checkpoint: the file was its start) */
-    init_kind init = o.init_from ? init_from_kind(o.init_from) : INIT_LLMC;
-    if (from_file && init == INIT_CHECKPOINT) { /* a trained model's weights: this run's optimizer, schedule and data from their start */
+    if (from_file && o.init == INIT_CHECKPOINT) { /* a trained model's weights: this run's optimizer, schedule and data from their start */
         pdde_checkpoint_extra weights = {.weights_only = 1};
         if (is_dir(o.init_from) && check_model_flags(o.init_from, &o.model, rank == 0, "start from it")) return 1;
         if (pdde_checkpoint_load(s, o.init_from, &weights)) {
@@ -1377,7 +1385,7 @@ elastic_rebuild:
             return 1;
         }
     } else if (from_file) {
-        TRY(init == INIT_HF ? gpt_hf_load(s, g, &o.model, o.init_from) : gpt_llmc_load(s, g, &o.model, o.init_from));
+        TRY(o.init == INIT_HF ? gpt_hf_load(s, g, &o.model, o.init_from) : gpt_llmc_load(s, g, &o.model, o.init_from));
     }
     char partial[64];
     if ((o.save_llmc || o.save_hf) && rank == 0 && gpt_partial(s, g, partial, sizeof partial)) { /* (said now, not after training) */
