@@ -781,6 +781,8 @@ pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begi
                                 pdde_data **out);
 void pdde_data_close(pdde_data *d);
 int64_t pdde_data_token_count(const pdde_data *d);
+/* 1 when d's files are text (their bytes the tokens), 0 when a tokenizer's ids. */
+int pdde_data_is_text(const pdde_data *d);
 /* The largest token id of d's part (255 or less for text): the vocabulary must be larger. The first
  * call reads every token (checking each); -1 with the error on d's context when one is bad. */
 int32_t pdde_data_max_token(pdde_data *d);

@@ -188,6 +188,11 @@ pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begi
 pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out) { return pdde_data_open_part(ctx, path, 0, 1, out); }
 
 int64_t pdde_data_token_count(const pdde_data *d) { return d ? d->n : 0; }
+int pdde_data_is_text(const pdde_data *d) {
+    for (int i = 0; d && i < d->n_files; i++)
+        if (strcmp(d->files[i].kind, "text")) return 0;
+    return d && d->n_files > 0;
+}
 uint64_t pdde_data_position(const pdde_data *d) { return d ? d->position : 0; }
 void pdde_data_set_position(pdde_data *d, uint64_t pos) { if (d) d->position = pos; }
 

@@ -7,12 +7,13 @@
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
  *   ./build/gpt --recompute                       # recompute the blocks in backward: less activation memory
  *   ./build/gpt --init-from gpt2_124M.bin --data 'fineweb_train_*.bin' --ctx 1024   # fine-tune OpenAI's GPT-2 (llm.c's files)
- *   ./build/gpt --init-from SmolLM2-135M --data 'shard_*.bin' --save-hf tuned   # a Hugging Face LLaMA in, the tuned one out
+ *   ./build/gpt --init-from SmolLM2-135M --data notes.txt --save-hf tuned   # a Hugging Face LLaMA in, the tuned one out
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
  *
- * Text is tokenized byte by byte (vocabulary 256). A token file (pdde's, or llm.c's GPT-2 / LLaMA 3
+ * Text is tokenized byte by byte (vocabulary 256), or by a tokenizer.json (--tokenizer, or the
+ * --init-from directory's: examples/hf_tokenizer.h). A token file (pdde's, or llm.c's GPT-2 / LLaMA 3
  * shards, or a glob of them: --vocab 50304 for GPT-2's tokens) is read as its ids, and the sample
  * prints ids. 90% of the tokens train, 10% validate; --val-data validates on other files instead. */
 #define _GNU_SOURCE
@@ -20,12 +21,14 @@
 #include "gpt.h"
 #include "gpt_llmc.h"
 #include "gpt_hf.h"
+#include "hf_tokenizer.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -68,11 +71,12 @@ static double now(void) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: gpt [--help] [--data FILE] [--val-data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
-            "                              (--data: text, its bytes the tokens; or ids: llm.c's GPT-2 / LLaMA 3 shards, pdde's token\n"
-            "                              files, with --vocab above the largest; a quoted glob: all its files; --val-data: validate\n"
-            "                              there, else on --data's last 10%%)\n"
+            "                              (--data: text, its bytes the tokens or with a tokenizer.json its ids; or ids: llm.c's\n"
+            "                              GPT-2 / LLaMA 3 shards, pdde's token files, with --vocab above the largest; a quoted glob:\n"
+            "                              all its files; --val-data: validate there, else on --data's last 10%%)\n"
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin, or Hugging Face's tokenizer.json: the\n"
-            "                              sample of a token file printed as text; default the --init-from directory's tokenizer.json)\n"
+            "                              sample of a token file printed as text; tokenizer.json also encodes text --data and\n"
+            "                              --prompt; default the --init-from directory's; --save-hf copies it)\n"
             "           [--init-from PATH] (start from a Hugging Face model directory, config.json and safetensors: GPT-2 or\n"
             "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2); or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
             "                              _bf16.bin: the model's flags are the file's, --ctx at most its positions; or a pdde\n"
@@ -97,7 +101,8 @@ static void usage(FILE *f) {
             "           [--temperature X] [--top-k N] [--top-p P] (the sample: softmax temperature, default 0.8, 0 the\n"
             "                              likeliest token each time; only the N likeliest tokens drawn from, default all; of\n"
             "                              those, only the likeliest whose probabilities sum to P, default 1: all)\n"
-            "           [--prompt TEXT]    (the sample goes on from TEXT; for a token file, ids: \"464,2068\")\n"
+            "           [--prompt TEXT]    (the sample goes on from TEXT; for a token file, ids (\"464,2068\"), or text with a\n"
+            "                              tokenizer.json)\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
@@ -644,12 +649,132 @@ typedef struct {
     int dp_index, batch; /* batch: the global batch's rows */
 } feeder;
 
-/* --prompt into o->prompt_ids: its bytes, or for a token file (sample_from >= 0) the ids it lists
+/* A tokenizer: llm.c's file (a header of 256 int32: magic 20240328, version 1 or 2, the vocabulary
+ * size, in version 2 the end-of-text id; then each token's length (u8) and bytes), read to print a
+ * token file's sample as text; or Hugging Face's tokenizer.json, which also encodes a text --prompt. */
+typedef struct {
+    int n;
+    char **bytes;      /* token id -> its bytes, NUL-terminated */
+    hf_tokenizer *hf;  /* tokenizer.json's (which holds the bytes), or NULL */
+} tokenizer;
+
+static void tokenizer_free(tokenizer *t) {
+    for (int i = 0; !t->hf && t->bytes && i < t->n; i++) free(t->bytes[i]);
+    if (!t->hf) free(t->bytes);
+    hf_tokenizer_close(t->hf), *t = (tokenizer){0};
+}
+
+/* 0, or 1 with why the file is not one (naming the field); a .json file is Hugging Face's tokenizer.json */
+static int tokenizer_load(const char *path, tokenizer *t, char *why, size_t why_size) {
+    *t = (tokenizer){0};
+    size_t len = strlen(path);
+    if (len >= 5 && !strcmp(path + len - 5, ".json")) {
+        if (hf_tokenizer_open(path, &t->hf, why, why_size)) return 1;
+        return t->n = t->hf->n, t->bytes = t->hf->bytes, 0;
+    }
+    FILE *f = fopen(path, "rb");
+    int32_t header[256];
+    if (!f) return snprintf(why, why_size, "%s", strerror(errno)), 1;
+    int bad = fread(header, sizeof header, 1, f) != 1;
+    if (bad) snprintf(why, why_size, "shorter than its 1024-byte header");
+    else if (header[0] != 20240328) bad = 1, snprintf(why, why_size, "header[0] is %d: expected 20240328 (llm.c's tokenizer file)", header[0]);
+    else if (header[1] != 1 && header[1] != 2) bad = 1, snprintf(why, why_size, "header[1], the version, is %d: expected 1 or 2", header[1]);
+    else if (header[2] < 1 || header[2] > 1 << 24) bad = 1, snprintf(why, why_size, "header[2], the vocabulary, is %d: expected 1 to 2^24", header[2]);
+    else if (!(t->bytes = calloc((size_t)header[2], sizeof *t->bytes))) bad = 1, snprintf(why, why_size, "out of memory");
+    for (int i = 0; !bad && i < header[2]; i++, t->n = i) {
+        unsigned char len;
+        bad = fread(&len, 1, 1, f) != 1 || !(t->bytes[i] = calloc((size_t)len + 1, 1)) || fread(t->bytes[i], 1, len, f) != len;
+        if (bad) snprintf(why, why_size, "token %d of %d: its bytes end past the end of the file", i, header[2]);
+    }
+    fclose(f);
+    if (bad) tokenizer_free(t);
+    return bad;
+}
+
+/* Text --data (or --val-data) for a model with a tokenizer.json: its files (each a document, a glob's in
+ * name order) tokenized into a temporary token file (removed at exit), opened in *train and *val as
+ * the text was; 0, or -1 said */
+static char token_file[2][4200]; /* (--data's and --val-data's) */
+static void remove_token_files(void) {
+    for (int k = 0; k < 2; k++)
+        if (token_file[k][0]) unlink(token_file[k]);
+}
+
+static int tokenize_text_data(pdde_context *ctx, const options *o, const tokenizer *tok, pdde_data **train, pdde_data **val) {
+    pdde_comm_env env = {0};
+    int print = pdde_comm_env_read(NULL, &env) != PDDE_OK || env.rank == 0; /* (every rank tokenizes, rank 0 says so) */
+    const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    for (int k = 0; k < 2; k++) {
+        const char *path = k ? o->val_data : o->data;
+        if (!path || !pdde_data_is_text(k ? *val : *train) || (k && !o->val_data)) continue;
+        glob_t g;
+        char why[600];
+        if (glob(path, 0, NULL, &g) || !g.gl_pathc) { fprintf(stderr, "gpt: %s %s: no such file\n", k ? "--val-data" : "--data", path); return -1; }
+        snprintf(token_file[k], sizeof token_file[k], "%s/gpt-tokens-XXXXXX", tmpdir);
+        int fd = mkstemp(token_file[k]);
+        if (fd < 0) { fprintf(stderr, "gpt: %s: %s\n", token_file[k], strerror(errno)); token_file[k][0] = 0; return globfree(&g), -1; }
+        close(fd);
+        if (!token_file[!k][0]) atexit(remove_token_files);
+        size_t bytes;
+        uint64_t count;
+        int bad = hf_tokenizer_write_tokens(tok->hf, g.gl_pathv, (int)g.gl_pathc, hf_tokenizer_doc_start(tok->hf), token_file[k], &bytes, &count, why, sizeof why);
+        if (bad) fprintf(stderr, "gpt: %s %s: %s\n", k ? "--val-data" : "--data", path, why);
+        else if (print)
+            printf("gpt: %s %s is text: %zu document%s, %zu bytes -> %llu tokens by %s\n", k ? "--val-data" : "--data", path, g.gl_pathc,
+                   g.gl_pathc == 1 ? "" : "s", bytes, (unsigned long long)count, o->tokenizer);
+        globfree(&g);
+        if (bad) return -1;
+    }
+    pdde_data_close(*train), pdde_data_close(*val), *train = *val = NULL;
+    const char *data = token_file[0][0] ? token_file[0] : o->data, *val_data = token_file[1][0] ? token_file[1] : o->val_data;
+    pdde_status st = pdde_data_open_part(ctx, data, 0.0, val_data ? 1.0 : 0.9, train);
+    if (!st) st = val_data ? pdde_data_open(ctx, val_data, val) : pdde_data_open_part(ctx, data, 0.9, 1.0, val);
+    if (st) fprintf(stderr, "gpt: %s\n", pdde_last_error(ctx));
+    return st ? -1 : 0;
+}
+
+/* --save-hf's directory gets the tokenizer the model was trained with: tokenizer.json, and the
+ * tokenizer_config.json and special_tokens_map.json beside it where there are; 0, or -1 said */
+static int copy_tokenizer(const char *tokenizer_json, const char *dir) {
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+    const char *slash = strrchr(tokenizer_json, '/');
+    int beside = slash ? (int)(slash - tokenizer_json) : 0;
+    for (int k = 0; k < 3; k++) {
+        char from[4300], to[4300], tmp[4310];
+        if (k) snprintf(from, sizeof from, "%.*s%s%s", beside, tokenizer_json, slash ? "/" : "", names[k]);
+        else snprintf(from, sizeof from, "%s", tokenizer_json);
+        snprintf(to, sizeof to, "%s/%s", dir, names[k]), snprintf(tmp, sizeof tmp, "%s.tmp", to);
+        FILE *in = fopen(from, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
+        if (!in && k) continue;
+        char buf[1 << 16];
+        size_t n;
+        int bad = !in || !out;
+        while (!bad && (n = fread(buf, 1, sizeof buf, in)) > 0) bad = fwrite(buf, 1, n, out) != n;
+        bad |= in && ferror(in);
+        if (out) bad |= fclose(out) != 0;
+        if (in) fclose(in);
+        if (!bad && rename(tmp, to)) bad = 1;
+        if (bad) return fprintf(stderr, "gpt: --save-hf: copying %s to %s: %s\n", from, to, strerror(errno)), remove(tmp), -1;
+    }
+    return 0;
+}
+
+/* --prompt into o->prompt_ids: its bytes; with a tokenizer.json its ids, after the start token its
+ * template puts first (LLaMA's <s>); for another token file (sample_from >= 0) the ids it lists
  * (separated by commas or spaces), each below --vocab; 0, or -1 said */
-static int prompt_tokens(options *o) {
-    size_t n = strlen(o->prompt);
-    o->prompt_ids = malloc((n + 1) * sizeof *o->prompt_ids);
-    for (const char *p = o->prompt; o->prompt_ids && *p;) {
+static int prompt_tokens(options *o, const tokenizer *tok) {
+    size_t n = strlen(o->prompt), count = 0;
+    if (tok->hf) {
+        if (hf_tokenizer_encode(tok->hf, o->prompt, n, 1, &o->prompt_ids, &count)) { fprintf(stderr, "gpt: --prompt: out of memory\n"); return -1; }
+        for (size_t k = 0; k < count; k++)
+            if (o->prompt_ids[k] >= o->model.vocab) {
+                fprintf(stderr, "gpt: --prompt '%s': %s gives id %d, past the model's vocabulary of %d: the tokenizer of another model?\n", o->prompt,
+                        o->tokenizer, o->prompt_ids[k], o->model.vocab);
+                return -1;
+            }
+        o->n_prompt = (int)count;
+    } else o->prompt_ids = malloc((n + 1) * sizeof *o->prompt_ids);
+    for (const char *p = o->prompt; !tok->hf && o->prompt_ids && *p;) {
         if (o->sample_from < 0) { o->prompt_ids[o->n_prompt++] = (unsigned char)*p++; continue; }
         char *end;
         long id = strtol(p, &end, 10);
@@ -698,43 +823,6 @@ static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row
 #else
     (void)comm, (void)o, (void)row, (void)cols, (void)all, (void)whole;
 #endif
-}
-
-/* llm.c's tokenizer file: a header of 256 int32 (magic 20240328, version 1 or 2, the vocabulary size,
- * in version 2 the end-of-text id), then each token's length (u8) and bytes. Read to print a token
- * file's sample as text. */
-typedef struct {
-    int n;
-    char **bytes;  /* token id -> its bytes, NUL-terminated */
-} tokenizer;
-
-static void tokenizer_free(tokenizer *t) {
-    for (int i = 0; t->bytes && i < t->n; i++) free(t->bytes[i]); /* (an id tokenizer.json lacks: NULL) */
-    free(t->bytes), t->bytes = NULL, t->n = 0;
-}
-
-/* 0, or 1 with why the file is not one (naming the field); a .json file is Hugging Face's tokenizer.json */
-static int tokenizer_load(const char *path, tokenizer *t, char *why, size_t why_size) {
-    *t = (tokenizer){0};
-    size_t len = strlen(path);
-    if (len >= 5 && !strcmp(path + len - 5, ".json")) return gpt_hf_vocab(path, &t->n, &t->bytes, why, why_size) != 0;
-    FILE *f = fopen(path, "rb");
-    int32_t header[256];
-    if (!f) return snprintf(why, why_size, "%s", strerror(errno)), 1;
-    int bad = fread(header, sizeof header, 1, f) != 1;
-    if (bad) snprintf(why, why_size, "shorter than its 1024-byte header");
-    else if (header[0] != 20240328) bad = 1, snprintf(why, why_size, "header[0] is %d: expected 20240328 (llm.c's tokenizer file)", header[0]);
-    else if (header[1] != 1 && header[1] != 2) bad = 1, snprintf(why, why_size, "header[1], the version, is %d: expected 1 or 2", header[1]);
-    else if (header[2] < 1 || header[2] > 1 << 24) bad = 1, snprintf(why, why_size, "header[2], the vocabulary, is %d: expected 1 to 2^24", header[2]);
-    else if (!(t->bytes = calloc((size_t)header[2], sizeof *t->bytes))) bad = 1, snprintf(why, why_size, "out of memory");
-    for (int i = 0; !bad && i < header[2]; i++, t->n = i) {
-        unsigned char len;
-        bad = fread(&len, 1, 1, f) != 1 || !(t->bytes[i] = calloc((size_t)len + 1, 1)) || fread(t->bytes[i], 1, len, f) != len;
-        if (bad) snprintf(why, why_size, "token %d of %d: its bytes end past the end of the file", i, header[2]);
-    }
-    fclose(f);
-    if (bad) tokenizer_free(t);
-    return bad;
 }
 
 /* Samples n bytes (or a token file's ids, printed as ids or through `tok`'s bytes): the context fills
@@ -1082,19 +1170,8 @@ int main(int argc, char **argv) {
     cp.seed = o.seed;
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx) != PDDE_OK) { fprintf(stderr, "gpt: cannot create a context\n"); return 1; }
-    pdde_data *train, *val;
-    TRY(pdde_data_open_part(ctx, o.data, 0.0, o.val_data ? 1.0 : 0.9, &train));
-    TRY(o.val_data ? pdde_data_open(ctx, o.val_data, &val) : pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
-    for (int k = 0; k < 2; k++) { /* (an id past the vocabulary would stop the first step, at the embedding) */
-        pdde_data *d = k ? val : train;
-        if (pdde_data_max_token(d) < 0) { fprintf(stderr, "gpt: %s\n", pdde_last_error(ctx)); return 1; }
-        if (pdde_data_max_token(d) < o.model.vocab) continue;
-        fprintf(stderr, "gpt: %s %s holds token id %d, past --vocab %d: give a --vocab above it (GPT-2's tokens: 50304)\n",
-                k ? "--val-data" : "--data", k && o.val_data ? o.val_data : o.data, pdde_data_max_token(d), o.model.vocab);
-        return 1;
-    }
     tokenizer tok = {0}; /* (read now: a bad file is said before training, not after) */
-    char why[160], beside[4200];
+    char why[512], beside[4200];
     if (!o.tokenizer && o.init_from && o.init == INIT_HF) { /* (a Hugging Face model's own tokenizer.json) */
         char *dir = hf_dir(o.init_from);
         if (dir) snprintf(beside, sizeof beside, "%s/tokenizer.json", dir);
@@ -1105,13 +1182,25 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt: --tokenizer %s: %s\n", o.tokenizer, why);
         return 2;
     }
+    pdde_data *train, *val;
+    TRY(pdde_data_open_part(ctx, o.data, 0.0, o.val_data ? 1.0 : 0.9, &train));
+    TRY(o.val_data ? pdde_data_open(ctx, o.val_data, &val) : pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
+    if (tok.hf && (pdde_data_is_text(train) || pdde_data_is_text(val)) && tokenize_text_data(ctx, &o, &tok, &train, &val)) return 1;
+    for (int k = 0; k < 2; k++) { /* (an id past the vocabulary would stop the first step, at the embedding) */
+        pdde_data *d = k ? val : train;
+        if (pdde_data_max_token(d) < 0) { fprintf(stderr, "gpt: %s\n", pdde_last_error(ctx)); return 1; }
+        if (pdde_data_max_token(d) < o.model.vocab) continue;
+        fprintf(stderr, "gpt: %s %s holds token id %d, past --vocab %d: give a --vocab above it (GPT-2's tokens: 50304)\n",
+                k ? "--val-data" : "--data", k && o.val_data ? o.val_data : o.data, pdde_data_max_token(d), o.model.vocab);
+        return 1;
+    }
     o.sample_from = -1;
     if (pdde_data_max_token(train) > 255) { /* ids, not bytes: the sample starts from a validation token */
         int32_t *x = malloc((size_t)o.model.ctx * 2 * sizeof *x);
         if (x && pdde_data_next_batch(val, 1, o.model.ctx, o.seed, x, x + o.model.ctx) == PDDE_OK) o.sample_from = x[0];
         pdde_data_set_position(val, 0), free(x);
     }
-    if (o.prompt && prompt_tokens(&o)) return 2;
+    if (o.prompt && prompt_tokens(&o, &tok)) return 2;
     if (o.val_data && pdde_data_token_count(val) <= o.model.ctx) {
         fprintf(stderr, "gpt: --val-data %s: %lld tokens, must be longer than --ctx %d\n", o.val_data, (long long)pdde_data_token_count(val), o.model.ctx);
         return 1;
@@ -1511,7 +1600,8 @@ elastic_rebuild:
     }
     if (o.save_hf && rank == 0) {
         TRY(gpt_hf_save(s, g, &o.model, o.save_hf));
-        printf("gpt: saved the model as a Hugging Face directory %s (config.json, model.safetensors, f32)\n", o.save_hf);
+        if (tok.hf && copy_tokenizer(o.tokenizer, o.save_hf)) return 1;
+        printf("gpt: saved the model as a Hugging Face directory %s (config.json, model.safetensors, f32%s)\n", o.save_hf, tok.hf ? "; its tokenizer" : "");
     }
     if (o.sample_len > 0) sample(s, g, &m, comm, &o, &sp, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);

@@ -2,7 +2,7 @@
  * cluster files, checkpoints (the single file; a sharded one's manifest and shard), parameter-server
  * table files, token files, snapshots (the bytes a peer sends in an elastic job, read by
  * pdde_snapshot_from_data), the recommender's Criteo TSV data (examples/dlrm.h's reader) and Hugging Face's
- * safetensors files and config.json (examples/gpt_hf.h's readers). The first input byte picks the reader,
+ * safetensors files, config.json and tokenizer.json (examples/gpt_hf.h's and hf_tokenizer.h's readers). The first input byte picks the reader,
  * the rest is its input. Each
  * reader checks a checksum first; the target recomputes it over the mutated bytes (most of the time)
  * so that the parsing behind it is reached. Besides "no crash, no hang, no sanitizer report":
@@ -16,7 +16,7 @@
  *     with their field; every line is read or counted as malformed, once;
  *   - a safetensors file that opens has every tensor's bytes inside the file, and each reads or says why;
  *     a config.json that is read gives a model gpt_build takes (or refuses saying why); a tokenizer.json
- *     that is read gives each token at most 255 bytes.
+ *     that is read gives each token at most 255 bytes and encodes a text into ids of its vocabulary.
  *
  * Built by `make test-fuzz` with clang's libFuzzer under AddressSanitizer and UBSan (its corpus is
  * seeded with valid inputs of each kind at the first run); without libFuzzer main() below mutates
@@ -26,6 +26,7 @@
 #include "pdde.h"
 #include "examples/dlrm.h"
 #include "examples/gpt_hf.h"
+#include "examples/hf_tokenizer.h"
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_SAFETENSORS, T_HF_CONFIG, T_HF_VOCAB, T_COUNT };
+enum { T_PLAN, T_CLUSTER, T_CKPT, T_MANIFEST, T_SHARD, T_TABLE, T_TOKENS, T_SNAPSHOT, T_CRITEO, T_SAFETENSORS, T_HF_CONFIG, T_HF_TOKENIZER, T_COUNT };
 static const char *const target_name[T_COUNT] = {"plan",     "cluster", "checkpoint", "manifest",    "shard",     "table",
                                                  "tokens",   "snapshot", "criteo",    "safetensors", "hf config", "tokenizer.json"};
 
@@ -226,12 +227,12 @@ static void make_seeds(void) {
     add_seed(T_SAFETENSORS, file, 8 + len + 42);
     static const char *const hf[][2] = {{"tests/data/hf_gpt2/config.json", "tests/data/hf_gpt2/tokenizer.json"},
                                          {"tests/data/hf_llama/config.json", "tests/data/hf_llama/tokenizer.json"},
-                                         {"tests/data/hf_llama3/config.json", NULL}};
+                                         {"tests/data/hf_llama3/config.json", "tests/data/tokenize/llama3.json"}};
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 2 && hf[i][k]; k++) {
             bytes b = slurp(hf[i][k]);
             REQUIRE(b.n, "read %s (run from the repository root)", hf[i][k]);
-            add_seed(k ? T_HF_VOCAB : T_HF_CONFIG, b.p, b.n);
+            add_seed(k ? T_HF_TOKENIZER : T_HF_CONFIG, b.p, b.n);
             free(b.p);
         }
 }
@@ -496,22 +497,25 @@ static void read_hf_config(const uint8_t *p, size_t n) {
     pdde_graph_free(g);
 }
 
-/* A tokenizer.json: every token's bytes, each at most 255, or refused saying why */
-static void read_hf_vocab(const uint8_t *p, size_t n) {
-    char path[400], why[600] = "", **bytes = NULL;
+/* A tokenizer.json: every token's bytes, each at most 255, and a text encoded to its ids; or refused
+ * saying why */
+static void read_hf_tokenizer(const uint8_t *p, size_t n) {
+    char path[400], why[600] = "";
     snprintf(path, sizeof path, "%s/tokenizer.json", F.dir);
     spill(path, p, n);
-    int count = 0;
-    if (gpt_hf_vocab(path, &count, &bytes, why, sizeof why)) {
-        REQUIRE(why[0] && !bytes, "a refused tokenizer.json without a message, or its tokens left allocated");
+    hf_tokenizer *t = NULL;
+    if (hf_tokenizer_open(path, &t, why, sizeof why)) {
+        REQUIRE(why[0] && !t, "a refused tokenizer.json without a message, or its tokens left allocated");
         return;
     }
     F.accepted = true;
-    for (int i = 0; i < count; i++) {
-        REQUIRE(!bytes[i] || strlen(bytes[i]) <= 255, "token %d has %zu bytes", i, strlen(bytes[i]));
-        free(bytes[i]);
-    }
-    free(bytes);
+    for (int i = 0; i < t->n; i++) REQUIRE(!t->bytes[i] || strlen(t->bytes[i]) <= 255, "token %d has %zu bytes", i, strlen(t->bytes[i]));
+    static const char text[] = "It's 2024:  caf\xc3\xa9 \xf0\x9f\x99\x82<|endoftext|><s>\xff\r\n\n  x";
+    int32_t *ids = NULL;
+    size_t count = 0;
+    REQUIRE(!hf_tokenizer_encode(t, text, sizeof text - 1, 1, &ids, &count), "encoding a text ran out of memory");
+    for (size_t i = 0; i < count; i++) REQUIRE(ids[i] >= 0 && ids[i] < t->n, "id %d of the text is outside the vocabulary's %d", ids[i], t->n);
+    free(ids), hf_tokenizer_close(t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -539,7 +543,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case T_CRITEO: read_criteo(p, n); break;
     case T_SAFETENSORS: read_safetensors(p, n); break;
     case T_HF_CONFIG: read_hf_config(p, n); break;
-    case T_HF_VOCAB: read_hf_vocab(p, n); break;
+    case T_HF_TOKENIZER: read_hf_tokenizer(p, n); break;
     }
     free(p);
     return 0;

@@ -569,6 +569,8 @@ static void test_data(void) {
     pdde_data *a, *b, *c;
     CHECK(pdde_data_open(ctx, path, &a) == PDDE_OK && pdde_data_write_tokens(ctx, path, tok) == PDDE_OK && pdde_data_open(ctx, tok, &b) == PDDE_OK, "open");
     CHECK(pdde_data_token_count(a) == pdde_data_token_count(b) && pdde_data_token_count(a) > 1000, "token file has the text's tokens");
+    CHECK(pdde_data_is_text(a) == 1 && pdde_data_is_text(b) == 0 && pdde_data_is_text(NULL) == 0, "text told from a token file: %d %d",
+          pdde_data_is_text(a), pdde_data_is_text(b));
     int32_t x1[4 * 16], y1[4 * 16], x2[4 * 16], y2[4 * 16];
     pdde_data_next_batch(a, 4, 16, 7, x1, y1);
     pdde_data_next_batch(b, 4, 16, 7, x2, y2);

@@ -384,6 +384,42 @@ rc2=$?
     grep -qF -- "--tokenizer tests/data/hf_llama/config.json: no model.vocab" "$tmp/hftok2.log"
 ok=$?
 check "gpt --init-from a Hugging Face directory decodes the sample by its tokenizer.json; a config.json as --tokenizer is refused (rc $rc/$rc2)" $ok
+# your own text for a Hugging Face model: build/tokenize writes its token file by the model's tokenizer.json
+# (a document after "<|endoftext|>"; the ids decode back to the text), gpt fine-tunes on it and goes on
+# from a text --prompt encoded the same way; given the text itself, gpt tokenizes it the same way
+printf ' the cat caf\xc3\xa9\n\nsat on the mat; the cat sat. ' >"$tmp/doc.txt"
+for i in 1 2 3 4 5 6; do cat "$tmp/doc.txt" "$tmp/doc.txt" >"$tmp/doc2.txt" && mv "$tmp/doc2.txt" "$tmp/doc.txt"; done
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/doc.tok" "$tmp/doc.txt" >"$tmp/tokz.log" 2>&1
+rc=$?
+python3 - "$tmp/doc.tok" "$tmp/doc.txt" tests/data/hf_gpt2/tokenizer.json >"$tmp/tokzpy.log" 2>&1 <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+assert raw[:8] == b"PDDETOK1", raw[:8]
+n = struct.unpack("<Q", raw[8:16])[0]
+ids = struct.unpack("<%di" % n, raw[16:])
+vocab = {i: t for t, i in json.load(open(sys.argv[3]))["model"]["vocab"].items()}
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs = bs[:] + [256 + k for k in range(256 - len(bs))]
+bs += [b for b in range(256) if b not in bs]
+byte = {chr(c): b for b, c in zip(bs, cs)}
+assert ids[0] == 300, ids[:3]
+text = bytes(byte[ch] for i in ids[1:] for ch in vocab[i])
+assert text == open(sys.argv[2], "rb").read(), text[:40]
+print("ok", n)
+PY
+rc2=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --data "$tmp/doc.tok" --steps 2 --val-every 2 --sample-len 4 --prompt " the cat" >"$tmp/tokzg.log" 2>&1
+rc3=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --data "$tmp/doc.txt" --steps 2 --val-every 2 >"$tmp/tokzt.log" 2>&1
+rc4=$?
+[ $rc = 0 ] && grep -q "^ok $(( $(wc -c <"$tmp/doc.txt") + 1 ))\$" "$tmp/tokzpy.log" && [ $rc3 = 0 ] &&
+    grep -qaE "^---- sample \(after the prompt's 8, decoded by tests/data/hf_gpt2/tokenizer.json\) ----" "$tmp/tokzg.log" &&
+    grep -aA1 -- "^---- sample" "$tmp/tokzg.log" | tail -1 | grep -qa "^ the cat" && [ $rc4 = 0 ] &&
+    grep -qF "is text: 1 document, 2880 bytes -> 2881 tokens by tests/data/hf_gpt2/tokenizer.json" "$tmp/tokzt.log" &&
+    [ -n "$(val_at "$tmp/tokzt.log" 2)" ] && [ "$(val_at "$tmp/tokzt.log" 0)" = "$(val_at "$tmp/tokzg.log" 0)" ] &&
+    [ "$(val_at "$tmp/tokzt.log" 2)" = "$(val_at "$tmp/tokzg.log" 2)" ]
+ok=$?
+check "build/tokenize writes a token file gpt fine-tunes on, whose ids decode to the text ($(tail -1 "$tmp/tokzpy.log")); a text --prompt is encoded; gpt on the text itself trains as on the token file ($(val_at "$tmp/tokzt.log" 2) = $(val_at "$tmp/tokzg.log" 2); rc $rc/$rc2/$rc3/$rc4)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out

@@ -5,10 +5,12 @@
  * head, tied, F16), and PyTorch's logits and loss on each, computed the way Hugging Face's modeling
  * code does. Here: the config read into gpt.h's model, the weights loaded, the logits and
  * loss compared; the model saved and loaded again, bit for bit; bad JSON, bad files and models gpt.h
- * cannot compute refused naming the field. */
+ * cannot compute refused naming the field. And tokenizer.json (examples/hf_tokenizer.h): text to ids
+ * against transformers.js, ids to text, the tokenizers it cannot compute refused. */
 #define _GNU_SOURCE /* (memmem) */
 #include "tests/test_util.h"
 #include "examples/gpt_hf.h"
+#include "examples/hf_tokenizer.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,22 +268,79 @@ static void check_vocab(void) {
         {"tests/data/hf_llama/tokenizer.json", 256, {99, 100, 101, 3, 2}, " the cat caf\xc3\xa9\n</s>"},
     };
     for (int c = 0; c < 2; c++) {
-        int n = 0;
-        char **bytes = NULL, why[200] = "", text[256] = "";
-        int rc = gpt_hf_vocab(cases[c].path, &n, &bytes, why, sizeof why);
-        for (int i = 0; !rc && i < 5 && cases[c].ids[i] < n && bytes[cases[c].ids[i]]; i++) strcat(text, bytes[cases[c].ids[i]]);
-        CHECK(!rc && n == cases[c].n && !strcmp(text, cases[c].text), "%s: %d tokens (want %d), ids decode to '%s' (want '%s') %s", cases[c].path, n,
-              cases[c].n, text, cases[c].text, why);
-        for (int i = 0; i < n; i++) free(bytes[i]);
-        free(bytes);
+        hf_tokenizer *t = NULL;
+        char why[200] = "", text[256] = "";
+        int rc = hf_tokenizer_open(cases[c].path, &t, why, sizeof why);
+        for (int i = 0; !rc && i < 5 && cases[c].ids[i] < t->n && t->bytes[cases[c].ids[i]]; i++) strcat(text, t->bytes[cases[c].ids[i]]);
+        CHECK(!rc && t->n == cases[c].n && !strcmp(text, cases[c].text), "%s: %d tokens (want %d), ids decode to '%s' (want '%s') %s", cases[c].path,
+              t ? t->n : 0, cases[c].n, text, cases[c].text, why);
+        hf_tokenizer_close(t);
     }
-    FILE *f = fopen("build/test_gpt_hf_unigram.json", "w");
-    if (f) fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"<unk>\", 0.0], [\"a\", -1.5]]}}", f), fclose(f);
-    int n;
-    char **bytes = NULL, why[200] = "";
-    CHECK(gpt_hf_vocab("build/test_gpt_hf_unigram.json", &n, &bytes, why, sizeof why) && strstr(why, "a Unigram model") && !bytes,
-          "a Unigram tokenizer refused: %s", why);
-    CHECK(gpt_hf_vocab("tests/data/hf_llama/config.json", &n, &bytes, why, sizeof why) && strstr(why, "no model.vocab") && !bytes,
+}
+
+/* Text to ids against transformers.js (tests/data/tokenize/golden.txt, tools/gen_tokenizer_golden.mjs):
+ * five tokenizers in the layouts of GPT-2, LLaMA 3.1, SmolLM2, LLaMA 2 and its Metaspace conversion,
+ * on a text of every kind of character their patterns tell apart, with and without the start token */
+static void check_encode(void) {
+    FILE *g = fopen("tests/data/tokenize/golden.txt", "r");
+    char line[200000], name[64], path[128];
+    int lines = 0;
+    CHECK(g != NULL, "tests/data/tokenize/golden.txt: run from the repository root");
+    while (g && fgets(line, sizeof line, g)) {
+        int start, want, at = 0, used;
+        if (sscanf(line, "%63s %d %d%n", name, &start, &want, &at) != 3) continue;
+        char *colon = strchr(name, ':');
+        if (colon) *colon = 0;
+        snprintf(path, sizeof path, "tests/data/tokenize/%s.json", name);
+        hf_tokenizer *t = NULL;
+        char why[300] = "";
+        size_t length = 0, n = 0, first_wrong = 0;
+        char *text = NULL;
+        int32_t *ids = NULL;
+        snprintf(why, sizeof why, "tests/data/tokenize/%s.txt", colon ? colon + 1 : "text");
+        FILE *f = fopen(why, "rb");
+        if (f && (text = malloc(1 << 20))) length = fread(text, 1, 1 << 20, f);
+        if (f) fclose(f);
+        int rc = !text || hf_tokenizer_open(path, &t, why, sizeof why) || hf_tokenizer_encode(t, text, length, start, &ids, &n);
+        for (const char *p = line + at; !rc && first_wrong < n && sscanf(p, "%d%n", &want, &used) == 1; p += used, first_wrong++)
+            if (ids[first_wrong] != want) break;
+        sscanf(line, "%*s %*d %d", &want);
+        CHECK(!rc && (int)n == want && first_wrong == n, "%s (%s, start token %d): %zu ids, transformers.js %d; the first different: id %zu %s", path,
+              colon ? colon + 1 : "text", start, n, want, first_wrong, rc ? why : "");
+        lines++;
+        free(text), free(ids), hf_tokenizer_close(t);
+    }
+    if (g) fclose(g);
+    CHECK(lines >= 20, "golden.txt: %d cases (5 tokenizers, 2 texts, with and without the start token)", lines);
+}
+
+/* tokenizer.json files pdde cannot encode with, refused naming the field */
+static void check_tokenizer_refusals(void) {
+    static const struct { const char *json, *says; } cases[] = {
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"<unk>\", 0.0], [\"a\", -1.5]]}}", "a Unigram model"},
+        {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "model.type is 'WordPiece': BPE expected"},
+        {"{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "normalizer: a step of another type (NFC)"},
+        {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\d+\"}, \"behavior\": \"Isolated\"}, \"model\": {\"type\": "
+         "\"BPE\", \"vocab\": {\"a\": 0}}}", "pre_tokenizer: a Split by another pattern"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}", "model.merges[0]: 'a' + 'b': the merged token is not in"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"ab\"]}}", "'left right') expected"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"continuing_subword_prefix\": \"##\"}}", "model.continuing_subword_prefix is set"},
+        {"{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}]}, \"model\": {\"type\": "
+         "\"BPE\", \"vocab\": {\"a\": 0}}}", "post_processor: its template's special token '<s>' is not"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}}}", "no model.vocab"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        FILE *f = fopen("build/test_gpt_hf_tokenizer.json", "w");
+        if (f) fputs(cases[c].json, f), fclose(f);
+        hf_tokenizer *t = NULL;
+        char why[300] = "";
+        int rc = hf_tokenizer_open("build/test_gpt_hf_tokenizer.json", &t, why, sizeof why);
+        CHECK(rc && !t && strstr(why, cases[c].says), "tokenizer %zu refused saying '%s': %s", c, cases[c].says, rc ? why : "taken");
+        hf_tokenizer_close(t);
+    }
+    hf_tokenizer *t = NULL;
+    char why[300] = "";
+    CHECK(hf_tokenizer_open("tests/data/hf_llama/config.json", &t, why, sizeof why) && strstr(why, "no model.vocab") && !t,
           "a config.json as tokenizer refused: %s", why);
 }
 
@@ -365,6 +424,8 @@ int main(void) {
     config_refused("\"vocab_size\": 256,", "", "vocab_size = -1: an integer 1 ..");
     check_json();
     check_vocab();
+    check_encode();
+    check_tokenizer_refusals();
     check_safetensors();
     gpt_config untied = {.vocab = 50, .ctx = 8, .layers = 1, .heads = 2, .width = 16, .batch = 1, .untied_head = 1};
     pdde_graph *g = NULL;

@@ -1,0 +1,89 @@
+/* tokenize — Demonstrates how to turn text into a pretrained model's token ids with its Hugging Face
+ * tokenizer.json (examples/hf_tokenizer.h), to fine-tune it with gpt on your own text:
+ *
+ *   ./build/tokenize --tokenizer SmolLM2-135M --out mine.tok a.txt b.txt   # each file a document
+ *   ./build/gpt --init-from SmolLM2-135M --data mine.tok --prompt "The cat"
+ *   ./build/tokenize --tokenizer SmolLM2-135M --text "Hello world"         # prints the ids
+ *
+ * --tokenizer takes tokenizer.json or the model directory that holds it. Each document starts with the
+ * tokenizer's start token (the one its template puts first: LLaMA's <s> or <|begin_of_text|>), or,
+ * where the template puts none, with "<|endoftext|>" if the tokenizer has it (GPT-2's and SmolLM2's
+ * documents, as llm.c's shards separate them); --doc-start ID or none chooses another. The output is a
+ * pdde token file ("PDDETOK1", the count as u64, the ids as i32), written through a temporary and a
+ * rename. Bytes that are not UTF-8 are kept (a byte-level BPE spells each as its byte; SentencePiece's
+ * falls back to "<0xNN>"). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "hf_tokenizer.h"
+
+static int usage(FILE *f) {
+    fprintf(f, "usage: tokenize --tokenizer FILE|DIR (--out FILE.tok TEXT_FILE... | --text TEXT) [--doc-start ID|none]\n"
+               "       (each TEXT_FILE one document, at most 256 MiB, after the start token; --text: print its ids)\n");
+    return f == stdout ? 0 : 2;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    const char *tokenizer_path = NULL, *out = NULL, *text = NULL, *doc_start = NULL;
+    int first_file = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
+        if (a[0] != '-') { first_file = i; break; }
+        if (!v) { fprintf(stderr, "tokenize: %s needs a value\n", a); return usage(stderr); }
+        if (!strcmp(a, "--tokenizer")) tokenizer_path = v;
+        else if (!strcmp(a, "--out")) out = v;
+        else if (!strcmp(a, "--text")) text = v;
+        else if (!strcmp(a, "--doc-start")) doc_start = v;
+        else { fprintf(stderr, "tokenize: unknown flag %s\n", a); return usage(stderr); }
+        i++;
+    }
+    if (!tokenizer_path || (!text && (!out || first_file == argc)) || (text && (out || first_file < argc))) return usage(stderr);
+    char path[4200], why[400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s%s", tokenizer_path, !stat(tokenizer_path, &st) && S_ISDIR(st.st_mode) ? "/tokenizer.json" : "");
+    hf_tokenizer *t;
+    if (hf_tokenizer_open(path, &t, why, sizeof why)) { fprintf(stderr, "tokenize: %s: %s\n", path, why); return 1; }
+    int32_t *ids;
+    size_t n;
+    if (text) { /* the ids of one text, after the template's start token */
+        if (hf_tokenizer_encode(t, text, strlen(text), 1, &ids, &n)) { fprintf(stderr, "tokenize: out of memory\n"); return 1; }
+        for (size_t k = 0; k < n; k++) printf(k ? " %d" : "%d", ids[k]);
+        printf("\n");
+        return free(ids), hf_tokenizer_close(t), 0;
+    }
+    int32_t start = hf_tokenizer_doc_start(t);
+    if (doc_start) {
+        char *end;
+        long id = strtol(doc_start, &end, 10);
+        if (!strcmp(doc_start, "none")) start = -1;
+        else if (end == doc_start || *end || id < 0 || id >= t->n) {
+            fprintf(stderr, "tokenize: --doc-start %s: an id below the vocabulary's %d, or none\n", doc_start, t->n);
+            return hf_tokenizer_close(t), 2;
+        }
+        else start = (int32_t)id;
+    }
+    size_t bytes;
+    uint64_t count;
+    double began = now();
+    if (hf_tokenizer_write_tokens(t, argv + first_file, argc - first_file, start, out, &bytes, &count, why, sizeof why)) {
+        fprintf(stderr, "tokenize: %s\n", why);
+        return hf_tokenizer_close(t), 1;
+    }
+    double s = now() - began;
+    printf("tokenize: %d document%s, %zu bytes -> %llu tokens (%.2f bytes a token) in %s, %.1f s (%.1f MB/s)\n", argc - first_file,
+           argc - first_file == 1 ? "" : "s", bytes,
+           (unsigned long long)count, count ? (double)bytes / (double)count : 0.0, out, s, s > 0 ? (double)bytes / s / 1e6 : 0.0);
+    hf_tokenizer_close(t);
+    return 0;
+}
