@@ -56,6 +56,7 @@ typedef struct {
     uint64_t seed;
     const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
     const char *save_hf;               /* --save-hf: a Hugging Face model directory */
+    const char *save_peft;             /* --save-peft: a LoRA run's adapters as PEFT's directory */
     init_kind init;                    /* what --init-from names */
     const char *data, *val_data, *tokenizer, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
@@ -95,7 +96,7 @@ static void usage(FILE *f) {
             "           [--untied-head]    (the head a parameter of its own, not the token embedding)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
             "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
-            "                              --save-llmc write the weights merged)\n"
+            "                              --save-llmc write the weights merged, --save-peft DIR the adapters alone as PEFT does)\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--temperature X] [--top-k N] [--top-p P] (the sample: softmax temperature, default 0.8, 0 the\n"
@@ -358,6 +359,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--init-from")) o->init_from = v;
         else if (!strcmp(a, "--save-llmc")) o->save_llmc = v;
         else if (!strcmp(a, "--save-hf")) o->save_hf = v;
+        else if (!strcmp(a, "--save-peft")) o->save_peft = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--device")) o->device = v;
@@ -386,6 +388,10 @@ static int parse(int argc, char **argv, options *o) {
     if (o->model.lora_rank > 0 && !o->init_from) {
         fprintf(stderr, "gpt: --lora-rank %d adapts a pretrained model: give --init-from (a Hugging Face directory, llm.c's file or a "
                 "checkpoint of this model)\n", o->model.lora_rank);
+        return -1;
+    }
+    if (o->save_peft && o->model.lora_rank <= 0) {
+        fprintf(stderr, "gpt: --save-peft %s saves LoRA adapters: give --lora-rank (--save-hf saves a whole model)\n", o->save_peft);
         return -1;
     }
     /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
@@ -1477,11 +1483,11 @@ elastic_rebuild:
         TRY(o.init == INIT_HF ? gpt_hf_load(s, g, &o.model, o.init_from) : gpt_llmc_load(s, g, &o.model, o.init_from));
     }
     char partial[64];
-    if ((o.save_llmc || o.save_hf) && rank == 0 && gpt_partial(s, g, partial, sizeof partial)) { /* (said now, not after training) */
-        const char *flag = o.save_llmc ? "--save-llmc" : "--save-hf";
+    if ((o.save_llmc || o.save_hf || o.save_peft) && rank == 0 && gpt_partial(s, g, partial, sizeof partial)) { /* (said now, not after training) */
+        const char *flag = o.save_llmc ? "--save-llmc" : o.save_hf ? "--save-hf" : "--save-peft";
         fprintf(stderr, "gpt: %s %s: rank 0 holds a part of parameter %s, or none, under this plan: save from one process, or --dp without "
-                "--zero 3 (a checkpoint loads under any plan: --resume it on one process with %s)\n", flag, o.save_llmc ? o.save_llmc : o.save_hf,
-                partial, flag);
+                "--zero 3 (a checkpoint loads under any plan: --resume it on one process with %s)\n", flag,
+                o.save_llmc ? o.save_llmc : o.save_hf ? o.save_hf : o.save_peft, partial, flag);
         return 1;
     }
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
@@ -1602,6 +1608,10 @@ elastic_rebuild:
         TRY(gpt_hf_save(s, g, &o.model, o.save_hf));
         if (tok.hf && copy_tokenizer(o.tokenizer, o.save_hf)) return 1;
         printf("gpt: saved the model as a Hugging Face directory %s (config.json, model.safetensors, f32%s)\n", o.save_hf, tok.hf ? "; its tokenizer" : "");
+    }
+    if (o.save_peft && rank == 0) {
+        TRY(gpt_hf_save_peft(s, g, &o.model, o.init_from, o.save_peft));
+        printf("gpt: saved the LoRA adapters as PEFT's directory %s (adapter_config.json, adapter_model.safetensors, f32)\n", o.save_peft);
     }
     if (o.sample_len > 0) sample(s, g, &m, comm, &o, &sp, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);

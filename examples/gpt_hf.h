@@ -7,6 +7,7 @@
  *   gpt_hf_load(session, graph, &cfg, path)      its weights into the session's parameters (every rank
  *                                                writes the blocks it holds)
  *   gpt_hf_save(session, graph, &cfg, dir)       config.json and model.safetensors (F32) of the model
+ *   gpt_hf_save_peft(session, graph, &cfg, base, dir)   a LoRA run's adapters alone, as PEFT saves them
  *
  * The layouts (Hugging Face's names; gpt.h's weights are [in, out]):
  *   GPT-2 ("transformer." prefix or none): Conv1D weights are [in, out] as here; c_attn's columns are
@@ -138,9 +139,10 @@ static inline int gpt_hf_fits(const gpt_config *c, int max_ctx, char *why, size_
  * parameter `mine` laid out as `how` */
 enum { HF_SAME, HF_TRANSPOSE, HF_GPT2_QKV_W, HF_GPT2_QKV_B, HF_LLAMA_Q, HF_LLAMA_K, HF_LLAMA_V };
 typedef struct {
-    char hf[96], mine[32];
+    char hf[112], mine[32];
     int how, ndim;
     int64_t shape[2]; /* the Hugging Face tensor's */
+    char adapter;     /* 0: the weight; 'A' or 'B': PEFT's lora_A [r, in] or lora_B [out, r] of it (gpt_hf_adapters) */
 } gpt_hf_tensor;
 
 static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf_tensor *t) {
@@ -150,7 +152,7 @@ static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf
     do {                                                                                                                                 \
         if (t) {                                                                                                                         \
             snprintf(t[n].mine, sizeof t[n].mine, "%s", MINE), snprintf(t[n].hf, sizeof t[n].hf, __VA_ARGS__);                          \
-            t[n].how = HOW, t[n].ndim = (COLS) > 0 ? 2 : 1, t[n].shape[0] = ROWS, t[n].shape[1] = COLS;                                      \
+            t[n].how = HOW, t[n].ndim = (COLS) > 0 ? 2 : 1, t[n].shape[0] = ROWS, t[n].shape[1] = COLS, t[n].adapter = 0;                   \
         }                                                                                                                                \
         n++;                                                                                                                             \
     } while (0)
@@ -285,6 +287,84 @@ static inline void gpt_hf_float(char buf[32], float v) {
         if (snprintf(buf, 32, "%.*g", digits, v), (float)strtod(buf, NULL) == v) return;
 }
 
+/* PEFT's LoRA tensors of model c (lora_rank > 0): for each linear of the blocks in gpt_hf_tensors,
+ * base_model.model.<its name>.lora_A.weight [r, in] and .lora_B.weight [out, r]; their count */
+static inline int gpt_hf_adapters(const gpt_config *c, gpt_hf_tensor *out) {
+    int llama = c->arch == GPT_ARCH_LLAMA, n = gpt_hf_tensors(c, llama ? "model." : "transformer.", NULL), k = 0;
+    gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
+    if (!t) return -1;
+    gpt_hf_tensors(c, llama ? "model." : "transformer.", t);
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(t[i].mine), hl = strlen(t[i].hf);
+        if (t[i].mine[0] != 'h' || len < 2 || strcmp(t[i].mine + len - 2, ".w") || hl < 7) continue; /* (the blocks' weights) */
+        int linear = t[i].how != HF_SAME && t[i].how != HF_GPT2_QKV_W; /* ([out, in]; GPT-2's Conv1D is [in, out]) */
+        int64_t in = linear ? t[i].shape[1] : t[i].shape[0], outs = linear ? t[i].shape[0] : t[i].shape[1];
+        for (int part = 0; part < 2 && out; part++, k++) {
+            out[k] = t[i], out[k].adapter = part ? 'B' : 'A', out[k].ndim = 2;
+            out[k].shape[0] = part ? outs : c->lora_rank, out[k].shape[1] = part ? c->lora_rank : in;
+            snprintf(out[k].hf, sizeof out[k].hf, "base_model.model.%.*s.lora_%c.weight", (int)(hl - 7), t[i].hf, part ? 'B' : 'A');
+        }
+        if (!out) k += 2;
+    }
+    free(t);
+    return k;
+}
+
+/* Value (r, k) of Hugging Face tensor t from `mine`, the values of gpt.h's parameter t->mine (merged under
+ * LoRA), or for an adapter those of its lora_a [in, rank] or lora_b [rank, outs] */
+static inline float gpt_hf_value(const gpt_hf_tensor *t, const gpt_config *c, const float *mine, int64_t outs, int64_t r, int64_t k) {
+    int64_t rank = c->lora_rank;
+    if (t->adapter == 'A') return mine[k * rank + r]; /* lora_A [rank, in] is A transposed: the inputs are in the same order */
+    if (t->adapter != 'B') return mine[gpt_hf_index(t, c, r, k)];
+    int linear = t->how != HF_SAME && t->how != HF_GPT2_QKV_W; /* lora_B [out, rank]: output r where the weight puts it */
+    return mine[k * outs + (linear ? gpt_hf_index(t, c, r, 0) % outs : gpt_hf_index(t, c, 0, r))];
+}
+
+/* Writes tensors t[0 .. n) from session s as F32 into dir/file (through a temporary and a rename) */
+static inline pdde_status gpt_hf_write(pdde_session *s, pdde_graph *g, const gpt_config *c, const gpt_hf_tensor *t, int n, const char *dir,
+                                       const char *file) {
+    pdde_context *ctx = pdde_graph_context(g);
+    const char **names = malloc((size_t)n * sizeof *names);
+    int *ndims = malloc((size_t)n * sizeof *ndims);
+    int64_t (*shapes)[ST_MAX_DIMS] = calloc((size_t)n, sizeof *shapes), big = 0;
+    pdde_status st = !names || !ndims || !shapes ? PDDE_ERR_OOM : PDDE_OK;
+    for (int i = 0; i < n && !st; i++) {
+        names[i] = t[i].hf, ndims[i] = t[i].ndim, shapes[i][0] = t[i].shape[0], shapes[i][1] = t[i].shape[1];
+        int64_t numel = t[i].shape[0] * (t[i].ndim > 1 ? t[i].shape[1] : 1);
+        big = numel > big ? numel : big;
+    }
+    char path[4200], tmp[4210], name[80];
+    snprintf(path, sizeof path, "%s/%s", dir, file), snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = st ? NULL : fopen(tmp, "wb");
+    if (!st && !f) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (!st && st_write_header(f, n, names, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    float *there = st ? NULL : malloc((size_t)big * sizeof *there), *mine = NULL;
+    if (!st && !there) st = PDDE_ERR_OOM;
+    int64_t outs = 0;
+    for (int i = 0; i < n && !st; i++) {
+        if (i == 0 || strcmp(t[i].mine, t[i - 1].mine) || t[i].adapter != t[i - 1].adapter) { /* (LLaMA's q, k and v come from one parameter) */
+            snprintf(name, sizeof name, "%.*s.lora_%c", (int)strlen(t[i].mine) - 2, t[i].mine, t[i].adapter == 'A' ? 'a' : 'b');
+            pdde_tensor *p = pdde_graph_find(g, t[i].adapter ? name : t[i].mine);
+            free(mine);
+            mine = p ? malloc((size_t)pdde_tensor_numel(p) * sizeof *mine) : NULL;
+            st = !p ? pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: the model has no %s", path, t[i].adapter ? name : t[i].mine)
+               : !mine ? PDDE_ERR_OOM : t[i].adapter ? pdde_session_read(s, p, mine, pdde_tensor_nbytes(p)) : gpt_read_weight(s, g, c, p, mine);
+            outs = p && p->ndim == 2 ? p->shape[1] : 0;
+            if (st) break;
+        }
+        int64_t rows = t[i].shape[0], cols = t[i].ndim > 1 ? t[i].shape[1] : 1;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < cols; k++) there[r * cols + k] = gpt_hf_value(&t[i], c, mine, outs, r, k);
+        if (fwrite(there, sizeof *there, (size_t)(rows * cols), f) != (size_t)(rows * cols))
+            st = pdde_error(ctx, PDDE_ERR_IO, "%s: writing %s: %s", tmp, t[i].hf, strerror(errno));
+    }
+    if (f && fclose(f) && !st) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (!st && rename(tmp, path)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
+    if (st && f) remove(tmp);
+    free(there), free(mine), free(names), free(ndims), free(shapes);
+    return st;
+}
+
 /* Writes model m (gpt_build with c) from session s into directory dir (made if missing): config.json
  * and model.safetensors, F32, as Hugging Face's save_pretrained lays them out (GPT-2 under
  * "transformer.", LLaMA under "model."; lm_head.weight only when untied); max positions = c->ctx. The
@@ -324,40 +404,40 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     pdde_status st = fclose(f) || rename(tmp, path) ? pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno)) : PDDE_OK;
     int n = gpt_hf_tensors(c, llama ? "model." : "transformer.", NULL);
     gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
-    const char **names = malloc((size_t)n * sizeof *names);
-    int *ndims = malloc((size_t)n * sizeof *ndims);
-    int64_t (*shapes)[ST_MAX_DIMS] = calloc((size_t)n, sizeof *shapes), big = 0;
-    if (!st && (!t || !names || !ndims || !shapes)) st = PDDE_ERR_OOM;
-    if (!st) gpt_hf_tensors(c, llama ? "model." : "transformer.", t);
-    for (int i = 0; i < n && !st; i++) {
-        names[i] = t[i].hf, ndims[i] = t[i].ndim, shapes[i][0] = t[i].shape[0], shapes[i][1] = t[i].shape[1];
-        int64_t numel = t[i].shape[0] * (t[i].ndim > 1 ? t[i].shape[1] : 1);
-        big = numel > big ? numel : big;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir), snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = st ? NULL : fopen(tmp, "wb");
-    if (!st && !f) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
-    if (!st && st_write_header(f, n, names, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
-    float *there = st ? NULL : malloc((size_t)big * sizeof *there), *mine = NULL;
-    if (!st && !there) st = PDDE_ERR_OOM;
-    for (int i = 0; i < n && !st; i++) {
-        pdde_tensor *p = pdde_graph_find(g, t[i].mine);
-        int64_t rows = t[i].shape[0], cols = t[i].ndim > 1 ? t[i].shape[1] : 1, count = pdde_tensor_numel(p);
-        if (i == 0 || strcmp(t[i].mine, t[i - 1].mine)) { /* (LLaMA's q, k and v come from one parameter) */
-            free(mine);
-            mine = malloc((size_t)count * sizeof *mine);
-            st = !mine ? PDDE_ERR_OOM : gpt_read_weight(s, g, c, p, mine); /* (under LoRA: merged) */
-            if (st) break;
-        }
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t k = 0; k < cols; k++) there[r * cols + k] = mine[gpt_hf_index(&t[i], c, r, k)];
-        if (fwrite(there, sizeof *there, (size_t)(rows * cols), f) != (size_t)(rows * cols))
-            st = pdde_error(ctx, PDDE_ERR_IO, "%s: writing %s: %s", tmp, t[i].hf, strerror(errno));
-    }
-    if (f && fclose(f) && !st) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
-    if (!st && rename(tmp, path)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
-    if (st && f) remove(tmp);
-    free(there), free(mine), free(t), free(names), free(ndims), free(shapes);
+    if (!st && !t) st = PDDE_ERR_OOM;
+    if (!st) gpt_hf_tensors(c, llama ? "model." : "transformer.", t), st = gpt_hf_write(s, g, c, t, n, dir, "model.safetensors");
+    free(t);
+    return st;
+}
+
+/* Writes the LoRA adapters of model c (lora_rank > 0) from session s into directory dir as PEFT saves
+ * them: adapter_config.json (r, lora_alpha, the target modules, base_model) and adapter_model.safetensors
+ * (F32). LLaMA's q, k and v, which share one adapter pair on gpt.h's fused weight, get each its own
+ * lora_B and the same lora_A: their sum is the same update. */
+static inline pdde_status gpt_hf_save_peft(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *base_model, const char *dir) {
+    pdde_context *ctx = pdde_graph_context(g);
+    int llama = c->arch == GPT_ARCH_LLAMA;
+    char name[64], path[4200], tmp[4210], alpha[32];
+    if (c->lora_rank <= 0) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: the model has no LoRA adapters (--lora-rank)", dir);
+    if (gpt_partial(s, g, name, sizeof name))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: this rank holds a part of parameter %s, or none: save from a rank that holds every "
+                          "parameter whole", dir, name);
+    if (mkdir(dir, 0755) && errno != EEXIST) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", dir, strerror(errno));
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir), snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    gpt_hf_float(alpha, gpt_lora_alpha(c));
+    fputs("{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": \"", f);
+    for (const char *p = base_model ? base_model : ""; *p; p++) fprintf(f, *p == '"' || *p == '\\' ? "\\%c" : (unsigned char)*p < 32 ? "\\u%04x" : "%c", *p);
+    fprintf(f, "\",\n  \"r\": %d,\n  \"lora_alpha\": %s,\n  \"lora_dropout\": 0.0,\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": %s,\n"
+            "  \"target_modules\": %s,\n  \"use_rslora\": false,\n  \"inference_mode\": true\n}\n", c->lora_rank, alpha, llama ? "false" : "true",
+            llama ? "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]" : "[\"c_attn\", \"c_proj\", \"c_fc\"]");
+    pdde_status st = fclose(f) || rename(tmp, path) ? pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno)) : PDDE_OK;
+    int n = st ? 0 : gpt_hf_adapters(c, NULL);
+    gpt_hf_tensor *t = n > 0 ? malloc((size_t)n * sizeof *t) : NULL;
+    if (!st && (!t || gpt_hf_adapters(c, t) != n)) st = PDDE_ERR_OOM;
+    if (!st) st = gpt_hf_write(s, g, c, t, n, dir, "adapter_model.safetensors");
+    free(t);
     return st;
 }
 

@@ -349,7 +349,7 @@ check "gpt --init-from a LLaMA 3 directory scales its RoPE, --save-hf keeps rope
 # merged weights, which validate where the run ended; --tp 2 and --dp 2 train the one process's model; a
 # resume with another --lora-alpha is refused; without --init-from it is refused
 lora=("${llmc[@]}" --init-from tests/data/hf_llama --lora-rank 4 --steps 4 --val-every 4)
-"$build/gpt" "${lora[@]}" --save-hf "$tmp/lora" --ckpt-dir "$tmp/ckl4" >"$tmp/lora.log" 2>&1
+"$build/gpt" "${lora[@]}" --save-hf "$tmp/lora" --save-peft "$tmp/peft" --ckpt-dir "$tmp/ckl4" >"$tmp/lora.log" 2>&1
 rc=$?
 "$build/gpt" "${llmc[@]}" --init-from "$tmp/lora" --steps 0 >"$tmp/lora2.log" 2>&1
 rc2=$?
@@ -369,6 +369,57 @@ end=$(val_at "$tmp/lora.log" 4)
     grep -qF "saved with --lora-alpha 4, this run has --lora-alpha 8" "$tmp/lora3.log"
 ok=$?
 check "gpt --lora-rank 4 trains adapters ($(val_at "$tmp/lora.log" 0) -> $end), --save-hf's merged weights validate there ($(val_at "$tmp/lora2.log" 0)), --tp 2, --dp 2 and --micro 2 too ($(val_at "$tmp/loratp.log" 4), $(val_at "$tmp/loradp.log" 4), $(val_at "$tmp/loramicro.log" 4)); another --lora-alpha refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
+# --save-peft writes the adapters alone as PEFT does: applied to the pretrained weights by PEFT's rule
+# (W + lora_B lora_A alpha / r; GPT-2's Conv1D transposed, fan_in_fan_out) they give --save-hf's merged
+# weights of the same run, for LLaMA (q, k, v from one fused weight) and GPT-2 (c_attn's permuted columns)
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --lora-rank 2 --steps 4 --save-hf "$tmp/gm" --save-peft "$tmp/gpeft" >"$tmp/gpeft.log" 2>&1
+rc=$?
+cat >"$tmp/peft.py" <<'PY'
+import json, os, struct, sys
+def tensors(d, name=None):
+    index = d + "/model.safetensors.index.json"
+    files = [name] if name else sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    out = {}
+    for fn in files:
+        raw = open(os.path.join(d, fn), "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        for k, v in json.loads(raw[8:8 + n]).items():
+            if k == "__metadata__": continue
+            a, b = v["data_offsets"]
+            body = raw[8 + n + a:8 + n + b]
+            if v["dtype"] == "F32": vals = struct.unpack("<%df" % (len(body) // 4), body)
+            else: vals = [struct.unpack("<f", struct.pack("<I", x << 16))[0] for x in struct.unpack("<%dH" % (len(body) // 2), body)]  # (BF16)
+            out[k] = (v["shape"], vals)
+    return out
+base, merged, peft = sys.argv[1:4]
+cfg = json.load(open(peft + "/adapter_config.json"))
+scale = cfg["lora_alpha"] / cfg["r"]
+B, M, P = tensors(base), tensors(merged), tensors(peft, "adapter_model.safetensors")
+checked, worst, moved = 0, 0.0, 0.0
+for k in P:
+    if not k.endswith(".lora_A.weight"): continue
+    wname = k[len("base_model.model."):-len(".lora_A.weight")] + ".weight"
+    (r, nin), A = P[k]
+    (nout, _), L = P[k.replace("lora_A", "lora_B")]
+    _, W0 = B[wname if wname in B else wname.split(".", 1)[1]]  # (the hub's GPT-2 names lack "transformer.")
+    _, W1 = M[wname]
+    for o in range(nout):
+        for i in range(nin):
+            d = scale * sum(L[o * r + j] * A[j * nin + i] for j in range(r))
+            at = i * nout + o if cfg["fan_in_fan_out"] else o * nin + i
+            worst, moved = max(worst, abs(W0[at] + d - W1[at]) / max(1.0, abs(W1[at]))), max(moved, abs(d))
+    checked += 1
+assert checked * 2 == len(P) and all(m in ",".join(P) for m in cfg["target_modules"]), (checked, len(P))
+assert worst < 2e-6 and moved > 1e-4, (worst, moved)
+print("ok", checked, "modules, worst %.1e" % worst)
+PY
+python3 "$tmp/peft.py" tests/data/hf_llama "$tmp/lora" "$tmp/peft" >"$tmp/peft.log" 2>&1
+rc2=$?
+python3 "$tmp/peft.py" tests/data/hf_gpt2 "$tmp/gm" "$tmp/gpeft" >"$tmp/gpeft2.log" 2>&1
+rc3=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q '"lora_alpha": 4,' "$tmp/peft/adapter_config.json" && grep -q '"fan_in_fan_out": true' "$tmp/gpeft/adapter_config.json"
+ok=$?
+check "--save-peft's adapters applied to the pretrained weights by PEFT's rule give --save-hf's merged ones (LLaMA: $(tail -1 "$tmp/peft.log"); GPT-2: $(tail -1 "$tmp/gpeft2.log"); rc $rc/$rc2/$rc3)" $ok
 # a Hugging Face model's tokenizer.json prints the sample of its token ids as text (by default the one beside
 # the weights; --tokenizer names another, a config.json is refused as one)
 python3 - "$tmp/hfids.bin" <<'PY'
@@ -433,6 +484,7 @@ refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --lora-rank 4|--lora-rank 4 adapts a pretrained model: give --init-from
 --top-p 1.5|--top-p wants a probability in [0, 1], got 1.5
 --init-from tests/data/hf_gpt2 --lora-rank 4 --moe-experts 4|Hugging Face's GPT-2 and LLaMA have no experts
+--init-from tests/data/hf_gpt2 --save-peft /tmp/never|--save-peft /tmp/never saves LoRA adapters: give --lora-rank
 --init-from $tmp/hfnone|--init-from $tmp/hfnone: $tmp/hfnone: neither model.safetensors nor model.safetensors.index.json there
 BAD
 finish
