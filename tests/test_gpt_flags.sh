@@ -369,10 +369,10 @@ end=$(val_at "$tmp/lora.log" 4)
     grep -qF "saved with --lora-alpha 4, this run has --lora-alpha 8" "$tmp/lora3.log"
 ok=$?
 check "gpt --lora-rank 4 trains adapters ($(val_at "$tmp/lora.log" 0) -> $end), --save-hf's merged weights validate there ($(val_at "$tmp/lora2.log" 0)), --tp 2, --dp 2 and --micro 2 too ($(val_at "$tmp/loratp.log" 4), $(val_at "$tmp/loradp.log" 4), $(val_at "$tmp/loramicro.log" 4)); another --lora-alpha refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
-# --save-peft writes the adapters alone as PEFT does: applied to the pretrained weights by PEFT's rule
+# --save-peft writes the adapters alone as PEFT does (alpha 5, rank 2): applied to the pretrained weights by PEFT's rule
 # (W + lora_B lora_A alpha / r; GPT-2's Conv1D transposed, fan_in_fan_out) they give --save-hf's merged
 # weights of the same run, for LLaMA (q, k, v from one fused weight) and GPT-2 (c_attn's permuted columns)
-"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --lora-rank 2 --steps 4 --save-hf "$tmp/gm" --save-peft "$tmp/gpeft" >"$tmp/gpeft.log" 2>&1
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --lora-rank 2 --lora-alpha 5 --steps 4 --save-hf "$tmp/gm" --save-peft "$tmp/gpeft" >"$tmp/gpeft.log" 2>&1
 rc=$?
 cat >"$tmp/peft.py" <<'PY'
 import json, os, struct, sys
@@ -417,7 +417,7 @@ python3 "$tmp/peft.py" tests/data/hf_llama "$tmp/lora" "$tmp/peft" >"$tmp/peft.l
 rc2=$?
 python3 "$tmp/peft.py" tests/data/hf_gpt2 "$tmp/gm" "$tmp/gpeft" >"$tmp/gpeft2.log" 2>&1
 rc3=$?
-[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q '"lora_alpha": 4,' "$tmp/peft/adapter_config.json" && grep -q '"fan_in_fan_out": true' "$tmp/gpeft/adapter_config.json"
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q '"lora_alpha": 5,' "$tmp/gpeft/adapter_config.json" && grep -q '"fan_in_fan_out": true' "$tmp/gpeft/adapter_config.json"
 ok=$?
 check "--save-peft's adapters applied to the pretrained weights by PEFT's rule give --save-hf's merged ones (LLaMA: $(tail -1 "$tmp/peft.log"); GPT-2: $(tail -1 "$tmp/gpeft2.log"); rc $rc/$rc2/$rc3)" $ok
 # a Hugging Face model's tokenizer.json prints the sample of its token ids as text (by default the one beside
