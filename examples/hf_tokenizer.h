@@ -739,7 +739,7 @@ static inline int hf_read_document(const char *path, char **text, size_t *length
 static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *paths, int n, int32_t start, const char *out, size_t *bytes,
                                             uint64_t *tokens, char *why, size_t why_size) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    snprintf(tmp, sizeof tmp, "%.4190s.tmp", out);
     FILE *f = fopen(tmp, "wb");
     if (!f) return snprintf(why, why_size, "%.300s: %s", tmp, strerror(errno)), -1;
     *bytes = 0, *tokens = 0;

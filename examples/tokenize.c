@@ -12,6 +12,7 @@
  * pdde token file ("PDDETOK1", the count as u64, the ids as i32), written through a temporary and a
  * rename. Bytes that are not UTF-8 are kept (a byte-level BPE spells each as its byte; SentencePiece's
  * falls back to "<0xNN>"). */
+#define _POSIX_C_SOURCE 200809L /* (clock_gettime) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@ static double now(void) {
 int main(int argc, char **argv) {
     const char *tokenizer_path = NULL, *out = NULL, *text = NULL, *doc_start = NULL;
     int first_file = argc;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* (flags and their values, then the text files) */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
         if (a[0] != '-') { first_file = i; break; }
@@ -46,7 +47,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--text")) text = v;
         else if (!strcmp(a, "--doc-start")) doc_start = v;
         else { fprintf(stderr, "tokenize: unknown flag %s\n", a); return usage(stderr); }
-        i++;
     }
     if (!tokenizer_path || (!text && (!out || first_file == argc)) || (text && (out || first_file < argc))) return usage(stderr);
     char path[4200], why[400];
