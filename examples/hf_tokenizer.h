@@ -212,24 +212,17 @@ static inline int hf_tokenizer_value(void *user, const json_value *v) {
     return bad;
 }
 
-/* GPT-2's bytes_to_unicode: the byte a byte-level BPE spells as code point cp (printable bytes as
- * themselves, the other 68 as 256 + k in byte order), or -1 */
+/* GPT-2's bytes_to_unicode: a byte-level BPE spells a printable byte as itself and each of the other 68
+ * as code point 256 + k, in byte order */
+static inline int hf_byte_printable(int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+
+/* The byte a byte-level BPE spells as code point cp, or -1 */
 static inline int hf_unicode_byte(unsigned cp) {
     int k = (int)cp - 256;
     if (cp < 256) return (int)cp;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        if (!printable && k-- == 0) return b;
-    }
+    for (int b = 0; b < 256; b++)
+        if (!hf_byte_printable(b) && k-- == 0) return b;
     return -1;
-}
-
-/* The code point a byte-level BPE spells byte b as (the inverse of hf_unicode_byte) */
-static inline unsigned hf_byte_unicode(unsigned char b) {
-    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE, k = 0;
-    if (printable) return b;
-    for (int c = 0; c < b; c++) k += !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
-    return 256u + (unsigned)k;
 }
 
 /* The code point at s (a UTF-8 sequence of *len bytes); a byte that starts no valid sequence is one
@@ -315,13 +308,12 @@ static inline void hf_tokenizer_close(hf_tokenizer *t) {
     free(t->spelled), free(t->literal), free(t->bytes), free(t->vocab), free(t->merges), free(t->added), free(t);
 }
 
-/* Sorts the added tokens by first byte, then longest first (the order encoding tries them in) */
-static const hf_tokenizer *hf_sort_tokenizer;
+/* The order encoding tries the added tokens in: by first byte, then the longest first */
+typedef struct { unsigned char first; size_t length; int32_t id; } hf_added_key;
 static inline int hf_added_order(const void *a, const void *b) {
-    const char *x = hf_sort_tokenizer->spelled[*(const int32_t *)a], *y = hf_sort_tokenizer->spelled[*(const int32_t *)b];
-    size_t nx = strlen(x), ny = strlen(y);
-    if ((unsigned char)x[0] != (unsigned char)y[0]) return (unsigned char)x[0] - (unsigned char)y[0];
-    return nx != ny ? (nx < ny) - (nx > ny) : *(const int32_t *)a - *(const int32_t *)b;
+    const hf_added_key *x = a, *y = b;
+    if (x->first != y->first) return x->first - y->first;
+    return x->length != y->length ? (x->length < y->length) - (x->length > y->length) : x->id - y->id;
 }
 
 /* Builds the tables from what the walk read: 0, or -1 with why[] */
@@ -343,13 +335,17 @@ static inline int hf_tokenizer_tables(hf_tokenizer *t, hf_tokenizer_walk *w, cha
         while (t->vocab[k].key && strcmp(t->vocab[k].key, t->spelled[i])) k = (k + 1) & (t->vocab_cap - 1);
         if (!t->vocab[k].key || t->literal[i]) t->vocab[k] = (hf_vocab_slot){h, i, t->spelled[i]}; /* (an added token over the model's) */
     }
-    hf_sort_tokenizer = t;
-    qsort(t->added, (size_t)t->n_added, sizeof *t->added, hf_added_order);
+    hf_added_key *keys = malloc((size_t)(t->n_added ? t->n_added : 1) * sizeof *keys);
+    if (!keys) return snprintf(why, why_size, "out of memory"), -1;
+    for (int k = 0; k < t->n_added; k++) keys[k] = (hf_added_key){(unsigned char)t->spelled[t->added[k]][0], strlen(t->spelled[t->added[k]]), t->added[k]};
+    qsort(keys, (size_t)t->n_added, sizeof *keys, hf_added_order);
+    for (int k = 0; k < t->n_added; k++) t->added[k] = keys[k].id;
+    free(keys);
     for (int k = 0, b = 0; b <= 256; b++)
         for (t->added_first[b] = k; k < t->n_added && b < 256 && (unsigned char)t->spelled[t->added[k]][0] == b;) k++;
-    for (int b = 0; b < 256; b++) {
+    for (int b = 0, k = 0; b < 256; b++) {
         char hex[8];
-        t->byte_cp[b] = hf_byte_unicode((unsigned char)b);
+        t->byte_cp[b] = hf_byte_printable(b) ? (uint32_t)b : 256u + (uint32_t)k++;
         snprintf(hex, sizeof hex, "<0x%02X>", b);
         t->byte_ids[b] = hf_vocab_find(t, hex, 6);
     }
