@@ -721,13 +721,12 @@ static int tokenize_text_data(pdde_context *ctx, const options *o, const tokeniz
         if (fd < 0) { fprintf(stderr, "gpt: %s: %s\n", token_file[k], strerror(errno)); token_file[k][0] = 0; return globfree(&g), -1; }
         close(fd);
         if (!token_file[!k][0]) atexit(remove_token_files);
-        size_t bytes;
-        uint64_t count;
-        int bad = hf_tokenizer_write_tokens(tok->hf, g.gl_pathv, (int)g.gl_pathc, hf_tokenizer_doc_start(tok->hf), token_file[k], &bytes, &count, why, sizeof why);
+        hf_tokenize_stats stats;
+        int bad = hf_tokenizer_write_tokens(tok->hf, g.gl_pathv, (int)g.gl_pathc, hf_tokenizer_doc_start(tok->hf), token_file[k], &stats, why, sizeof why);
         if (bad) fprintf(stderr, "gpt: %s %s: %s\n", k ? "--val-data" : "--data", path, why);
         else if (print)
-            printf("gpt: %s %s is text: %zu document%s, %zu bytes -> %llu tokens by %s\n", k ? "--val-data" : "--data", path, g.gl_pathc,
-                   g.gl_pathc == 1 ? "" : "s", bytes, (unsigned long long)count, o->tokenizer);
+            printf("gpt: %s %s is text: %zu document%s, %zu bytes -> %llu tokens by %s\n", k ? "--val-data" : "--data", path, stats.documents,
+                   stats.documents == 1 ? "" : "s", stats.bytes, (unsigned long long)stats.tokens, o->tokenizer);
         globfree(&g);
         if (bad) return -1;
     }

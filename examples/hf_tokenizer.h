@@ -5,7 +5,7 @@
  *   hf_tokenizer_open(path, &t, why, sizeof why)         reads tokenizer.json; -1 with why[] naming the field
  *   hf_tokenizer_encode(t, text, length, 1, &ids, &n)    text -> ids, the template's start token (<s>) first
  *   t->bytes[id]                                          an id's bytes, to print ids as text
- *   hf_tokenizer_write_tokens(t, paths, n, start, out, ...)   text files -> a pdde token file
+ *   hf_tokenizer_write_tokens(t, paths, n, start, out, ...)   text files (or JSON Lines) -> a pdde token file
  *   hf_tokenizer_close(t)
  *
  * Encoding follows the `tokenizers` library step by step: added tokens ("<|endoftext|>") are cut out of
@@ -729,32 +729,80 @@ static inline int hf_read_document(const char *path, char **text, size_t *length
     return bad ? -1 : 0;
 }
 
-/* Writes the ids of the documents paths[0 .. n) (whole files, each after token `start` unless it is
- * -1) as a pdde token file at out ("PDDETOK1", the count as u64, the ids as i32), through out.tmp and
- * a rename; *bytes and *tokens: how many read and written. 0, or -1 with why[] (nothing left at out) */
-static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *paths, int n, int32_t start, const char *out, size_t *bytes,
-                                            uint64_t *tokens, char *why, size_t why_size) {
+/* One line of f into *line (grown as needed, without its newline); 0, or -1 at the end or out of memory */
+static inline int hf_read_line(FILE *f, char **line, size_t *cap, size_t *length) {
+    *length = 0;
+    for (;;) {
+        if (*cap - *length < 2) {
+            size_t grown = *cap ? 2 * *cap : 4096;
+            char *l = realloc(*line, grown);
+            if (!l) return -1;
+            *line = l, *cap = grown;
+        }
+        if (!fgets(*line + *length, (int)(*cap - *length < 1 << 30 ? *cap - *length : 1 << 30), f)) return *length ? 0 : -1;
+        *length += strlen(*line + *length);
+        if (*length && (*line)[*length - 1] == '\n') return (*line)[--*length] = 0, 0;
+    }
+}
+
+static inline int hf_jsonl_text(void *user, const json_value *v) { /* a record's top-level "text" string */
+    char **text = user;
+    if (v->depth != 1 || strcmp(hf_key(v, 0), "text") || v->type != JSON_STRING || *text) return 0;
+    return !(*text = hf_strdup(v->string));
+}
+
+typedef struct { size_t documents, bytes; uint64_t tokens; } hf_tokenize_stats;
+
+/* One document's ids into f, after token `start` unless it is -1 */
+static inline int hf_write_document(const hf_tokenizer *t, FILE *f, int32_t start, const char *doc, size_t length, hf_tokenize_stats *stats) {
+    int32_t *ids = NULL;
+    size_t count = 0;
+    int bad = hf_tokenizer_encode(t, doc, length, 0, &ids, &count) != 0;
+    if (!bad && start >= 0) bad = fwrite(&start, sizeof start, 1, f) != 1, stats->tokens++;
+    if (!bad && count) bad = fwrite(ids, sizeof *ids, count, f) != count;
+    stats->tokens += count, stats->bytes += length, stats->documents++;
+    free(ids);
+    return bad ? -1 : 0;
+}
+
+/* Writes the ids of the documents in paths[0 .. n) as a pdde token file at out ("PDDETOK1", the count
+ * as u64, the ids as i32), each after token `start` unless it is -1, through out.tmp and a rename. A
+ * file is one document; a .jsonl file holds one on each line, its record's "text" (JSON Lines, as
+ * datasets are exported). 0, or -1 with why[] naming the file (and line); nothing is left at out */
+static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *paths, int n, int32_t start, const char *out,
+                                            hf_tokenize_stats *stats, char *why, size_t why_size) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%.4190s.tmp", out);
     FILE *f = fopen(tmp, "wb");
     if (!f) return snprintf(why, why_size, "%.300s: %s", tmp, strerror(errno)), -1;
-    *bytes = 0, *tokens = 0;
-    int bad = fwrite("PDDETOK1", 8, 1, f) != 1 || fwrite(tokens, 8, 1, f) != 1, said = 0; /* (said: why[] holds a document's error) */
+    *stats = (hf_tokenize_stats){0};
+    int bad = fwrite("PDDETOK1", 8, 1, f) != 1 || fwrite(&stats->tokens, 8, 1, f) != 1, said = 0; /* (said: why[] holds a document's error) */
     for (int i = 0; i < n && !bad; i++) {
-        char *doc;
-        size_t length, count = 0;
-        int32_t *ids = NULL;
-        if ((bad = said = hf_read_document(paths[i], &doc, &length, why, why_size) != 0)) break;
-        if ((bad = said = hf_tokenizer_encode(t, doc, length, 0, &ids, &count) != 0)) snprintf(why, why_size, "%.300s: out of memory", paths[i]);
-        if (!bad && start >= 0) bad = fwrite(&start, sizeof start, 1, f) != 1, ++*tokens;
-        if (!bad && count) bad = fwrite(ids, sizeof *ids, count, f) != count;
-        *tokens += count, *bytes += length;
-        free(doc), free(ids);
+        size_t len = strlen(paths[i]), length, cap = 0;
+        char *doc = NULL;
+        if (len < 6 || strcmp(paths[i] + len - 6, ".jsonl")) {
+            if ((bad = said = hf_read_document(paths[i], &doc, &length, why, why_size) != 0)) break;
+            if ((bad = hf_write_document(t, f, start, doc, length, stats))) said = 0;
+            free(doc);
+            continue;
+        }
+        FILE *in = fopen(paths[i], "rb");
+        if (!in) { bad = said = 1, snprintf(why, why_size, "%.300s: %s", paths[i], strerror(errno)); break; }
+        for (long line = 1; !bad && !hf_read_line(in, &doc, &cap, &length); line++) {
+            char *text = NULL, what[200] = "";
+            if (strspn(doc, " \t\r") == length) continue; /* (a blank line) */
+            if (json_scan(doc, length, hf_jsonl_text, &text, what, sizeof what) || !text)
+                bad = said = 1, snprintf(why, why_size, "%.300s:%ld: %s", paths[i], line, what[0] ? what : text ? "out of memory" : "no \"text\" string in the record");
+            else bad = hf_write_document(t, f, start, text, strlen(text), stats);
+            free(text);
+        }
+        if (!bad && ferror(in)) bad = said = 1, snprintf(why, why_size, "%.300s: read failed", paths[i]);
+        fclose(in), free(doc);
     }
-    if (!bad) bad = fseek(f, 8, SEEK_SET) || fwrite(tokens, 8, 1, f) != 1;
+    if (!bad) bad = fseek(f, 8, SEEK_SET) || fwrite(&stats->tokens, 8, 1, f) != 1;
     bad |= fclose(f) != 0;
     if (!bad && rename(tmp, out)) bad = 1;
-    if (bad && !said) snprintf(why, why_size, "%.300s: %s", out, strerror(errno));
+    if (bad && !said) snprintf(why, why_size, "%.300s: %s", out, errno ? strerror(errno) : "out of memory");
     if (bad) remove(tmp);
     return bad ? -1 : 0;
 }

@@ -2,6 +2,7 @@
  * tokenizer.json (examples/hf_tokenizer.h), to fine-tune it with gpt on your own text:
  *
  *   ./build/tokenize --tokenizer SmolLM2-135M --out mine.tok a.txt b.txt   # each file a document
+ *   ./build/tokenize --tokenizer SmolLM2-135M --out mine.tok data.jsonl    # each line's "text" a document
  *   ./build/gpt --init-from SmolLM2-135M --data mine.tok --prompt "The cat"
  *   ./build/tokenize --tokenizer SmolLM2-135M --text "Hello world"         # prints the ids
  *
@@ -24,7 +25,8 @@
 
 static int usage(FILE *f) {
     fprintf(f, "usage: tokenize --tokenizer FILE|DIR (--out FILE.tok TEXT_FILE... | --text TEXT) [--doc-start ID|none]\n"
-               "       (each TEXT_FILE one document, at most 256 MiB, after the start token; --text: print its ids)\n");
+               "       (each TEXT_FILE one document, at most 256 MiB, after the start token; a .jsonl file one on each line, its\n"
+               "       record's \"text\"; --text: print its ids)\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -73,17 +75,16 @@ int main(int argc, char **argv) {
         }
         else start = (int32_t)id;
     }
-    size_t bytes;
-    uint64_t count;
+    hf_tokenize_stats stats;
     double began = now();
-    if (hf_tokenizer_write_tokens(t, argv + first_file, argc - first_file, start, out, &bytes, &count, why, sizeof why)) {
+    if (hf_tokenizer_write_tokens(t, argv + first_file, argc - first_file, start, out, &stats, why, sizeof why)) {
         fprintf(stderr, "tokenize: %s\n", why);
         return hf_tokenizer_close(t), 1;
     }
     double s = now() - began;
-    printf("tokenize: %d document%s, %zu bytes -> %llu tokens (%.2f bytes a token) in %s, %.1f s (%.1f MB/s)\n", argc - first_file,
-           argc - first_file == 1 ? "" : "s", bytes,
-           (unsigned long long)count, count ? (double)bytes / (double)count : 0.0, out, s, s > 0 ? (double)bytes / s / 1e6 : 0.0);
+    printf("tokenize: %zu document%s, %zu bytes -> %llu tokens (%.2f bytes a token) in %s, %.1f s (%.1f MB/s)\n", stats.documents,
+           stats.documents == 1 ? "" : "s", stats.bytes, (unsigned long long)stats.tokens, stats.tokens ? (double)stats.bytes / (double)stats.tokens : 0.0,
+           out, s, s > 0 ? (double)stats.bytes / s / 1e6 : 0.0);
     hf_tokenizer_close(t);
     return 0;
 }

@@ -471,6 +471,21 @@ rc4=$?
     [ "$(val_at "$tmp/tokzt.log" 2)" = "$(val_at "$tmp/tokzg.log" 2)" ]
 ok=$?
 check "build/tokenize writes a token file gpt fine-tunes on, whose ids decode to the text ($(tail -1 "$tmp/tokzpy.log")); a text --prompt is encoded; gpt on the text itself trains as on the token file ($(val_at "$tmp/tokzt.log" 2) = $(val_at "$tmp/tokzg.log" 2); rc $rc/$rc2/$rc3/$rc4)" $ok
+# JSON Lines: each record's "text" a document, the same ids as the texts in files of their own; a record
+# without one is refused naming the file and line, and nothing is written
+printf 'the cat \xe2\x80\x9csat\xe2\x80\x9d\n' >"$tmp/a.txt" && printf 'caf\xc3\xa9\t<|endoftext|>' >"$tmp/b.txt"
+printf '{"id": 1, "text": "the cat \\u201csat\\u201d\\n"}\n\n{"meta": {"text": 0}, "text": "caf\xc3\xa9\\t<|endoftext|>"}\n' >"$tmp/ab.jsonl"
+printf '{"text": "ok"}\n{"txt": "x"}\n' >"$tmp/bad.jsonl"
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/ab.tok" "$tmp/a.txt" "$tmp/b.txt" >"$tmp/jl1.log" 2>&1
+rc=$?
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/abj.tok" "$tmp/ab.jsonl" >"$tmp/jl2.log" 2>&1
+rc2=$?
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/bad.tok" "$tmp/bad.jsonl" >"$tmp/jl3.log" 2>&1
+rc3=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/ab.tok" "$tmp/abj.tok" && grep -q "^tokenize: 2 documents, 37 bytes -> 27 tokens" "$tmp/jl2.log" &&
+    [ $rc3 = 1 ] && grep -qF "bad.jsonl:2: no \"text\" string in the record" "$tmp/jl3.log" && [ ! -e "$tmp/bad.tok" ] && [ ! -e "$tmp/bad.tok.tmp" ]
+ok=$?
+check "build/tokenize reads JSON Lines: each record's text a document, the ids of the same texts as files ($(head -1 "$tmp/jl2.log" | cut -c1-60)); a record without text refused by line (rc $rc/$rc2/$rc3)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out
