@@ -78,8 +78,8 @@ static void usage(FILE *f) {
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin, or Hugging Face's tokenizer.json: the\n"
             "                              sample of a token file printed as text; tokenizer.json also encodes text --data and\n"
             "                              --prompt; default the --init-from directory's; --save-hf copies it)\n"
-            "           [--init-from PATH] (start from a Hugging Face model directory, config.json and safetensors: GPT-2 or\n"
-            "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2); or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
+            "           [--init-from PATH] (start from a Hugging Face model directory, config.json and safetensors: GPT-2,\n"
+            "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2) or Qwen2; or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
             "                              _bf16.bin: the model's flags are the file's, --ctx at most its positions; or a pdde\n"
             "                              checkpoint's weights (a --ckpt-dir), this run's optimizer, schedule and data from their\n"
             "                              start; a checkpoint --resume finds wins)\n"
@@ -94,6 +94,7 @@ static void usage(FILE *f) {
             "           [--ffn N]          (hidden units of each MLP; default 4 x width, llama 8/3 x width rounded up)\n"
             "           [--norm-eps X]     (the layernorms' epsilon; default 1e-5)\n"
             "           [--untied-head]    (the head a parameter of its own, not the token embedding)\n"
+            "           [--qkv-bias]       (llama: biases on q, k and v, as Qwen2's)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
             "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
             "                              --save-llmc write the weights merged, --save-peft DIR the adapters alone as PEFT does)\n"
@@ -226,12 +227,12 @@ static char *hf_dir(const char *path) {
  * value is refused naming both */
 static int adopt_model(int argc, char **argv, options *o, const gpt_config *file) {
     static const char *const flag[] = {"--arch", "--layers", "--heads", "--width", "--vocab", "--kv-heads", "--ffn", "--rope-base", "--norm-eps",
-                                       "--untied-head"};
+                                       "--qkv-bias", "--untied-head"}; /* (the last two: switches) */
     gpt_config *m = &o->model;
     const double mine[] = {m->arch, m->layers, m->heads, m->width, m->vocab, gpt_kv_heads(m), (double)gpt_ffn(m), gpt_rope_base(m), gpt_norm_eps(m),
-                           m->untied_head};
+                           m->qkv_bias, m->untied_head};
     const double theirs[] = {file->arch, file->layers, file->heads, file->width, file->vocab, gpt_kv_heads(file), (double)gpt_ffn(file),
-                             gpt_rope_base(file), gpt_norm_eps(file), file->untied_head};
+                             gpt_rope_base(file), gpt_norm_eps(file), file->qkv_bias, file->untied_head};
     char a[160], b[160];
     rope_scaling_str(m, a), rope_scaling_str(file, b);
     if (flag_given(argc, argv, "--rope-scaling") && strcmp(a, b)) {
@@ -242,12 +243,13 @@ static int adopt_model(int argc, char **argv, options *o, const gpt_config *file
         if (!flag_given(argc, argv, flag[k]) || mine[k] == theirs[k]) continue;
         gpt_hf_float(a, (float)mine[k]), gpt_hf_float(b, (float)theirs[k]);
         if (k == 0) snprintf(a, sizeof a, "%s", gpt_arch_name(m->arch)), snprintf(b, sizeof b, "%s", gpt_arch_name(file->arch));
-        if (k + 1 == sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, "a tied head");
+        if (k + 2 >= sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, k + 1 == sizeof flag / sizeof *flag ? "a tied head" : "none");
         fprintf(stderr, "gpt: --init-from %s: %s %s, but the file's model has %s (leave the flag out: the file's is taken)\n", o->init_from, flag[k], a, b);
         return -1;
     }
     m->arch = file->arch, m->layers = file->layers, m->heads = file->heads, m->width = file->width, m->vocab = file->vocab;
     m->kv_heads = file->kv_heads, m->ffn = file->ffn, m->rope_base = file->rope_base, m->norm_eps = file->norm_eps, m->untied_head = file->untied_head;
+    m->qkv_bias = file->qkv_bias;
     memcpy(m->rope_scaling, file->rope_scaling, sizeof m->rope_scaling);
     return 0;
 }
@@ -293,6 +295,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--ckpt-async")) { o->ckpt_async = 1; continue; }
         if (!strcmp(a, "--ft-replicas")) { o->ft = 1; continue; }
         if (!strcmp(a, "--untied-head")) { o->model.untied_head = 1; continue; }
+        if (!strcmp(a, "--qkv-bias")) { o->model.qkv_bias = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -1393,9 +1396,9 @@ elastic_rebuild:
     pdde_session_memory(s, &ms);
     char scaling[160];
     rope_scaling_str(&o.model, scaling);
-    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g%s%s, ffn %lld\n", gpt_kv_heads(&o.model),
+    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g%s%s, ffn %lld%s\n", gpt_kv_heads(&o.model),
                                                gpt_rope_base(&o.model), o.model.rope_scaling[0] > 0 ? ", LLaMA 3 scaling " : "",
-                                               o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model));
+                                               o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model), o.model.qkv_bias ? ", qkv bias" : "");
     if (o.model.lora_rank > 0)
         printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank, gpt_lora_alpha(&o.model),
                (double)gpt_n_lora_params(&o.model) / 1e6);

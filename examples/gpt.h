@@ -9,7 +9,8 @@
  *                                                 from one fused [C, 3C] weight, columns [H, 3, D]
  *               x += fcproj(gelu(fc(ln2(x))))      fc's bias and the gelu: one op (pdde_bias_gelu)
  *   logits = ln_f(x) @ wte^T,  loss = mean cross-entropy(logits, targets)
- * LLaMA (GPT_ARCH_LLAMA): no position embedding, no biases, RMSNorm instead of LayerNorm (gains only),
+ * LLaMA (GPT_ARCH_LLAMA): no position embedding, no biases (cfg.qkv_bias: q, k and v with biases, as
+ *   Qwen2's), RMSNorm instead of LayerNorm (gains only),
  *   per block:  x += proj(attention(rope(q), rope(k), v)) on rmsnorm(x)   grouped-query attention:
  *                                                 Hkv = kv_heads groups of H / Hkv query heads sharing
  *                                                 one k and v head; qkv columns [Hkv, H/Hkv + 2, D]
@@ -50,6 +51,7 @@ typedef struct {
                               high_freq, original context; factor 0: none */
     float norm_eps;  /* the layernorms' (RMSNorms') epsilon; 0 = 1e-5 */
     int untied_head; /* 1: the head is its own parameter "head" [V, C], not wte */
+    int qkv_bias;    /* LLaMA: 1 = the qkv projection has a bias "h<l>.attn.b" (Qwen2's) */
     /* LoRA (gpt_lora): lora_rank > 0 holds every pretrained weight frozen (a state input, loaded by the
      * caller) and trains, beside each linear of the blocks, adapters <w>.lora_a [in, r] (normal, std
      * 1 / sqrt(in)) and <w>.lora_b [r, out] (zeros): x W + (x A) B lora_alpha / r */
@@ -271,7 +273,9 @@ static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *
     int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads, Hkv = gpt_kv_heads(c), R = H / Hkv;
     char p[32];
     snprintf(p, sizeof p, "h%d.attn", l);
-    pdde_tensor *qkv = pdde_reshape(g, gpt_linear_nobias(g, c, p, a, C, (H + 2 * Hkv) * D, 0.02f), 5, (int64_t[]){B, T, Hkv, R + 2, D});
+    int64_t QKV = (H + 2 * Hkv) * D;
+    pdde_tensor *qkv = pdde_reshape(g, c->qkv_bias ? gpt_linear(g, c, p, a, C, QKV, 0.02f) : gpt_linear_nobias(g, c, p, a, C, QKV, 0.02f), 5,
+                                    (int64_t[]){B, T, Hkv, R + 2, D});
     pdde_tensor *q = pdde_reshape(g, pdde_slice(g, qkv, 3, 0, R), 4, (int64_t[]){B, T, H, D});
     pdde_tensor *kv[2] = {pdde_slice(g, qkv, 3, R, 1), pdde_slice(g, qkv, 3, R + 1, 1)}; /* [B, T, Hkv, 1, D] */
     q = gpt_rope(g, c, q);
@@ -317,9 +321,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)", c->width, c->heads, c->layers);
     bool llama = c->arch == GPT_ARCH_LLAMA;
     if (c->arch != GPT_ARCH_GPT && !llama) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: architecture %d is neither GPT nor LLaMA", (int)c->arch);
-    if (!llama && (c->kv_heads || c->rope_base || c->rope_scaling[0]))
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d, rope base %g and rope scaling are LLaMA's (the GPT architecture has none)",
-                          c->kv_heads, c->rope_base);
+    if (!llama && (c->kv_heads || c->rope_base || c->rope_scaling[0] || c->qkv_bias))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d, rope base %g, rope scaling and a qkv bias flag are LLaMA's (the GPT "
+                          "architecture has none; its linears have biases)", c->kv_heads, c->rope_base);
     if (llama && (c->kv_heads < 0 || c->heads % gpt_kv_heads(c) || c->heads / gpt_kv_heads(c) > 64 || (c->width / c->heads) % 2 ||
                   !(c->rope_base >= 0) || isinf(c->rope_base)))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LLaMA needs kv heads %d dividing heads %d (at most 64 query heads a group), an even "
@@ -765,7 +769,8 @@ static inline int64_t gpt_n_params(const gpt_config *c) {
     if (c->arch == GPT_ARCH_LLAMA) { /* no position embedding, no biases, norms with gains only */
         int64_t D = c->heads > 0 ? C / c->heads : 0, qkv = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
         n = VC + C;
-        for (int l = 0; l < c->layers; l++) n += 2 * C + C * qkv + C * C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
+        for (int l = 0; l < c->layers; l++)
+            n += 2 * C + (C + (c->qkv_bias ? 1 : 0)) * qkv + C * C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
         return n + gpt_n_lora_params(c);
     }
     n += (int64_t)c->ctx * C;

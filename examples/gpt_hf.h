@@ -36,13 +36,13 @@ typedef struct {
 } gpt_hf_fields;
 
 enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS,
-       HF_WINDOW, HF_N };
+       HF_WINDOW, HF_USE_WINDOW, HF_N };
 /* each field under GPT-2's name and LLaMA's */
 static const char *const gpt_hf_names[HF_N][2] = {
     {"vocab_size", "vocab_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"}, {"", "num_key_value_heads"},
     {"n_embd", "hidden_size"}, {"n_inner", "intermediate_size"}, {"n_positions", "max_position_embeddings"}, {"", "head_dim"},
     {"layer_norm_epsilon", "rms_norm_eps"}, {"", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
-    {"", "attention_bias"}, {"", "mlp_bias"}, {"", "sliding_window"}};
+    {"", "attention_bias"}, {"", "mlp_bias"}, {"", "sliding_window"}, {"", "use_sliding_window"}};
 
 static inline int gpt_hf_field(void *user, const json_value *v) {
     gpt_hf_fields *f = user;
@@ -79,11 +79,12 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     for (int i = 0; i < HF_N; i++) f.num[i] = -1; /* (not given) */
     for (int i = 0; i < 4; i++) f.scaling[i] = -1;
     if (json_scan_file(path, 1 << 24, gpt_hf_field, &f, why, why_size)) return st_prefix(why, why_size, dir, "/config.json"), -1;
-    int llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral"); /* (Mistral's: LLaMA's layers, attention in a window) */
+    /* (Mistral's: LLaMA's layers, attention in a window; Qwen2's: LLaMA's with biases on q, k and v, a window only if it says so) */
+    int qwen2 = !strcmp(f.model_type, "qwen2"), llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral") || qwen2;
     if (!llama && strcmp(f.model_type, "gpt2"))
-        return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM) "
-                        "and \"mistral\"", dir, f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
-    if (llama && f.num[HF_WINDOW] >= 0 && f.num[HF_WINDOW] < c->ctx)
+        return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), "
+                        "\"mistral\" and \"qwen2\"", dir, f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
+    if (llama && f.num[HF_WINDOW] >= 0 && f.num[HF_WINDOW] < c->ctx && (!qwen2 || f.num[HF_USE_WINDOW] > 0))
         return snprintf(why, why_size, "%s/config.json: sliding_window %g: gpt attends to the whole context, the same only while --ctx %d is at most "
                         "the window", dir, f.num[HF_WINDOW], c->ctx), -1;
     if (f.bad[0]) return snprintf(why, why_size, "%s/config.json: %s", dir, f.bad), -1;
@@ -115,7 +116,8 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     m.rope_base = llama ? (float)(f.num[HF_THETA] > 0 ? f.num[HF_THETA] : 10000) : 0;
     for (int i = 0; i < 4; i++) m.rope_scaling[i] = llama3 ? (float)r[i] : 0;
     m.norm_eps = (float)(f.num[HF_EPS] > 0 ? f.num[HF_EPS] : llama ? 1e-6 : 1e-5); /* (each class's default) */
-    m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama; /* (LlamaConfig unties by default, GPT2Config ties) */
+    m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama && !qwen2; /* (LlamaConfig unties by default, GPT2Config and Qwen2Config tie) */
+    m.qkv_bias = qwen2;
     if (m.ffn < 1) return snprintf(why, why_size, "%s/config.json: no intermediate_size", dir), -1;
     if (m.width % m.heads || (f.num[HF_HEAD_DIM] > 0 && f.num[HF_HEAD_DIM] != m.width / m.heads))
         return snprintf(why, why_size, "%s/config.json: a head dim of %g with %d heads of width %d: gpt's heads split the width (head_dim = width / heads)", dir,
@@ -167,6 +169,8 @@ static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf
             HF_ADD(HF_MINE("attn.w"), HF_LLAMA_Q, H * D, C, "%slayers.%d.self_attn.q_proj.weight", prefix, l);
             HF_ADD(HF_MINE("attn.w"), HF_LLAMA_K, Hkv * D, C, "%slayers.%d.self_attn.k_proj.weight", prefix, l);
             HF_ADD(HF_MINE("attn.w"), HF_LLAMA_V, Hkv * D, C, "%slayers.%d.self_attn.v_proj.weight", prefix, l);
+            for (int k = 0; k < 3 && c->qkv_bias; k++) /* (Qwen2's) */
+                HF_ADD(HF_MINE("attn.b"), HF_LLAMA_Q + k, k ? Hkv * D : H * D, 0, "%slayers.%d.self_attn.%c_proj.bias", prefix, l, "qkv"[k]);
             HF_ADD(HF_MINE("proj.w"), HF_TRANSPOSE, C, C, "%slayers.%d.self_attn.o_proj.weight", prefix, l);
             HF_ADD(HF_MINE("ln2.g"), HF_SAME, C, 0, "%slayers.%d.post_attention_layernorm.weight", prefix, l);
             HF_ADD(HF_MINE("fc.w"), HF_TRANSPOSE, F, C, "%slayers.%d.mlp.gate_proj.weight", prefix, l);
@@ -390,12 +394,13 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
         snprintf(scaling, sizeof scaling, "{\"rope_type\": \"llama3\", \"%s\": %s, \"%s\": %s, \"%s\": %s, \"%s\": %s}", gpt_hf_scaling_names[0], v[0],
                  gpt_hf_scaling_names[1], v[1], gpt_hf_scaling_names[2], v[2], gpt_hf_scaling_names[3], v[3]);
     if (llama)
-        fprintf(f, "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
+        fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
                 "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                 "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
-                "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
-                c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), c->ctx, eps, theta, scaling,
-                c->untied_head ? "false" : "true");
+                "  %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qkv_bias ? "qwen2" : "llama", c->vocab, c->width, (long long)gpt_ffn(c),
+                c->layers, c->heads, gpt_kv_heads(c), c->ctx, eps, theta, scaling,
+                c->qkv_bias ? "\"use_sliding_window\": false" : "\"attention_bias\": false,\n  \"mlp_bias\": false", c->untied_head ? "false" : "true");
     else
         fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
                 "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %lld,\n  \"activation_function\": \"gelu_new\",\n"

@@ -332,6 +332,20 @@ rc=$?
 [ $rc != 0 ] && grep -qF -- "--save-hf $tmp/hfpp: rank 0 holds a part of parameter" "$tmp/hfpp.log" && ! grep -q 'step *1/' "$tmp/hfpp.log" && [ ! -e "$tmp/hfpp" ]
 ok=$?
 check "gpt --pp 2 --save-hf is refused before training (rc $rc: $(grep -m1 -- --save-hf "$tmp/hfpp.log" | cut -c1-120))" $ok
+# Qwen2 (tests/data/hf_qwen2: LLaMA's layers with biases on q, k and v): trains, --tp 2 splits the bias
+# with the weight's columns (the one process's losses), --save-hf writes it back as Qwen2 and it validates there
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen2 --steps 2 --val-every 2 --save-hf "$tmp/qw" >"$tmp/qw.log" 2>&1
+rc=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen2 --steps 2 --val-every 2 --tp 2 >"$tmp/qwtp.log" 2>&1
+rc2=$?
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/qw" --steps 0 >"$tmp/qw2.log" 2>&1
+rc3=$?
+end=$(val_at "$tmp/qw.log" 2)
+[ $rc = 0 ] && grep -q "ffn 72, qkv bias" "$tmp/qw.log" && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/qw.log" 0)" ] && [ $rc2 = 0 ] &&
+    near "$(val_at "$tmp/qwtp.log" 2)" "$end" 0.0002 && [ $rc3 = 0 ] && [ "$(val_at "$tmp/qw2.log" 0)" = "$end" ] &&
+    grep -q '"model_type": "qwen2"' "$tmp/qw/config.json"
+ok=$?
+check "gpt --init-from a Qwen2 directory trains ($(val_at "$tmp/qw.log" 0) -> $end), --tp 2 too ($(val_at "$tmp/qwtp.log" 2)), --save-hf's Qwen2 validates there ($(val_at "$tmp/qw2.log" 0); rc $rc/$rc2/$rc3)" $ok
 # LLaMA 3.1's rope_scaling (tests/data/hf_llama3): taken from config.json, written back by --save-hf, kept
 # beside a checkpoint, where a run without it is refused
 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama3 --steps 2 --save-hf "$tmp/hfl3" --ckpt-dir "$tmp/ck3" >"$tmp/hf3.log" 2>&1

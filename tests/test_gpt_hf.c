@@ -383,8 +383,9 @@ static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
 int main(void) {
     FILE *f = fopen("tests/data/hf_ref.bin", "rb");
     char magic[8] = "";
-    hf_ref ref[3] = {{0}};
-    int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "HFREF001", 8) && !read_ref(f, &ref[0]) && !read_ref(f, &ref[1]) && !read_ref(f, &ref[2]);
+    hf_ref ref[4] = {{0}};
+    int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "HFREF001", 8);
+    for (int i = 0; i < 4 && ok; i++) ok = !read_ref(f, &ref[i]);
     if (f) fclose(f);
     CHECK(ok, "fixture tests/data/hf_ref.bin: missing or cut");
     pdde_context *ctx;
@@ -393,6 +394,7 @@ int main(void) {
         check_model(ctx, "tests/data/hf_gpt2", &ref[0], "GPT-2 (F32, the hub's names)");
         check_model(ctx, "tests/data/hf_llama", &ref[1], "LLaMA (GQA, BF16 shards, untied)");
         check_model(ctx, "tests/data/hf_llama3", &ref[2], "LLaMA 3 (rope_scaling llama3, one kv head, F16, tied)");
+        check_model(ctx, "tests/data/hf_qwen2", &ref[3], "Qwen2 (q, k, v biases, GQA, BF16, tied)");
         check_load_refusals(ctx, &ref[0]);
         check_lora(ctx, &ref[1]);
     }
@@ -408,7 +410,13 @@ int main(void) {
           "hf_llama3's config: one kv head, tied, rope scaling 8, 1, 4, 64 (%s)", why);
     /* Mistral's config (LLaMA's layers) whose window holds the context reads as LLaMA's */
     CHECK(!config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 4096", NULL), "Mistral with a window of 4096 read");
-    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\"", "model_type \"qwen2\" (LlamaForCausalLM)");
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"gemma\"", "model_type \"gemma\" (LlamaForCausalLM)");
+    c = (gpt_config){.ctx = 16, .batch = 1};
+    CHECK(!gpt_hf_config("tests/data/hf_qwen2", &c, &max_ctx, why, sizeof why) && c.arch == GPT_ARCH_LLAMA && c.qkv_bias && !c.untied_head &&
+              c.kv_heads == 2 && c.rope_base == 1e6f,
+          "hf_qwen2's config: llama with a qkv bias, tied, 2 kv heads, theta 1e6; its window of 8 unused (%s)", why);
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 8",
+                   "sliding_window 8: gpt attends to the whole context");
     config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 8",
                    "sliding_window 8: gpt attends to the whole context, the same only while --ctx 16 is at most the window");
     config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0}", "rope_scaling \"yarn\": gpt's RoPE scales as LLaMA 3.1's");

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write tests/data/hf_*: two tiny models as Hugging Face saves them (config.json and safetensors) and
+"""Write tests/data/hf_*: tiny models as Hugging Face saves them (config.json and safetensors) and
 PyTorch's logits and loss on them.
 
 Run with the Debian python that has torch (bash tools/install-deps.sh --torch):
@@ -21,6 +21,9 @@ Face's modeling code computes it (GPT2LMHeadModel, LlamaForCausalLM), independen
              original_max_position_embeddings 64, theta 10000: of the 4 frequencies of D=8 one is kept,
              one blended, two slowed 8 times), one kv head for H=4, the head tied to the embedding, eps
              1e-5. Saved in F16, one file. V=256, L=2, C=32; the reference uses the f16 values.
+  hf_qwen2/  Qwen2 (Qwen2ForCausalLM): LLaMA's layers with biases on q, k and v (F.linear(x, W, b)), theta
+             1e6, eps 1e-6, 2 kv heads of 4, the head tied; a sliding_window of 8, shorter than the
+             context, that use_sliding_window false leaves unused. BF16, one file. V=256, L=2, C=32.
 
 Beside hf_gpt2 and hf_llama, a tokenizer.json of each kind (their vocabularies made up, the format
 Hugging Face's): byte-level BPE (GPT-2's bytes_to_unicode, decoder "ByteLevel", 301 tokens, the last
@@ -29,7 +32,7 @@ byte, 256 tokens, "<unk>", "<s>", "</s>" added). Ids 256, 257, 258, 259, 300 of 
 " the", " cat", " café", "\n\n", "<|endoftext|>"; ids 99, 100, 101, 3, 2 of the second to " the", " cat",
 " café", "\n", "</s>".
 
-hf_ref.bin (little-endian), for gpt2, llama, then llama3:
+hf_ref.bin (little-endian), for gpt2, llama, llama3, then qwen2:
   char magic[8] = "HFREF001"
   per model: i32 B, T, V; i32 ids[B*T], targets[B*T]; f32 loss; f32 logits[B*T*V]
 """
@@ -131,7 +134,7 @@ def llama3_inv_freq(inv_freq, factor, low, high, original):
     return torch.where(medium, smoothed, scaled)
 
 
-def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed):
+def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed, qkv_bias=False):
     D, R = C // H, H // HKV
     g = torch.Generator().manual_seed(seed)
     as_file = TORCH_DTYPE[dtype]
@@ -148,6 +151,9 @@ def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed):
                   p + "post_attention_layernorm.weight": 1 + normal(C),
                   p + "mlp.gate_proj.weight": normal(FF, C), p + "mlp.up_proj.weight": normal(FF, C),
                   p + "mlp.down_proj.weight": normal(C, FF)})
+        if qkv_bias:  # (Qwen2's)
+            W.update({p + "self_attn.q_proj.bias": normal(H * D, std=0.5), p + "self_attn.k_proj.bias": normal(HKV * D, std=0.5),
+                      p + "self_attn.v_proj.bias": normal(HKV * D, std=0.5)})
     W["model.norm.weight"] = 1 + normal(C)
     if not tied:
         W["lm_head.weight"] = normal(V, C)
@@ -159,6 +165,11 @@ def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed):
               "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16" if dtype == "BF16" else "float16"}
     if scaling:
         config["rope_scaling"] = dict(scaling, rope_type="llama3")
+    if qkv_bias:  # Qwen2Config: no attention_bias field (q, k, v always have biases); a window only where use_sliding_window says
+        for k in ("attention_bias", "mlp_bias"):
+            del config[k]
+        config.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": False, "sliding_window": 8,
+                       "max_window_layers": L})
 
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS))
@@ -179,9 +190,9 @@ def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed):
         for l in range(L):
             p = "model.layers.%d." % l
             a = rms(x, W[p + "input_layernorm.weight"])
-            q = F.linear(a, W[p + "self_attn.q_proj.weight"]).view(B, T, H, D).transpose(1, 2)
-            k = F.linear(a, W[p + "self_attn.k_proj.weight"]).view(B, T, HKV, D).transpose(1, 2)
-            v = F.linear(a, W[p + "self_attn.v_proj.weight"]).view(B, T, HKV, D).transpose(1, 2)
+            q = F.linear(a, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias")).view(B, T, H, D).transpose(1, 2)
+            k = F.linear(a, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias")).view(B, T, HKV, D).transpose(1, 2)
+            v = F.linear(a, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias")).view(B, T, HKV, D).transpose(1, 2)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             k = k[:, :, None].expand(B, HKV, R, T, D).reshape(B, H, T, D)  # repeat_kv
             v = v[:, :, None].expand(B, HKV, R, T, D).reshape(B, H, T, D)
@@ -220,6 +231,10 @@ def llama2():
 def llama3():
     scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
     return llama("hf_llama3", 256, 4, 1, 64, 10000.0, 1e-5, True, scaling, "F16", 1, SEED + 2)
+
+
+def qwen2():
+    return llama("hf_qwen2", 256, 4, 2, 72, 1000000.0, 1e-6, True, None, "BF16", 1, SEED + 3, qkv_bias=True)
 
 
 def bytes_to_unicode():
@@ -268,7 +283,7 @@ def main():
     torch.set_num_threads(1)
     ref = open(os.path.join(OUT, "hf_ref.bin"), "wb")
     ref.write(b"HFREF001")
-    for k, build in enumerate((gpt2, llama2, llama3)):
+    for k, build in enumerate((gpt2, llama2, llama3, qwen2)):
         V, forward = build()
         g = torch.Generator().manual_seed(SEED + 10 + k)
         ids = torch.randint(0, V, (B, T), generator=g)
