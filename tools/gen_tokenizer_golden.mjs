@@ -92,7 +92,7 @@ function mulberry32(a) {
 const HAND = [
     'Hello world! It\'s 2024. The quick brown fox jumps over the lazy dog.\n',
     'Contractions: it\'s IT\'S we\'ll WE\'LL they\'re THEY\'Re we\'ve WE\'VE I\'d I\'D I\'m I\'M don\'t DON\'T;',
-    ' none: \'x \'X \'z. Alone: \'s \'S \'ll \'LL \'Re \'ve \'d \'m \'t and \'\'quoted\'\'.\n',
+    ' none: \'x \'X \'z. Glued: \'Sure \'LLama \'REd \'VEx \'Dog \'Max \'Tom. Alone: \'s \'S \'ll \'LL \'Re \'ve \'d \'m \'t and \'\'quoted\'\'.\n',
     'One space. Two  spaces. Three   spaces.   Lead three. Trailing one \n',
     'Trailing two  \n',
     'Trailing three   \n',
