@@ -1,7 +1,8 @@
 /* gpt_hf.h — Demonstrates how to start a pdde model from a model hub's weights and give a trained one
- * back: Hugging Face's GPT-2 (GPT2LMHeadModel) and LLaMA (LlamaForCausalLM: LLaMA 2 and 3, TinyLlama,
- * SmolLM2, ...; Mistral's, whose window is at least the context) directories, config.json and
- * safetensors, to and from gpt.h's model (saved as LLaMA).
+ * back: Hugging Face's GPT-2 (GPT2LMHeadModel), LLaMA (LlamaForCausalLM: LLaMA 2 and 3, TinyLlama,
+ * SmolLM2, ...; Mistral's, whose window is at least the context, saved as LLaMA) and Qwen2
+ * (Qwen2ForCausalLM: LLaMA's layers with biases on q, k and v) directories, config.json and
+ * safetensors, to and from gpt.h's model.
  *
  *   gpt_hf_config(dir, &cfg, &max_ctx, why, n)   the model config.json describes, in gpt.h's terms
  *   gpt_hf_load(session, graph, &cfg, path)      its weights into the session's parameters (every rank
@@ -13,7 +14,8 @@
  *   GPT-2 ("transformer." prefix or none): Conv1D weights are [in, out] as here; c_attn's columns are
  *     [3, H, D] (q of every head, then k, then v), gpt.h's fused columns head-major [H, 3, D].
  *   LLaMA ("model." prefix): nn.Linear weights are [out, in]; q_proj, k_proj and v_proj become gpt.h's
- *     one qkv weight, columns [Hkv, R + 2, D] (the R = H / Hkv query heads of a kv group, its k, its v);
+ *     one qkv weight, columns [Hkv, R + 2, D] (the R = H / Hkv query heads of a kv group, its k, its v),
+ *     and Qwen2's q, k, v biases its one qkv bias in the same order;
  *     gate_proj, up_proj, down_proj are fc, fc3, fcproj. Both rotate q and k by pairs (i, i + D/2).
  *   lm_head.weight: absent where the head is tied to the embedding (tie_word_embeddings), else gpt.h's
  *     untied "head".
