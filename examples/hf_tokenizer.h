@@ -10,7 +10,7 @@
  *
  * Encoding follows the `tokenizers` library step by step: added tokens ("<|endoftext|>") are cut out of
  * the text first (the leftmost, then the longest); each piece between them is normalized (Prepend,
- * Replace), pre-tokenized (ByteLevel, Split by GPT-2's or LLaMA 3's pattern, Digits, Metaspace) and each
+ * Replace), pre-tokenized (ByteLevel, Split by GPT-2's, LLaMA 3's or Qwen2's pattern, Digits, Metaspace) and each
  * word merged by BPE, the pair of lowest rank first. What it does not compute (another model or
  * pattern, NFC, a WordPiece or Unigram model) is refused when the file is read, naming the field. An
  * added token's lstrip, rstrip and single_word flags are not applied. */
@@ -272,9 +272,20 @@ static inline void hf_token_bytes(const char *s, int byte_level, int literal, ch
     out[n] = 0;
 }
 
-static const char hf_pattern_gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char hf_pattern_llama3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                                        "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* The pre-tokenizing patterns hf_match computes: GPT-2's (also ByteLevel's own), LLaMA 3's, and Qwen2's
+ * (LLaMA 3's with one digit a word) */
+enum { HF_PATTERN_GPT2, HF_PATTERN_LLAMA3, HF_PATTERN_QWEN2, HF_PATTERNS };
+static const char *const hf_patterns[HF_PATTERNS] = {
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+
+/* Which of hf_patterns a Split's pattern is, or -1 */
+static inline int hf_pattern(const char *text) {
+    for (int k = 0; text && k < HF_PATTERNS; k++)
+        if (!strcmp(text, hf_patterns[k])) return k;
+    return -1;
+}
 
 /* What the steps of one section ask that hf_tokenizer_encode does not compute: its description, or NULL */
 static inline const char *hf_steps_unsupported(const hf_step *s, int n, int pre, int *at) {
@@ -290,10 +301,9 @@ static inline const char *hf_steps_unsupported(const hf_step *s, int n, int pre,
                                     !s->replacement[len]))
                 continue;
         }
-        if (pre && !strcmp(s->type, "Split") && s->regex && s->text && (!strcmp(s->text, hf_pattern_gpt2) || !strcmp(s->text, hf_pattern_llama3)) &&
-            s->invert != 1 && (!s->behavior || !strcmp(s->behavior, "Isolated")))
+        if (pre && !strcmp(s->type, "Split") && s->regex && hf_pattern(s->text) >= 0 && s->invert != 1 && (!s->behavior || !strcmp(s->behavior, "Isolated")))
             continue;
-        if (!strcmp(s->type, "Split")) return "a Split by another pattern or behavior than GPT-2's or LLaMA 3's, Isolated";
+        if (!strcmp(s->type, "Split")) return "a Split by another pattern or behavior than GPT-2's, LLaMA 3's or Qwen2's, Isolated";
         return !s->type[0] ? "a step without its type" : "a step of another type";
     }
     return NULL;
@@ -449,9 +459,10 @@ static inline size_t hf_run(const uint32_t *c, size_t i, size_t n, int cls) {
     return j - i;
 }
 
-/* The length of the match at c[i] (i < n) of GPT-2's pattern (llama3 = 0) or LLaMA 3's, trying the
- * alternatives in the pattern's order */
-static inline size_t hf_match(const uint32_t *c, size_t i, size_t n, int llama3) {
+/* The length of the match at c[i] (i < n) of hf_patterns[pattern], trying the alternatives in the
+ * pattern's order */
+static inline size_t hf_match(const uint32_t *c, size_t i, size_t n, int pattern) {
+    int llama3 = pattern != HF_PATTERN_GPT2; /* (and Qwen2's) */
     if (c[i] == '\'' && i + 1 < n) { /* 's 't 're 've 'm 'll 'd (in any case in LLaMA 3's) */
         uint32_t a = c[i + 1], b = i + 2 < n ? c[i + 2] : 0;
         if (llama3) a |= a >= 'A' && a <= 'Z' ? 32 : 0, b |= b >= 'A' && b <= 'Z' ? 32 : 0;
@@ -463,7 +474,8 @@ static inline size_t hf_match(const uint32_t *c, size_t i, size_t n, int llama3)
         if (cls != HF_LETTER && cls != HF_NUMBER && c[i] != '\r' && c[i] != '\n' && i + 1 < n && hf_class(c[i + 1]) == HF_LETTER)
             return 1 + hf_run(c, i + 1, n, HF_LETTER); /* [^\r\n\p{L}\p{N}]?\p{L}+ */
         if (cls == HF_LETTER) return hf_run(c, i, n, HF_LETTER);
-        if (cls == HF_NUMBER) return hf_run(c, i, n, HF_NUMBER) < 3 ? hf_run(c, i, n, HF_NUMBER) : 3; /* \p{N}{1,3} */
+        size_t most = pattern == HF_PATTERN_QWEN2 ? 1 : 3; /* \p{N}{1,3}, or \p{N} */
+        if (cls == HF_NUMBER) return hf_run(c, i, n, HF_NUMBER) < most ? hf_run(c, i, n, HF_NUMBER) : most;
         size_t s = c[i] == ' ' && i + 1 < n && hf_class(c[i + 1]) == HF_OTHER;
         if (s || cls == HF_OTHER) { /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
             size_t j = i + s + hf_run(c, i + s, n, HF_OTHER);
@@ -487,7 +499,7 @@ static inline size_t hf_match(const uint32_t *c, size_t i, size_t n, int llama3)
 /* Pre-tokenizer step s on every piece of in, into out (emptied first); text_start: in begins the text
  * (Metaspace's "first" prepends there only) */
 static inline int hf_pre_step(const hf_step *s, const hf_pieces *in, hf_pieces *out, int text_start) {
-    int bad = 0, byte_level = !strcmp(s->type, "ByteLevel"), llama3 = s->text && !strcmp(s->text, hf_pattern_llama3);
+    int bad = 0, byte_level = !strcmp(s->type, "ByteLevel"), pattern = byte_level ? HF_PATTERN_GPT2 : hf_pattern(s->text);
     size_t len;
     uint32_t meta = s->replacement ? hf_utf8_next((const unsigned char *)s->replacement, strlen(s->replacement), &len) : 0x2581;
     out->n = out->pieces = 0;
@@ -498,7 +510,7 @@ static inline int hf_pre_step(const hf_step *s, const hf_pieces *in, hf_pieces *
             if (byte_level && s->add_prefix_space != 0 && c[0] != ' ') bad |= hf_push_cp(out, ' ');
             for (size_t i = 0; i < n; i++) bad |= hf_push_cp(out, c[i]);
             for (size_t i = start; !bad && i < out->n && !(byte_level && s->use_regex == 0);)
-                i += hf_match(out->cp + start, i - start, out->n - start, llama3), bad |= hf_end(out, i);
+                i += hf_match(out->cp + start, i - start, out->n - start, pattern), bad |= hf_end(out, i);
             bad |= hf_cut(out);
         } else if (!strcmp(s->type, "Digits")) { /* digits apart from the rest, each alone if individual */
             for (size_t i = 0; i < n; i++) {
