@@ -1,6 +1,6 @@
 /* hf_tokenizer.h — Demonstrates how to turn text into a model's token ids, and ids back into text, with
- * Hugging Face's tokenizer.json: byte-level BPE (GPT-2, LLaMA 3, SmolLM2) and SentencePiece's BPE with
- * byte fallback (LLaMA 2, TinyLlama, Mistral).
+ * Hugging Face's tokenizer.json: byte-level BPE (GPT-2, LLaMA 3, SmolLM2, Qwen2) and SentencePiece's BPE
+ * with byte fallback (LLaMA 2, TinyLlama, Mistral).
  *
  *   hf_tokenizer_open(path, &t, why, sizeof why)         reads tokenizer.json; -1 with why[] naming the field
  *   hf_tokenizer_encode(t, text, length, 1, &ids, &n)    text -> ids, the template's start token (<s>) first
@@ -9,10 +9,10 @@
  *   hf_tokenizer_close(t)
  *
  * Encoding follows the `tokenizers` library step by step: added tokens ("<|endoftext|>") are cut out of
- * the text first (the leftmost, then the longest); each piece between them is normalized (Prepend,
+ * the text first (the leftmost, then the longest); each piece between them is normalized (NFC, Prepend,
  * Replace), pre-tokenized (ByteLevel, Split by GPT-2's, LLaMA 3's or Qwen2's pattern, Digits, Metaspace) and each
  * word merged by BPE, the pair of lowest rank first. What it does not compute (another model or
- * pattern, NFC, a WordPiece or Unigram model) is refused when the file is read, naming the field. An
+ * pattern, NFKC, a WordPiece or Unigram model) is refused when the file is read, naming the field. An
  * added token's lstrip, rstrip and single_word flags are not applied. */
 #ifndef PDDE_HF_TOKENIZER_H
 #define PDDE_HF_TOKENIZER_H
@@ -24,6 +24,7 @@
 
 #include "json_scan.h"
 #include "unicode_classes.h"
+#include "unicode_nfc.h"
 
 enum { HF_TOK_STEPS = 8 }; /* steps of a Sequence normalizer, pre-tokenizer or post-processor */
 
@@ -292,6 +293,7 @@ static inline const char *hf_steps_unsupported(const hf_step *s, int n, int pre,
     for (*at = 0; *at < n; (*at)++, s++) {
         if (!strcmp(s->type, "Sequence") && *at == 0) continue;
         if (!pre && !strcmp(s->type, "Prepend") && s->text) continue;
+        if (!pre && !strcmp(s->type, "NFC")) continue;
         if (!pre && !strcmp(s->type, "Replace") && s->text && s->content && !s->regex && s->text[0]) continue;
         if (pre && !strcmp(s->type, "ByteLevel")) continue;
         if (pre && !strcmp(s->type, "Digits")) continue;
@@ -403,7 +405,8 @@ static inline int hf_tokenizer_open(const char *path, hf_tokenizer **out, char *
     else if (w.model_type && strcmp(w.model_type, "BPE")) bad = 1, snprintf(why, why_size, "model.type is '%.40s': BPE expected", w.model_type);
     else if (w.other_model_field) bad = 1, snprintf(why, why_size, "model.%s is set: BPE without it expected", w.other_model_field);
     else if ((what = hf_steps_unsupported(t->normalizer, t->n_normalizer, 0, &at)))
-        bad = 1, snprintf(why, why_size, "normalizer%s: %s (%.40s): Prepend and Replace of a string are computed", at ? " step" : "", what, t->normalizer[at].type);
+        bad = 1, snprintf(why, why_size, "normalizer%s: %s (%.40s): NFC, Prepend and Replace of a string are computed", at ? " step" : "", what,
+                          t->normalizer[at].type);
     else if ((what = hf_steps_unsupported(t->pre, t->n_pre, 1, &at)))
         bad = 1, snprintf(why, why_size, "pre_tokenizer%s: %s (%.40s): ByteLevel, Split, Digits and Metaspace are computed", at ? " step" : "", what, t->pre[at].type);
     else bad = hf_tokenizer_tables(t, &w, why, why_size) != 0;
@@ -552,6 +555,14 @@ static inline int hf_spell_bytes(const hf_tokenizer *t, const hf_pieces *in, hf_
 static inline int hf_normalize_step(const hf_step *s, const hf_pieces *in, hf_pieces *out) {
     int bad = 0;
     out->n = out->pieces = 0;
+    if (!strcmp(s->type, "NFC")) { /* (Qwen2's) */
+        uint32_t *nfc;
+        size_t n;
+        if (unicode_nfc(in->cp, in->n, &nfc, &n)) return -1;
+        for (size_t i = 0; i < n && !bad; i++) bad |= hf_push_cp(out, nfc[i]);
+        free(nfc);
+        return bad || hf_cut(out) ? -1 : 0;
+    }
     if (!strcmp(s->type, "Prepend") && in->n) bad |= hf_push_text(out, s->text);
     hf_pieces from = {0}, to = {0};
     int replace = !strcmp(s->type, "Replace");

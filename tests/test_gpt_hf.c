@@ -279,7 +279,7 @@ static void check_vocab(void) {
 }
 
 /* Text to ids against transformers.js (tests/data/tokenize/golden.txt, tools/gen_tokenizer_golden.mjs):
- * five tokenizers in the layouts of GPT-2, LLaMA 3.1, SmolLM2, LLaMA 2 and its Metaspace conversion,
+ * six tokenizers in the layouts of GPT-2, LLaMA 3.1, Qwen2 (NFC), SmolLM2, LLaMA 2 and its Metaspace conversion,
  * on a text of every kind of character their patterns tell apart, with and without the start token */
 static void check_encode(void) {
     FILE *g = fopen("tests/data/tokenize/golden.txt", "r");
@@ -311,7 +311,7 @@ static void check_encode(void) {
         free(text), free(ids), hf_tokenizer_close(t);
     }
     if (g) fclose(g);
-    CHECK(lines >= 20, "golden.txt: %d cases (5 tokenizers, 2 texts, with and without the start token)", lines);
+    CHECK(lines >= 24, "golden.txt: %d cases (6 tokenizers, 2 texts, with and without the start token)", lines);
 }
 
 /* tokenizer.json files pdde cannot encode with, refused naming the field */
@@ -319,7 +319,7 @@ static void check_tokenizer_refusals(void) {
     static const struct { const char *json, *says; } cases[] = {
         {"{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"<unk>\", 0.0], [\"a\", -1.5]]}}", "a Unigram model"},
         {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "model.type is 'WordPiece': BPE expected"},
-        {"{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "normalizer: a step of another type (NFC)"},
+        {"{\"normalizer\": {\"type\": \"NFKC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "normalizer: a step of another type (NFKC)"},
         {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\d+\"}, \"behavior\": \"Isolated\"}, \"model\": {\"type\": "
          "\"BPE\", \"vocab\": {\"a\": 0}}}", "pre_tokenizer: a Split by another pattern"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}", "model.merges[0]: 'a' + 'b': the merged token is not in"},
