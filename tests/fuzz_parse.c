@@ -227,8 +227,9 @@ static void make_seeds(void) {
     add_seed(T_SAFETENSORS, file, 8 + len + 42);
     static const char *const hf[][2] = {{"tests/data/hf_gpt2/config.json", "tests/data/hf_gpt2/tokenizer.json"},
                                          {"tests/data/hf_llama/config.json", "tests/data/hf_llama/tokenizer.json"},
-                                         {"tests/data/hf_llama3/config.json", "tests/data/tokenize/llama3.json"}};
-    for (int i = 0; i < 3; i++)
+                                         {"tests/data/hf_llama3/config.json", "tests/data/tokenize/llama3.json"},
+                                         {"tests/data/hf_qwen2/config.json", "tests/data/tokenize/qwen2.json"}};
+    for (int i = 0; i < 4; i++)
         for (int k = 0; k < 2 && hf[i][k]; k++) {
             bytes b = slurp(hf[i][k]);
             REQUIRE(b.n, "read %s (run from the repository root)", hf[i][k]);
@@ -510,7 +511,7 @@ static void read_hf_tokenizer(const uint8_t *p, size_t n) {
     }
     F.accepted = true;
     for (int i = 0; i < t->n; i++) REQUIRE(!t->bytes[i] || strlen(t->bytes[i]) <= 255, "token %d has %zu bytes", i, strlen(t->bytes[i]));
-    static const char text[] = "It's 2024:  caf\xc3\xa9 \xf0\x9f\x99\x82<|endoftext|><s>\xff\r\n\n  x";
+    static const char text[] = "It's 2024:  caf\xc3\xa9 cafe\xcc\x81 \xf0\x9f\x99\x82<|endoftext|><s>\xff\r\n\n  x";
     int32_t *ids = NULL;
     size_t count = 0;
     REQUIRE(!hf_tokenizer_encode(t, text, sizeof text - 1, 1, &ids, &count), "encoding a text ran out of memory");
