@@ -421,14 +421,20 @@ static inline int hf_tokenizer_open(const char *path, hf_tokenizer **out, char *
 /* A text being pre-tokenized: its code points and where each piece ends */
 typedef struct { uint32_t *cp; size_t n, cap; size_t *end; size_t pieces, end_cap; } hf_pieces;
 
+/* items (a growing array of *cap elements of `size` bytes, n used) with room for one more: doubled when
+ * full (first: the first size); NULL when out of memory (items kept) */
+static inline void *hf_grow(void *items, size_t *cap, size_t n, size_t size, size_t first) {
+    if (n < *cap) return items;
+    size_t grown = *cap ? 2 * *cap : first;
+    void *more = realloc(items, grown * size);
+    if (more) *cap = grown;
+    return more;
+}
+
 static inline int hf_push_cp(hf_pieces *p, uint32_t cp) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 64;
-        uint32_t *c = realloc(p->cp, cap * sizeof *c);
-        if (!c) return -1;
-        p->cp = c, p->cap = cap;
-    }
-    return p->cp[p->n++] = cp, 0;
+    uint32_t *c = hf_grow(p->cp, &p->cap, p->n, sizeof *c, 64);
+    if (!c) return -1;
+    return p->cp = c, p->cp[p->n++] = cp, 0;
 }
 
 static inline int hf_push_text(hf_pieces *p, const char *s) {
@@ -438,13 +444,9 @@ static inline int hf_push_text(hf_pieces *p, const char *s) {
 }
 
 static inline int hf_end(hf_pieces *p, size_t at) { /* a piece ends at code point `at` */
-    if (p->pieces == p->end_cap) {
-        size_t cap = p->end_cap ? 2 * p->end_cap : 16;
-        size_t *e = realloc(p->end, cap * sizeof *e);
-        if (!e) return -1;
-        p->end = e, p->end_cap = cap;
-    }
-    return p->end[p->pieces++] = at, 0;
+    size_t *e = hf_grow(p->end, &p->end_cap, p->pieces, sizeof *e, 16);
+    if (!e) return -1;
+    return p->end = e, p->end[p->pieces++] = at, 0;
 }
 
 static inline int hf_cut(hf_pieces *p) { /* ends the piece being built (an empty one is none) */
@@ -582,13 +584,9 @@ static inline int hf_normalize_step(const hf_step *s, const hf_pieces *in, hf_pi
 typedef struct { int32_t *v; size_t n, cap; } hf_ids;
 
 static inline int hf_ids_push(hf_ids *o, int32_t id) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 256;
-        int32_t *v = realloc(o->v, cap * sizeof *v);
-        if (!v) return -1;
-        o->v = v, o->cap = cap;
-    }
-    return o->v[o->n++] = id, 0;
+    int32_t *v = hf_grow(o->v, &o->cap, o->n, sizeof *v, 256);
+    if (!v) return -1;
+    return o->v = v, o->v[o->n++] = id, 0;
 }
 
 typedef struct { int32_t id, prev, next; } hf_symbol;
@@ -598,12 +596,9 @@ typedef struct { hf_symbol *sym; size_t sym_cap; hf_candidate *heap; size_t heap
 static inline int hf_before(hf_candidate a, hf_candidate b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
 
 static inline int hf_heap_push(hf_bpe_scratch *w, hf_candidate c) {
-    if (w->heap_n == w->heap_cap) {
-        size_t cap = w->heap_cap ? 2 * w->heap_cap : 64;
-        hf_candidate *h = realloc(w->heap, cap * sizeof *h);
-        if (!h) return -1;
-        w->heap = h, w->heap_cap = cap;
-    }
+    hf_candidate *h = hf_grow(w->heap, &w->heap_cap, w->heap_n, sizeof *h, 64);
+    if (!h) return -1;
+    w->heap = h;
     size_t i = w->heap_n++;
     for (; i && hf_before(c, w->heap[(i - 1) / 2]); i = (i - 1) / 2) w->heap[i] = w->heap[(i - 1) / 2];
     return w->heap[i] = c, 0;
