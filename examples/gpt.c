@@ -717,7 +717,7 @@ static int tokenize_text_data(pdde_context *ctx, const options *o, const tokeniz
         const char *path = k ? o->val_data : o->data;
         if (!path || !pdde_data_is_text(k ? *val : *train) || (k && !o->val_data)) continue;
         glob_t g;
-        char why[600];
+        char why[1024];
         if (glob(path, 0, NULL, &g) || !g.gl_pathc) { fprintf(stderr, "gpt: %s %s: no such file\n", k ? "--val-data" : "--data", path); return -1; }
         snprintf(token_file[k], sizeof token_file[k], "%s/gpt-tokens-XXXXXX", tmpdir);
         int fd = mkstemp(token_file[k]);

@@ -810,7 +810,7 @@ static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *
             char *text = NULL, what[200] = "";
             if (strspn(doc, " \t\r") == length) continue; /* (a blank line) */
             if (json_scan(doc, length, hf_jsonl_text, &text, what, sizeof what) || !text)
-                bad = said = 1, snprintf(why, why_size, "%.300s:%ld: %s", paths[i], line, what[0] ? what : text ? "out of memory" : "no \"text\" string in the record");
+                bad = said = 1, snprintf(why, why_size, "%.200s:%ld: %.150s", paths[i], line, what[0] ? what : text ? "out of memory" : "no \"text\" string in the record");
             else bad = hf_write_document(t, f, start, text, strlen(text), stats);
             free(text);
         }

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "tokenize: unknown flag %s\n", a); return usage(stderr); }
     }
     if (!tokenizer_path || (!text && (!out || first_file == argc)) || (text && (out || first_file < argc))) return usage(stderr);
-    char path[4200], why[400];
+    char path[4200], why[1024];
     struct stat st;
     snprintf(path, sizeof path, "%s%s", tokenizer_path, !stat(tokenizer_path, &st) && S_ISDIR(st.st_mode) ? "/tokenizer.json" : "");
     hf_tokenizer *t;
