@@ -715,7 +715,7 @@ static int tokenize_text_data(pdde_context *ctx, const options *o, const tokeniz
     const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
     for (int k = 0; k < 2; k++) {
         const char *path = k ? o->val_data : o->data;
-        if (!path || !pdde_data_is_text(k ? *val : *train) || (k && !o->val_data)) continue;
+        if (!path || !pdde_data_is_text(k ? *val : *train)) continue; /* (no --val-data: --data's file holds both) */
         glob_t g;
         char why[1024];
         if (glob(path, 0, NULL, &g) || !g.gl_pathc) { fprintf(stderr, "gpt: %s %s: no such file\n", k ? "--val-data" : "--data", path); return -1; }

@@ -420,7 +420,7 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
 /* Writes the LoRA adapters of model c (lora_rank > 0) from session s into directory dir as PEFT saves
  * them: adapter_config.json (r, lora_alpha, the target modules, base_model) and adapter_model.safetensors
  * (F32). LLaMA's q, k and v, which share one adapter pair on gpt.h's fused weight, get each its own
- * lora_B and the same lora_A: their sum is the same update. */
+ * lora_B (its columns of the fused one) and the same lora_A: together the same update. */
 static inline pdde_status gpt_hf_save_peft(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *base_model, const char *dir) {
     pdde_context *ctx = pdde_graph_context(g);
     int llama = c->arch == GPT_ARCH_LLAMA;
