@@ -496,10 +496,16 @@ rc=$?
 rc2=$?
 "$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/bad.tok" "$tmp/bad.jsonl" >"$tmp/jl3.log" 2>&1
 rc3=$?
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/none.tok" --doc-start none "$tmp/a.txt" >"$tmp/jl4.log" 2>&1
+rc4=$?
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/none.tok" --doc-start 301 "$tmp/a.txt" >"$tmp/jl5.log" 2>&1
+rc5=$?
 [ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/ab.tok" "$tmp/abj.tok" && grep -q "^tokenize: 2 documents, 37 bytes -> 27 tokens" "$tmp/jl2.log" &&
-    [ $rc3 = 1 ] && grep -qF "bad.jsonl:2: no \"text\" string in the record" "$tmp/jl3.log" && [ ! -e "$tmp/bad.tok" ] && [ ! -e "$tmp/bad.tok.tmp" ]
+    [ $rc3 = 1 ] && grep -qF "bad.jsonl:2: no \"text\" string in the record" "$tmp/jl3.log" && [ ! -e "$tmp/bad.tok" ] && [ ! -e "$tmp/bad.tok.tmp" ] &&
+    [ $rc4 = 0 ] && grep -q "^tokenize: 1 document, 18 bytes -> 18 tokens" "$tmp/jl4.log" && [ "$("$build/tokenize" --tokenizer tests/data/hf_gpt2 --text " the")" = "220 83 71 68" ] &&
+    [ $rc5 = 2 ] && grep -qF -- "--doc-start 301: an id below the vocabulary's 301, or none" "$tmp/jl5.log"
 ok=$?
-check "build/tokenize reads JSON Lines: each record's text a document, the ids of the same texts as files ($(head -1 "$tmp/jl2.log" | cut -c1-60)); a record without text refused by line (rc $rc/$rc2/$rc3)" $ok
+check "build/tokenize reads JSON Lines: each record's text a document, the ids of the same texts as files ($(head -1 "$tmp/jl2.log" | cut -c1-60)); a record without text refused by line; --doc-start none, --text (rc $rc/$rc2/$rc3/$rc4/$rc5)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out
