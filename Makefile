@@ -151,7 +151,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-lora bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-lora bench-tokenize bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -381,6 +381,10 @@ bench-llmc: all
 
 bench-lora: all
 	@bash tools/bench/bench_lora.sh $(BUILD)
+
+# Text to ids with tokenizer.json: build/tokenize against transformers.js (TRANSFORMERS_DIR; see the script).
+bench-tokenize: all
+	@bash tools/bench/bench_tokenize.sh $(BUILD)
 
 # Sharded checkpoints every few steps of gpt on 2 ranks: written synchronously against in the background.
 bench-checkpoint: all
