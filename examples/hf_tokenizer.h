@@ -98,11 +98,6 @@ typedef struct {
     int vocab_array, bad_step;
 } hf_tokenizer_walk;
 
-static inline char *hf_strdup(const char *s) {
-    char *d = malloc(strlen(s) + 1);
-    return d ? strcpy(d, s) : NULL;
-}
-
 static inline int hf_set_token(hf_tokenizer *t, double id, const char *spelled, int literal) {
     if (!(id >= 0 && id < 1 << 24 && id == (int)id)) return 1;
     if ((int)id >= t->n) {
@@ -116,11 +111,11 @@ static inline int hf_set_token(hf_tokenizer *t, double id, const char *spelled, 
     }
     if (t->literal[(int)id] && !literal) return 0; /* (model.vocab's entry of an added token read before) */
     free(t->spelled[(int)id]);
-    t->spelled[(int)id] = hf_strdup(spelled), t->literal[(int)id] = (char)literal;
+    t->spelled[(int)id] = json_strdup(spelled), t->literal[(int)id] = (char)literal;
     return !t->spelled[(int)id];
 }
 
-static inline int hf_keep(char **to, const char *s) { return free(*to), !(*to = hf_strdup(s)); }
+static inline int hf_keep(char **to, const char *s) { return free(*to), !(*to = json_strdup(s)); }
 
 static inline int hf_merge_add(hf_tokenizer_walk *w, long rank, int part, const char *s) {
     if (rank >= w->merges_cap) {
@@ -206,7 +201,7 @@ static inline int hf_tokenizer_value(void *user, const json_value *v) {
     if (strcmp(k0, "added_tokens") || v->depth != 3 || !v->key[2]) return 0;
     if (v->index[1] != w->added_at) free(w->added_content), w->added_content = NULL, w->added_id = -1, w->added_at = v->index[1];
     if (!strcmp(v->key[2], "id") && v->type == JSON_NUMBER) w->added_id = v->number >= 0 && v->number < 1 << 24 ? (int)v->number : -2;
-    if (!strcmp(v->key[2], "content") && v->type == JSON_STRING && !w->added_content && !(w->added_content = hf_strdup(v->string))) return 1;
+    if (!strcmp(v->key[2], "content") && v->type == JSON_STRING && !w->added_content && !(w->added_content = json_strdup(v->string))) return 1;
     if (w->added_id == -1 || !w->added_content) return 0;
     int bad = hf_set_token(t, w->added_id, w->added_content, 1);
     free(w->added_content), w->added_content = NULL, w->added_id = -1;
@@ -243,13 +238,8 @@ static inline uint32_t hf_utf8_next(const unsigned char *s, size_t left, size_t 
 }
 
 /* cp as UTF-8 into out (at most 4 bytes): its length */
-static inline size_t hf_utf8_put(uint32_t cp, char *out) {
-    if (cp >= 0x110000) return out[0] = (char)(cp - 0x110000), 1;
-    if (cp < 0x80) return out[0] = (char)cp, 1;
-    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 63)), 2;
-    if (cp < 0x10000) return out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 63)), out[2] = (char)(0x80 | (cp & 63)), 3;
-    return out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 63)), out[2] = (char)(0x80 | (cp >> 6 & 63)),
-           out[3] = (char)(0x80 | (cp & 63)), 4;
+static inline size_t hf_utf8_put(uint32_t cp, char *out) { /* (a stand-in: its byte) */
+    return cp >= 0x110000 ? (out[0] = (char)(cp - 0x110000), 1) : json_utf8_put(cp, out);
 }
 
 /* One token's bytes (at most 255 of them) into out[256] */
@@ -340,7 +330,7 @@ static inline int hf_tokenizer_tables(hf_tokenizer *t, hf_tokenizer_walk *w, cha
         char out[256];
         if (!t->spelled[i]) continue;
         hf_token_bytes(t->spelled[i], t->byte_level, t->literal[i], out);
-        if (!(t->bytes[i] = hf_strdup(out))) return snprintf(why, why_size, "out of memory"), -1;
+        if (!(t->bytes[i] = json_strdup(out))) return snprintf(why, why_size, "out of memory"), -1;
         if (t->literal[i] && t->spelled[i][0]) t->added[t->n_added++] = i;
         uint32_t h = hf_hash(t->spelled[i], strlen(t->spelled[i]));
         size_t k = h & (t->vocab_cap - 1);
@@ -727,24 +717,13 @@ enum { HF_DOCUMENT_MOST = 1 << 28 }; /* bytes of one document: encoding holds ab
  * vocabulary has it (GPT-2's and SmolLM2's documents, as llm.c's shards part them), else -1 */
 static inline int32_t hf_tokenizer_doc_start(const hf_tokenizer *t) { return t->bos >= 0 ? t->bos : hf_vocab_find(t, "<|endoftext|>", 13); }
 
-/* A whole file into *text (malloc'd); 0, or -1 with why[] */
+/* A whole file, a document, into *text (malloc'd); 0, or -1 with why[] */
 static inline int hf_read_document(const char *path, char **text, size_t *length, char *why, size_t why_size) {
-    FILE *f = fopen(path, "rb");
-    long size = -1;
-    *text = NULL;
-    if (f && !fseek(f, 0, SEEK_END)) size = ftell(f), rewind(f);
-    if (!f || size < 0) {
-        snprintf(why, why_size, "%.300s: %s", path, strerror(errno));
-        if (f) fclose(f);
-        return -1;
-    }
-    if (size > HF_DOCUMENT_MOST) return snprintf(why, why_size, "%.300s: %ld bytes, more than a document's %d: split it into files", path, size, HF_DOCUMENT_MOST), fclose(f), -1;
-    *text = malloc((size_t)size + 1);
-    *length = *text ? fread(*text, 1, (size_t)size, f) : 0;
-    int bad = !*text || ferror(f) || *length != (size_t)size;
-    fclose(f);
-    if (bad) snprintf(why, why_size, "%.300s: %s", path, *text ? "read failed" : "out of memory"), free(*text), *text = NULL;
-    return bad ? -1 : 0;
+    char what[200];
+    int got = json_read_file(path, HF_DOCUMENT_MOST, text, length, what, sizeof what);
+    if (got == -2) snprintf(why, why_size, "%.300s: %zu bytes, more than a document's %d: split it into files", path, *length, HF_DOCUMENT_MOST);
+    else if (got) snprintf(why, why_size, "%.300s: %.150s", path, what);
+    return got ? -1 : 0;
 }
 
 /* One line of f into *line (grown as needed, without its newline); 0, or -1 at the end or out of memory */
@@ -766,7 +745,7 @@ static inline int hf_read_line(FILE *f, char **line, size_t *cap, size_t *length
 static inline int hf_jsonl_text(void *user, const json_value *v) { /* a record's top-level "text" string */
     char **text = user;
     if (v->depth != 1 || strcmp(hf_key(v, 0), "text") || v->type != JSON_STRING || *text) return 0;
-    return !(*text = hf_strdup(v->string));
+    return !(*text = json_strdup(v->string));
 }
 
 typedef struct { size_t documents, bytes; uint64_t tokens; } hf_tokenize_stats;

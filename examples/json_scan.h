@@ -5,6 +5,7 @@
  *
  *   json_scan(text, length, visit, user, why, sizeof why)   0, or -1 with why[] giving the byte offset
  *   json_scan_file(path, most, visit, user, why, sizeof why)   the same of a file of at most `most` bytes
+ *   json_read_file(path, most, &text, &length, why, sizeof why)   such a file's bytes (json_utf8_put, json_strdup: helpers)
  *
  * visit(user, v) sees v->key[0 .. v->depth): the member names from the top object down (NULL for an
  * array element, whose position is v->index[i]). Returning nonzero stops the walk (json_scan returns
@@ -13,6 +14,7 @@
 #ifndef PDDE_JSON_SCAN_H
 #define PDDE_JSON_SCAN_H
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,20 @@ static inline int json_hex4(const char *p, unsigned *u) {
     return 0;
 }
 
+/* Code point u (at most 0x10FFFF) as UTF-8 into out (at most 4 bytes): its length */
+static inline size_t json_utf8_put(uint32_t u, char *out) {
+    if (u < 0x80) return out[0] = (char)u, 1;
+    if (u < 0x800) return out[0] = (char)(0xC0 | u >> 6), out[1] = (char)(0x80 | (u & 63)), 2;
+    if (u < 0x10000) return out[0] = (char)(0xE0 | u >> 12), out[1] = (char)(0x80 | (u >> 6 & 63)), out[2] = (char)(0x80 | (u & 63)), 3;
+    return out[0] = (char)(0xF0 | u >> 18), out[1] = (char)(0x80 | (u >> 12 & 63)), out[2] = (char)(0x80 | (u >> 6 & 63)),
+           out[3] = (char)(0x80 | (u & 63)), 4;
+}
+
+static inline char *json_strdup(const char *s) {
+    char *d = malloc(strlen(s) + 1);
+    return d ? strcpy(d, s) : NULL;
+}
+
 /* The string at j->s (its opening quote), unescaped into a malloc'd buffer (*out), or -1 */
 static inline int json_string(json_scanner *j, char **out) {
     const char *p = ++j->s;
@@ -82,10 +98,7 @@ static inline int json_string(json_scanner *j, char **out) {
                 return free(o), json_fail(j, "an unpaired surrogate in a string");
             j->s += 6, u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
         }
-        if (u < 0x80) *w++ = (char)u;
-        else if (u < 0x800) *w++ = (char)(0xC0 | u >> 6), *w++ = (char)(0x80 | (u & 63));
-        else if (u < 0x10000) *w++ = (char)(0xE0 | u >> 12), *w++ = (char)(0x80 | (u >> 6 & 63)), *w++ = (char)(0x80 | (u & 63));
-        else *w++ = (char)(0xF0 | u >> 18), *w++ = (char)(0x80 | (u >> 12 & 63)), *w++ = (char)(0x80 | (u >> 6 & 63)), *w++ = (char)(0x80 | (u & 63));
+        w += json_utf8_put(u, w);
     }
     *w = 0, j->s = p + 1, *out = o;
     return 0;
@@ -171,14 +184,27 @@ static inline int json_scan(const char *text, size_t length, json_visit visit, v
 
 /* The file at path (at most `most` bytes) scanned as json_scan does; -1 with why[] saying why where it
  * cannot be read whole */
-static inline int json_scan_file(const char *path, long most, json_visit visit, void *user, char *why, size_t why_size) {
+/* The whole file at path into *text (malloc'd, NUL-terminated, *length bytes) if it holds at most `most`
+ * bytes: 0; -1 when it cannot be read (why[]: the reason); -2 when it is larger (*length: its size) */
+static inline int json_read_file(const char *path, long most, char **text, size_t *length, char *why, size_t why_size) {
     FILE *f = fopen(path, "rb");
+    *text = NULL, *length = 0;
     if (!f) return snprintf(why, why_size, "%s", strerror(errno)), -1;
     long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
-    char *text = n >= 0 && n <= most ? malloc((size_t)n + 1) : NULL;
-    int ok = text && !fseek(f, 0, SEEK_SET) && fread(text, 1, (size_t)n, f) == (size_t)n;
+    if (n > most) return fclose(f), *length = (size_t)n, -2;
+    *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    int ok = *text && !fseek(f, 0, SEEK_SET) && fread(*text, 1, (size_t)n, f) == (size_t)n;
     fclose(f);
-    int rc = ok ? json_scan(text, (size_t)n, visit, user, why, why_size) : (snprintf(why, why_size, "cannot read it (%ld bytes, at most %ld)", n, most), -1);
+    if (!ok) return snprintf(why, why_size, "%s", *text ? "read failed" : n < 0 ? "cannot seek in it" : "out of memory"), free(*text), *text = NULL, -1;
+    return (*text)[n] = 0, *length = (size_t)n, 0;
+}
+
+static inline int json_scan_file(const char *path, long most, json_visit visit, void *user, char *why, size_t why_size) {
+    char *text;
+    size_t n;
+    int got = json_read_file(path, most, &text, &n, why, why_size);
+    if (got == -2) snprintf(why, why_size, "cannot read it (%zu bytes, at most %ld)", n, most);
+    int rc = got ? -1 : json_scan(text, n, visit, user, why, why_size);
     free(text);
     return rc;
 }

@@ -44,11 +44,6 @@ typedef struct {
     st_tensor *t;     /* [n] */
 } st_model;
 
-static inline char *st_strdup(const char *s) {
-    char *d = malloc(strlen(s) + 1);
-    return d ? strcpy(d, s) : NULL;
-}
-
 /* Its element count; 2^60 for any past it (no file holds that many: its bytes then disagree) */
 static inline int64_t st_numel(const st_tensor *t) {
     int64_t n = 1, most = INT64_C(1) << 60;
@@ -98,7 +93,7 @@ static inline int st_header_value(void *user, const json_value *v) {
     if (!t || t->file != w->file || t->member != v->index[0]) { /* (a tensor's fields come together: its first one) */
         if (st_find(m, v->key[0])) return snprintf(w->why, w->why_size, "tensor %s: named twice", v->key[0]), 1;
         st_tensor *more = realloc(m->t, (size_t)(m->n + 1) * sizeof *more);
-        if (!more || !(more[m->n].name = st_strdup(v->key[0]))) return m->t = more ? more : m->t, snprintf(w->why, w->why_size, "out of memory"), 1;
+        if (!more || !(more[m->n].name = json_strdup(v->key[0]))) return m->t = more ? more : m->t, snprintf(w->why, w->why_size, "out of memory"), 1;
         m->t = more, t = &m->t[m->n++];
         *t = (st_tensor){.name = t->name, .file = w->file, .member = v->index[0], .ndim = -1, .begin = -1, .end = -1};
     }
@@ -142,7 +137,7 @@ static inline int st_open_file(const char *path, st_model *m, char *why, size_t 
     int64_t *data_at = paths ? realloc(m->data_at, (size_t)(m->n_files + 1) * sizeof *data_at) : NULL;
     if (paths) m->path = paths;
     if (data_at) m->data_at = data_at;
-    ok = text && paths && data_at && (m->path[m->n_files] = st_strdup(path));
+    ok = text && paths && data_at && (m->path[m->n_files] = json_strdup(path));
     if (ok && fread(text, 1, (size_t)n, f) != (size_t)n) ok = 0, snprintf(why, why_size, "%s: reading its header: %s", path, strerror(errno));
     else if (!ok) snprintf(why, why_size, "out of memory");
     fclose(f);
