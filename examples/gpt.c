@@ -95,6 +95,8 @@ static void usage(FILE *f) {
             "           [--norm-eps X]     (the layernorms' epsilon; default 1e-5)\n"
             "           [--untied-head]    (the head a parameter of its own, not the token embedding)\n"
             "           [--qkv-bias]       (llama: biases on q, k and v, as Qwen2's)\n"
+            "           [--head-dim N] [--qk-norm]   (llama: each head N wide, not --width / --heads; an RMSNorm on each head of\n"
+            "                              q and k before RoPE: Qwen3's)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
             "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
             "                              --save-llmc write the weights merged, --save-peft DIR the adapters alone as PEFT does)\n"
@@ -227,12 +229,12 @@ static char *hf_dir(const char *path) {
  * value is refused naming both */
 static int adopt_model(int argc, char **argv, options *o, const gpt_config *file) {
     static const char *const flag[] = {"--arch", "--layers", "--heads", "--width", "--vocab", "--kv-heads", "--ffn", "--rope-base", "--norm-eps",
-                                       "--qkv-bias", "--untied-head"}; /* (the last two: switches) */
+                                       "--head-dim", "--qkv-bias", "--qk-norm", "--untied-head"}; /* (the last three: switches) */
     gpt_config *m = &o->model;
     const double mine[] = {m->arch, m->layers, m->heads, m->width, m->vocab, gpt_kv_heads(m), (double)gpt_ffn(m), gpt_rope_base(m), gpt_norm_eps(m),
-                           m->qkv_bias, m->untied_head};
+                           gpt_head_dim(m), m->qkv_bias, m->qk_norm, m->untied_head};
     const double theirs[] = {file->arch, file->layers, file->heads, file->width, file->vocab, gpt_kv_heads(file), (double)gpt_ffn(file),
-                             gpt_rope_base(file), gpt_norm_eps(file), file->qkv_bias, file->untied_head};
+                             gpt_rope_base(file), gpt_norm_eps(file), gpt_head_dim(file), file->qkv_bias, file->qk_norm, file->untied_head};
     char a[160], b[160];
     rope_scaling_str(m, a), rope_scaling_str(file, b);
     if (flag_given(argc, argv, "--rope-scaling") && strcmp(a, b)) {
@@ -243,13 +245,13 @@ static int adopt_model(int argc, char **argv, options *o, const gpt_config *file
         if (!flag_given(argc, argv, flag[k]) || mine[k] == theirs[k]) continue;
         gpt_hf_float(a, (float)mine[k]), gpt_hf_float(b, (float)theirs[k]);
         if (k == 0) snprintf(a, sizeof a, "%s", gpt_arch_name(m->arch)), snprintf(b, sizeof b, "%s", gpt_arch_name(file->arch));
-        if (k + 2 >= sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, k + 1 == sizeof flag / sizeof *flag ? "a tied head" : "none");
+        if (k + 3 >= sizeof flag / sizeof *flag) snprintf(a, sizeof a, "given"), snprintf(b, sizeof b, k + 1 == sizeof flag / sizeof *flag ? "a tied head" : "none");
         fprintf(stderr, "gpt: --init-from %s: %s %s, but the file's model has %s (leave the flag out: the file's is taken)\n", o->init_from, flag[k], a, b);
         return -1;
     }
     m->arch = file->arch, m->layers = file->layers, m->heads = file->heads, m->width = file->width, m->vocab = file->vocab;
     m->kv_heads = file->kv_heads, m->ffn = file->ffn, m->rope_base = file->rope_base, m->norm_eps = file->norm_eps, m->untied_head = file->untied_head;
-    m->qkv_bias = file->qkv_bias;
+    m->qkv_bias = file->qkv_bias, m->head_dim = file->head_dim, m->qk_norm = file->qk_norm;
     memcpy(m->rope_scaling, file->rope_scaling, sizeof m->rope_scaling);
     return 0;
 }
@@ -296,11 +298,13 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--ft-replicas")) { o->ft = 1; continue; }
         if (!strcmp(a, "--untied-head")) { o->model.untied_head = 1; continue; }
         if (!strcmp(a, "--qkv-bias")) { o->model.qkv_bias = 1; continue; }
+        if (!strcmp(a, "--qk-norm")) { o->model.qk_norm = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
         else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
+        else if (!strcmp(a, "--head-dim")) iv = &o->model.head_dim;
         else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
         else if (!strcmp(a, "--ffn")) iv = &o->model.ffn;
         else if (!strcmp(a, "--norm-eps")) fv = &o->model.norm_eps;
@@ -449,21 +453,22 @@ static int parse(int argc, char **argv, options *o) {
         if (*model_v[k] < 1) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", model_flag[k], *model_v[k]); return -1; }
     if (m->ctx < 2) { fprintf(stderr, "gpt: --ctx must be >= 2 (a token and the next), got %d\n", m->ctx); return -1; }
     if (m->vocab < 256) { fprintf(stderr, "gpt: --vocab must be >= 256 (the tokens are bytes), got %d\n", m->vocab); return -1; }
-    if (m->width % m->heads) {
-        fprintf(stderr, "gpt: --width %d is not divisible by --heads %d: each head is width / heads wide\n", m->width, m->heads);
+    if (m->head_dim < 0 || m->head_dim > 4096 || (!m->head_dim && m->width % m->heads)) {
+        fprintf(stderr, "gpt: --width %d is not divisible by --heads %d (each head is width / heads wide), and no --head-dim (1 .. 4096, got %d) says "
+                "otherwise\n", m->width, m->heads, m->head_dim);
         return -1;
     }
-    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || o->rope_base_given || m->rope_scaling[0] > 0)) {
-        fprintf(stderr, "gpt: --kv-heads, --rope-base and --rope-scaling are LLaMA's: give --arch llama with them\n");
+    if (m->arch != GPT_ARCH_LLAMA && (m->kv_heads || o->rope_base_given || m->rope_scaling[0] > 0 || m->head_dim || m->qk_norm || m->qkv_bias)) {
+        fprintf(stderr, "gpt: --kv-heads, --rope-base, --rope-scaling, --head-dim, --qk-norm and --qkv-bias are LLaMA's: give --arch llama with them\n");
         return -1;
     }
     if (o->rope_base_given && !(m->rope_base > 1)) {
         fprintf(stderr, "gpt: --rope-base %g: RoPE's base must be > 1 (without the flag it is 10000)\n", m->rope_base);
         return -1;
     }
-    if (m->arch == GPT_ARCH_LLAMA && (m->heads % gpt_kv_heads(m) || m->heads / gpt_kv_heads(m) > 64 || (m->width / m->heads) % 2)) {
+    if (m->arch == GPT_ARCH_LLAMA && (m->heads % gpt_kv_heads(m) || m->heads / gpt_kv_heads(m) > 64 || gpt_head_dim(m) % 2)) {
         fprintf(stderr, "gpt: --arch llama needs --kv-heads %d dividing --heads %d (at most 64 query heads a kv head) and an even head "
-                "dim (--width / --heads = %d, for RoPE)\n", gpt_kv_heads(m), m->heads, m->width / m->heads);
+                "dim (--head-dim, or --width / --heads: %d, for RoPE)\n", gpt_kv_heads(m), m->heads, gpt_head_dim(m));
         return -1;
     }
     if (m->moe_experts == 1 || m->moe_experts > 4096 || (m->moe_experts > 1 && gpt_moe_topk(m) > m->moe_experts)) {
@@ -1396,9 +1401,12 @@ elastic_rebuild:
     pdde_session_memory(s, &ms);
     char scaling[160];
     rope_scaling_str(&o.model, scaling);
-    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g%s%s, ffn %lld%s\n", gpt_kv_heads(&o.model),
+    char heads[64] = "";
+    if (o.model.head_dim) snprintf(heads, sizeof heads, ", heads %d wide", o.model.head_dim);
+    if (o.model.arch == GPT_ARCH_LLAMA) printf("gpt: LLaMA-style blocks, %d kv heads, rope base %g%s%s, ffn %lld%s%s%s\n", gpt_kv_heads(&o.model),
                                                gpt_rope_base(&o.model), o.model.rope_scaling[0] > 0 ? ", LLaMA 3 scaling " : "",
-                                               o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model), o.model.qkv_bias ? ", qkv bias" : "");
+                                               o.model.rope_scaling[0] > 0 ? scaling : "", (long long)gpt_ffn(&o.model), o.model.qkv_bias ? ", qkv bias" : "",
+                                               heads, o.model.qk_norm ? ", q and k normed per head" : "");
     if (o.model.lora_rank > 0)
         printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank, gpt_lora_alpha(&o.model),
                (double)gpt_n_lora_params(&o.model) / 1e6);
@@ -1465,7 +1473,7 @@ elastic_rebuild:
                 fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
                 if (st == PDDE_ERR_MISMATCH) /* (nothing was loaded: the checkpoint stays as it is) */
                     fprintf(stderr, "gpt: %s holds another model's checkpoint: resume with the model flags that saved it (--arch %s now, "
-                            "--kv-heads, --layers, --heads, --width, --ctx, --vocab, --moe-*)\n", o.ckpt_dir, gpt_arch_name(o.model.arch));
+                            "--kv-heads, --layers, --heads, --width, --head-dim, --qk-norm, --ctx, --vocab, --moe-*)\n", o.ckpt_dir, gpt_arch_name(o.model.arch));
                 return 1;
             } else if (rank == 0) /* (a job restarted with the same flags finds its checkpoint; its first start has none) */
                 printf("gpt: --resume: no checkpoint in %s yet: starting from step 0\n", o.ckpt_dir);

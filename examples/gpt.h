@@ -13,7 +13,9 @@
  *   Qwen2's), RMSNorm instead of LayerNorm (gains only),
  *   per block:  x += proj(attention(rope(q), rope(k), v)) on rmsnorm(x)   grouped-query attention:
  *                                                 Hkv = kv_heads groups of H / Hkv query heads sharing
- *                                                 one k and v head; qkv columns [Hkv, H/Hkv + 2, D]
+ *                                                 one k and v head; qkv columns [Hkv, H/Hkv + 2, D];
+ *                                                 D = C / H unless cfg.head_dim says (proj: H D -> C);
+ *                                                 cfg.qk_norm: rmsnorm of each head of q and k first
  *               x += fcproj(silu(fc(h)) * fc3(h)),  h = rmsnorm(x)        (SwiGLU: w1, w3, w2)
  *   logits = rmsnorm_f(x) @ wte^T (tied, as GPT's), or @ head^T (untied_head) */
 #ifndef PDDE_EXAMPLE_GPT_H
@@ -52,6 +54,9 @@ typedef struct {
     float norm_eps;  /* the layernorms' (RMSNorms') epsilon; 0 = 1e-5 */
     int untied_head; /* 1: the head is its own parameter "head" [V, C], not wte */
     int qkv_bias;    /* LLaMA: 1 = the qkv projection has a bias "h<l>.attn.b" (Qwen2's) */
+    int head_dim;    /* LLaMA: each head's width; 0 = width / heads (Qwen3's are wider: q, k, v of heads x head_dim, proj back to width) */
+    int qk_norm;     /* LLaMA: 1 = an RMSNorm over each head of q and of k before RoPE, gains "h<l>.attn.qn.g" and "h<l>.attn.kn.g"
+                        [head dim] (Qwen3's) */
     /* LoRA (gpt_lora): lora_rank > 0 holds every pretrained weight frozen (a state input, loaded by the
      * caller) and trains, beside each linear of the blocks, adapters <w>.lora_a [in, r] (normal, std
      * 1 / sqrt(in)) and <w>.lora_b [r, out] (zeros): x W + (x A) B lora_alpha / r */
@@ -61,6 +66,7 @@ typedef struct {
 
 static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA ? "llama" : "gpt"; }
 static inline int gpt_kv_heads(const gpt_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
+static inline int gpt_head_dim(const gpt_config *c) { return c->head_dim > 0 ? c->head_dim : c->heads > 0 ? c->width / c->heads : 0; }
 static inline float gpt_rope_base(const gpt_config *c) { return c->rope_base > 0 ? c->rope_base : 10000.0f; }
 static inline float gpt_norm_eps(const gpt_config *c) { return c && c->norm_eps > 0 ? c->norm_eps : 1e-5f; }
 static inline float gpt_lora_alpha(const gpt_config *c) { return c->lora_alpha > 0 ? c->lora_alpha : (float)c->lora_rank; }
@@ -270,16 +276,21 @@ static inline pdde_tensor *gpt_rope(pdde_graph *g, const gpt_config *c, pdde_ten
  * groups. Query head h = g R + r reads group g's k and v (Hugging Face's repeat_kv): k and v [B, T,
  * Hkv, 1, D] repeated R times on the group's dim by concat. */
 static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *a, float proj_std) {
-    int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = c->width / c->heads, Hkv = gpt_kv_heads(c), R = H / Hkv;
-    char p[32];
+    int64_t B = c->batch, T = c->ctx, C = c->width, H = c->heads, D = gpt_head_dim(c), Hkv = gpt_kv_heads(c), R = H / Hkv;
+    char p[32], name[40];
     snprintf(p, sizeof p, "h%d.attn", l);
     int64_t QKV = (H + 2 * Hkv) * D;
     pdde_tensor *qkv = pdde_reshape(g, c->qkv_bias ? gpt_linear(g, c, p, a, C, QKV, 0.02f) : gpt_linear_nobias(g, c, p, a, C, QKV, 0.02f), 5,
                                     (int64_t[]){B, T, Hkv, R + 2, D});
     pdde_tensor *q = pdde_reshape(g, pdde_slice(g, qkv, 3, 0, R), 4, (int64_t[]){B, T, H, D});
     pdde_tensor *kv[2] = {pdde_slice(g, qkv, 3, R, 1), pdde_slice(g, qkv, 3, R + 1, 1)}; /* [B, T, Hkv, 1, D] */
+    pdde_tensor *k = pdde_reshape(g, kv[0], 4, (int64_t[]){B, T, Hkv, D});
+    if (c->qk_norm) { /* (Qwen3's: each head of q and k scaled to unit RMS, then RoPE) */
+        snprintf(name, sizeof name, "%s.qn", p), q = gpt_norm(g, c, name, q, D);
+        snprintf(name, sizeof name, "%s.kn", p), k = gpt_norm(g, c, name, k, D);
+    }
     q = gpt_rope(g, c, q);
-    kv[0] = pdde_reshape(g, gpt_rope(g, c, pdde_reshape(g, kv[0], 4, (int64_t[]){B, T, Hkv, D})), 5, (int64_t[]){B, T, Hkv, 1, D});
+    kv[0] = pdde_reshape(g, gpt_rope(g, c, k), 5, (int64_t[]){B, T, Hkv, 1, D});
     for (int i = 0; i < 2; i++) {
         if (R > 1) {
             pdde_tensor *copies[64];
@@ -290,9 +301,9 @@ static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *
     }
     q = pdde_permute(g, q, (int[]){0, 2, 1, 3});
     pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, kv[0], kv[1]); /* [B, H, T, D] */
-    y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+    y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, H * D});
     snprintf(p, sizeof p, "h%d.proj", l);
-    return gpt_linear_nobias(g, c, p, y, C, C, proj_std);
+    return gpt_linear_nobias(g, c, p, y, H * D, C, proj_std);
 }
 
 /* The dense feed-forward of block l on h = the second norm's output: GPT's fcproj(gelu(fc(h))), LLaMA's
@@ -317,17 +328,19 @@ static inline pdde_tensor *gpt_mlp(pdde_graph *g, const gpt_config *c, int l, pd
 static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_model *m) {
     *m = (gpt_model){.cfg = *c};
     pdde_context *ctx = pdde_graph_context(g);
-    if (c->heads < 1 || c->width % c->heads || c->layers < 0)
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)", c->width, c->heads, c->layers);
+    if (c->heads < 1 || (c->head_dim <= 0 && c->width % c->heads) || c->head_dim < 0 || c->head_dim > 4096 || c->layers < 0)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 unless a head dim (%d, 0 .. 4096) is "
+                          "given (layers %d >= 0)", c->width, c->heads, c->head_dim, c->layers);
     bool llama = c->arch == GPT_ARCH_LLAMA;
     if (c->arch != GPT_ARCH_GPT && !llama) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: architecture %d is neither GPT nor LLaMA", (int)c->arch);
-    if (!llama && (c->kv_heads || c->rope_base || c->rope_scaling[0] || c->qkv_bias))
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d, rope base %g, rope scaling and a qkv bias flag are LLaMA's (the GPT "
-                          "architecture has none; its linears have biases)", c->kv_heads, c->rope_base);
-    if (llama && (c->kv_heads < 0 || c->heads % gpt_kv_heads(c) || c->heads / gpt_kv_heads(c) > 64 || (c->width / c->heads) % 2 ||
+    if (!llama && (c->kv_heads || c->rope_base || c->rope_scaling[0] || c->qkv_bias || c->head_dim || c->qk_norm))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: kv heads %d, rope base %g, rope scaling, a qkv bias, a head dim %d and q/k norms are "
+                          "LLaMA's (the GPT architecture has none; its linears have biases, its heads split the width)", c->kv_heads, c->rope_base,
+                          c->head_dim);
+    if (llama && (c->kv_heads < 0 || c->heads % gpt_kv_heads(c) || c->heads / gpt_kv_heads(c) > 64 || gpt_head_dim(c) % 2 ||
                   !(c->rope_base >= 0) || isinf(c->rope_base)))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LLaMA needs kv heads %d dividing heads %d (at most 64 query heads a group), an even "
-                          "head dim (width / heads = %d, for RoPE) and a finite rope base (%g)", c->kv_heads, c->heads, c->width / c->heads, c->rope_base);
+                          "head dim (%d, for RoPE) and a finite rope base (%g)", c->kv_heads, c->heads, gpt_head_dim(c), c->rope_base);
     if (c->lora_rank < 0 || c->lora_rank > 4096 || !(c->lora_alpha >= 0) || isinf(c->lora_alpha) || (c->lora_rank > 0 && c->moe_experts > 1))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: LoRA rank %d (0 .. 4096) and alpha %g (>= 0, finite), and no experts (%d) with it",
                           c->lora_rank, c->lora_alpha, c->moe_experts);
@@ -757,9 +770,9 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
 /* The parameters LoRA trains (its adapters), 0 without it */
 static inline int64_t gpt_n_lora_params(const gpt_config *c) {
     if (c->lora_rank <= 0) return 0;
-    int64_t C = c->width, F = gpt_ffn(c), r = c->lora_rank, D = c->heads > 0 ? C / c->heads : 0;
+    int64_t C = c->width, F = gpt_ffn(c), r = c->lora_rank, D = gpt_head_dim(c), HD = c->heads * D;
     int64_t qkv = c->arch == GPT_ARCH_LLAMA ? (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D : 3 * C;
-    int64_t per = r * (C + qkv) + r * 2 * C + r * (C + F) * (c->arch == GPT_ARCH_LLAMA ? 2 : 1) + r * (F + C);
+    int64_t per = r * (C + qkv) + r * (HD + C) + r * (C + F) * (c->arch == GPT_ARCH_LLAMA ? 2 : 1) + r * (F + C);
     return c->layers * per;
 }
 
@@ -767,10 +780,11 @@ static inline int64_t gpt_n_lora_params(const gpt_config *c) {
 static inline int64_t gpt_n_params(const gpt_config *c) {
     int64_t C = c->width, F = gpt_ffn(c), E = c->moe_experts, VC = (int64_t)c->vocab * C * (c->untied_head ? 2 : 1), n = VC + 2 * C;
     if (c->arch == GPT_ARCH_LLAMA) { /* no position embedding, no biases, norms with gains only */
-        int64_t D = c->heads > 0 ? C / c->heads : 0, qkv = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
+        int64_t D = gpt_head_dim(c), qkv = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
         n = VC + C;
         for (int l = 0; l < c->layers; l++)
-            n += 2 * C + (C + (c->qkv_bias ? 1 : 0)) * qkv + C * C + (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
+            n += 2 * C + (c->qk_norm ? 2 * D : 0) + (C + (c->qkv_bias ? 1 : 0)) * qkv + c->heads * D * C +
+                 (gpt_block_is_moe(c, l) ? C * E + 2 * E * C * F : 3 * C * F);
         return n + gpt_n_lora_params(c);
     }
     n += (int64_t)c->ctx * C;

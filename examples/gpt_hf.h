@@ -1,8 +1,9 @@
 /* gpt_hf.h — Demonstrates how to start a pdde model from a model hub's weights and give a trained one
  * back: Hugging Face's GPT-2 (GPT2LMHeadModel), LLaMA (LlamaForCausalLM: LLaMA 2 and 3, TinyLlama,
- * SmolLM2, ...; Mistral's, whose window is at least the context, saved as LLaMA) and Qwen2
- * (Qwen2ForCausalLM: LLaMA's layers with biases on q, k and v) directories, config.json and
- * safetensors, to and from gpt.h's model.
+ * SmolLM2, ...; Mistral's, whose window is at least the context, saved as LLaMA), Qwen2
+ * (Qwen2ForCausalLM: LLaMA's layers with biases on q, k and v) and Qwen3 (Qwen3ForCausalLM: LLaMA's
+ * layers with an RMSNorm on each head of q and k, heads of their own head_dim) directories,
+ * config.json and safetensors, to and from gpt.h's model.
  *
  *   gpt_hf_config(dir, &cfg, &max_ctx, why, n)   the model config.json describes, in gpt.h's terms
  *   gpt_hf_load(session, graph, &cfg, path)      its weights into the session's parameters (every rank
@@ -15,7 +16,8 @@
  *     [3, H, D] (q of every head, then k, then v), gpt.h's fused columns head-major [H, 3, D].
  *   LLaMA ("model." prefix): nn.Linear weights are [out, in]; q_proj, k_proj and v_proj become gpt.h's
  *     one qkv weight, columns [Hkv, R + 2, D] (the R = H / Hkv query heads of a kv group, its k, its v),
- *     and Qwen2's q, k, v biases its one qkv bias in the same order;
+ *     and Qwen2's q, k, v biases its one qkv bias in the same order; Qwen3's q_norm and k_norm [head_dim]
+     gpt.h's attn.qn.g and attn.kn.g;
  *     gate_proj, up_proj, down_proj are fc, fc3, fcproj. Both rotate q and k by pairs (i, i + D/2).
  *   lm_head.weight: absent where the head is tied to the embedding (tie_word_embeddings), else gpt.h's
  *     untied "head".
@@ -81,12 +83,14 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     for (int i = 0; i < HF_N; i++) f.num[i] = -1; /* (not given) */
     for (int i = 0; i < 4; i++) f.scaling[i] = -1;
     if (json_scan_file(path, 1 << 24, gpt_hf_field, &f, why, why_size)) return st_prefix(why, why_size, dir, "/config.json"), -1;
-    /* (Mistral's: LLaMA's layers, attention in a window; Qwen2's: LLaMA's with biases on q, k and v, a window only if it says so) */
-    int qwen2 = !strcmp(f.model_type, "qwen2"), llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral") || qwen2;
+    /* (Mistral's: LLaMA's layers, attention in a window; Qwen2's: LLaMA's with biases on q, k and v, a window only if it says so;
+     * Qwen3's: Qwen2's window, no biases, q and k normed per head) */
+    int qwen2 = !strcmp(f.model_type, "qwen2"), qwen3 = !strcmp(f.model_type, "qwen3");
+    int llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral") || qwen2 || qwen3;
     if (!llama && strcmp(f.model_type, "gpt2"))
         return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), "
-                        "\"mistral\" and \"qwen2\"", dir, f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
-    if (llama && f.num[HF_WINDOW] >= 0 && f.num[HF_WINDOW] < c->ctx && (!qwen2 || f.num[HF_USE_WINDOW] > 0))
+                        "\"mistral\", \"qwen2\" and \"qwen3\"", dir, f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
+    if (llama && f.num[HF_WINDOW] >= 0 && f.num[HF_WINDOW] < c->ctx && (!(qwen2 || qwen3) || f.num[HF_USE_WINDOW] > 0))
         return snprintf(why, why_size, "%s/config.json: sliding_window %g: gpt attends to the whole context, the same only while --ctx %d is at most "
                         "the window", dir, f.num[HF_WINDOW], c->ctx), -1;
     if (f.bad[0]) return snprintf(why, why_size, "%s/config.json: %s", dir, f.bad), -1;
@@ -118,15 +122,19 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     m.rope_base = llama ? (float)(f.num[HF_THETA] > 0 ? f.num[HF_THETA] : 10000) : 0;
     for (int i = 0; i < 4; i++) m.rope_scaling[i] = llama3 ? (float)r[i] : 0;
     m.norm_eps = (float)(f.num[HF_EPS] > 0 ? f.num[HF_EPS] : llama ? 1e-6 : 1e-5); /* (each class's default) */
-    m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama && !qwen2; /* (LlamaConfig unties by default, GPT2Config and Qwen2Config tie) */
-    m.qkv_bias = qwen2;
+    m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama && !qwen2; /* (LlamaConfig and Qwen3Config untie by default, GPT2Config and Qwen2Config tie) */
+    m.qkv_bias = qwen2, m.qk_norm = qwen3;
+    double head_dim = f.num[HF_HEAD_DIM] > 0 ? f.num[HF_HEAD_DIM] : qwen3 ? 128 : 0; /* (Qwen3Config's default; LLaMA's: width / heads) */
+    m.head_dim = llama && head_dim > 0 && head_dim != (double)m.width / m.heads ? (int)head_dim : 0;
     if (m.ffn < 1) return snprintf(why, why_size, "%s/config.json: no intermediate_size", dir), -1;
-    if (m.width % m.heads || (f.num[HF_HEAD_DIM] > 0 && f.num[HF_HEAD_DIM] != m.width / m.heads))
-        return snprintf(why, why_size, "%s/config.json: a head dim of %g with %d heads of width %d: gpt's heads split the width (head_dim = width / heads)", dir,
-                        f.num[HF_HEAD_DIM] > 0 ? f.num[HF_HEAD_DIM] : (double)m.width / m.heads, m.heads, m.width), -1;
-    if (llama && (m.heads % (m.kv_heads ? m.kv_heads : m.heads) || (m.width / m.heads) % 2))
+    int bad_head = llama ? head_dim > 4096 || head_dim != (int)head_dim || (!head_dim && m.width % m.heads)
+                         : m.width % m.heads || (head_dim > 0 && head_dim != m.width / m.heads);
+    if (bad_head)
+        return snprintf(why, why_size, "%s/config.json: a head dim of %g with %d heads of width %d: %s", dir, head_dim > 0 ? head_dim : (double)m.width / m.heads,
+                        m.heads, m.width, llama ? "an integer up to 4096 expected (head_dim, or width / heads)" : "GPT-2's heads split the width"), -1;
+    if (llama && (m.heads % (m.kv_heads ? m.kv_heads : m.heads) || gpt_head_dim(&m) % 2))
         return snprintf(why, why_size, "%s/config.json: num_key_value_heads %d must divide num_attention_heads %d, and the head dim %d be even", dir,
-                        m.kv_heads, m.heads, m.width / m.heads), -1;
+                        m.kv_heads, m.heads, gpt_head_dim(&m)), -1;
     *c = m, *max_ctx = (int)f.num[HF_MAX_POS];
     return 0;
 }
@@ -151,7 +159,7 @@ typedef struct {
 
 static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf_tensor *t) {
     int n = 0, llama = c->arch == GPT_ARCH_LLAMA;
-    int64_t C = c->width, F = gpt_ffn(c), V = c->vocab, H = c->heads, Hkv = gpt_kv_heads(c), D = C / H;
+    int64_t C = c->width, F = gpt_ffn(c), V = c->vocab, H = c->heads, Hkv = gpt_kv_heads(c), D = gpt_head_dim(c);
 #define HF_ADD(MINE, HOW, ROWS, COLS, ...)                                                                                               \
     do {                                                                                                                                 \
         if (t) {                                                                                                                         \
@@ -173,7 +181,11 @@ static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf
             HF_ADD(HF_MINE("attn.w"), HF_LLAMA_V, Hkv * D, C, "%slayers.%d.self_attn.v_proj.weight", prefix, l);
             for (int k = 0; k < 3 && c->qkv_bias; k++) /* (Qwen2's) */
                 HF_ADD(HF_MINE("attn.b"), HF_LLAMA_Q + k, k ? Hkv * D : H * D, 0, "%slayers.%d.self_attn.%c_proj.bias", prefix, l, "qkv"[k]);
-            HF_ADD(HF_MINE("proj.w"), HF_TRANSPOSE, C, C, "%slayers.%d.self_attn.o_proj.weight", prefix, l);
+            HF_ADD(HF_MINE("proj.w"), HF_TRANSPOSE, C, H * D, "%slayers.%d.self_attn.o_proj.weight", prefix, l);
+            if (c->qk_norm) { /* (Qwen3's) */
+                HF_ADD(HF_MINE("attn.qn.g"), HF_SAME, D, 0, "%slayers.%d.self_attn.q_norm.weight", prefix, l);
+                HF_ADD(HF_MINE("attn.kn.g"), HF_SAME, D, 0, "%slayers.%d.self_attn.k_norm.weight", prefix, l);
+            }
             HF_ADD(HF_MINE("ln2.g"), HF_SAME, C, 0, "%slayers.%d.post_attention_layernorm.weight", prefix, l);
             HF_ADD(HF_MINE("fc.w"), HF_TRANSPOSE, F, C, "%slayers.%d.mlp.gate_proj.weight", prefix, l);
             HF_ADD(HF_MINE("fc3.w"), HF_TRANSPOSE, F, C, "%slayers.%d.mlp.up_proj.weight", prefix, l);
@@ -203,7 +215,7 @@ static inline int gpt_hf_tensors(const gpt_config *c, const char *prefix, gpt_hf
 /* Where element (r, k) of Hugging Face tensor t goes in gpt.h's parameter of model c (its flat index),
  * or -1 where it has no place there (the rows of GPT-2's positions past the model's context) */
 static inline int64_t gpt_hf_index(const gpt_hf_tensor *t, const gpt_config *c, int64_t r, int64_t k) {
-    int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1, C = c->width, D = C / c->heads;
+    int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1, C = c->width, D = gpt_head_dim(c);
     int64_t R = c->heads / gpt_kv_heads(c), QKV = (c->heads + 2 * (int64_t)gpt_kv_heads(c)) * D;
     switch (t->how) {
     case HF_TRANSPOSE: return k * rows + r; /* [out, in] there, [in, out] here */
@@ -380,6 +392,8 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     pdde_context *ctx = pdde_graph_context(g);
     int llama = c->arch == GPT_ARCH_LLAMA;
     if (c->moe_experts > 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)", dir);
+    if (c->qkv_bias && c->qk_norm)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: biases on q, k and v (Qwen2's) with q and k norms (Qwen3's): no Hugging Face class has both", dir);
     char name[64];
     if (gpt_partial(s, g, name, sizeof name))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: this rank holds a part of parameter %s, or none: save from a rank that holds every "
@@ -395,14 +409,15 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     if (c->rope_scaling[0] > 0)
         snprintf(scaling, sizeof scaling, "{\"rope_type\": \"llama3\", \"%s\": %s, \"%s\": %s, \"%s\": %s, \"%s\": %s}", gpt_hf_scaling_names[0], v[0],
                  gpt_hf_scaling_names[1], v[1], gpt_hf_scaling_names[2], v[2], gpt_hf_scaling_names[3], v[3]);
-    if (llama)
+    if (llama) /* (LLaMA's, Qwen2's or Qwen3's class: the layers differ by the q, k, v biases or the q and k norms) */
         fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
                 "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
-                "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
-                "  %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
-                c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qkv_bias ? "qwen2" : "llama", c->vocab, c->width, (long long)gpt_ffn(c),
-                c->layers, c->heads, gpt_kv_heads(c), c->ctx, eps, theta, scaling,
-                c->qkv_bias ? "\"use_sliding_window\": false" : "\"attention_bias\": false,\n  \"mlp_bias\": false", c->untied_head ? "false" : "true");
+                "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n"
+                "  \"hidden_act\": \"silu\",\n  %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama",
+                c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), gpt_head_dim(c), c->ctx, eps, theta, scaling,
+                c->qk_norm ? "\"attention_bias\": false,\n  \"use_sliding_window\": false"
+                : c->qkv_bias ? "\"use_sliding_window\": false" : "\"attention_bias\": false,\n  \"mlp_bias\": false", c->untied_head ? "false" : "true");
     else
         fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
                 "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %lld,\n  \"activation_function\": \"gelu_new\",\n"

@@ -346,6 +346,33 @@ end=$(val_at "$tmp/qw.log" 2)
     grep -q '"model_type": "qwen2"' "$tmp/qw/config.json"
 ok=$?
 check "gpt --init-from a Qwen2 directory trains ($(val_at "$tmp/qw.log" 0) -> $end), --tp 2 too ($(val_at "$tmp/qwtp.log" 2)), --save-hf's Qwen2 validates there ($(val_at "$tmp/qw2.log" 0); rc $rc/$rc2/$rc3)" $ok
+# Qwen3 (tests/data/hf_qwen3: heads of 16 for width 32, an RMSNorm on each head of q and k): trains, --tp 2
+# gives the one process's losses (the norms' gains whole on each rank, their gradients summed over its heads),
+# --save-hf writes Qwen3 back (head_dim, q_norm, k_norm) and it validates there; the same layers from the flags
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen3 --steps 2 --val-every 2 --save-hf "$tmp/q3" >"$tmp/q3.log" 2>&1
+rc=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen3 --steps 2 --val-every 2 --tp 2 >"$tmp/q3tp.log" 2>&1
+rc2=$?
+"$build/gpt" "${llmc[@]}" --init-from "$tmp/q3" --steps 0 >"$tmp/q32.log" 2>&1
+rc3=$?
+end=$(val_at "$tmp/q3.log" 2)
+[ $rc = 0 ] && grep -q "ffn 64, heads 16 wide, q and k normed per head" "$tmp/q3.log" && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/q3.log" 0)" ] &&
+    [ $rc2 = 0 ] && near "$(val_at "$tmp/q3tp.log" 2)" "$end" 0.0002 && [ $rc3 = 0 ] && [ "$(val_at "$tmp/q32.log" 0)" = "$end" ] &&
+    grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && grep -q '"head_dim": 16' "$tmp/q3/config.json" &&
+    grep -q 'model.layers.1.self_attn.k_norm.weight' "$tmp/q3/model.safetensors"
+ok=$?
+check "gpt --init-from a Qwen3 directory trains ($(val_at "$tmp/q3.log" 0) -> $end), --tp 2 too ($(val_at "$tmp/q3tp.log" 2)), --save-hf's Qwen3 validates there ($(val_at "$tmp/q32.log" 0); rc $rc/$rc2/$rc3)" $ok
+q3flags=(--arch llama --layers 2 --heads 4 --kv-heads 2 --width 32 --ffn 64 --head-dim 16 --qk-norm --rope-base 1000000 --norm-eps 1e-6 --untied-head)
+"$build/gpt" "${llmc[@]}" "${q3flags[@]}" --init-from tests/data/hf_qwen3 --steps 0 >"$tmp/q3f.log" 2>&1
+rc=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen3 --head-dim 8 --steps 0 >"$tmp/q3g.log" 2>&1
+rc2=$?
+"$build/gpt" "${llmc[@]}" --head-dim 16 --steps 0 >"$tmp/q3h.log" 2>&1
+rc3=$?
+[ $rc = 0 ] && [ "$(val_at "$tmp/q3f.log" 0)" = "$(val_at "$tmp/q3.log" 0)" ] && [ $rc2 = 2 ] &&
+    grep -qF -- "--head-dim 8, but the file's model has 16" "$tmp/q3g.log" && [ $rc3 = 2 ] && grep -qF -- "--head-dim, --qk-norm and --qkv-bias are LLaMA's" "$tmp/q3h.log"
+ok=$?
+check "the Qwen3 layers from flags (--head-dim 16 --qk-norm) take its file; --head-dim 8 against it and --head-dim for GPT refused (rc $rc/$rc2/$rc3)" $ok
 # LLaMA 3.1's rope_scaling (tests/data/hf_llama3): taken from config.json, written back by --save-hf, kept
 # beside a checkpoint, where a run without it is refused
 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama3 --steps 2 --save-hf "$tmp/hfl3" --ckpt-dir "$tmp/ck3" >"$tmp/hf3.log" 2>&1
@@ -385,9 +412,12 @@ ok=$?
 check "gpt --lora-rank 4 trains adapters ($(val_at "$tmp/lora.log" 0) -> $end), --save-hf's merged weights validate there ($(val_at "$tmp/lora2.log" 0)), --tp 2, --dp 2 and --micro 2 too ($(val_at "$tmp/loratp.log" 4), $(val_at "$tmp/loradp.log" 4), $(val_at "$tmp/loramicro.log" 4)); another --lora-alpha refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
 # --save-peft writes the adapters alone as PEFT does (alpha 5, rank 2): applied to the pretrained weights by PEFT's rule
 # (W + lora_B lora_A alpha / r; GPT-2's Conv1D transposed, fan_in_fan_out) they give --save-hf's merged
-# weights of the same run, for LLaMA (q, k, v from one fused weight) and GPT-2 (c_attn's permuted columns)
+# weights of the same run, for LLaMA (q, k, v from one fused weight), GPT-2 (c_attn's permuted columns) and
+# Qwen3 (q and o_proj 64 wide for width 32)
 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --lora-rank 2 --lora-alpha 5 --steps 4 --save-hf "$tmp/gm" --save-peft "$tmp/gpeft" >"$tmp/gpeft.log" 2>&1
 rc=$?
+"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen3 --lora-rank 2 --lora-alpha 5 --steps 4 --save-hf "$tmp/q3m" --save-peft "$tmp/q3peft" >"$tmp/q3peft.log" 2>&1
+rc4=$?
 cat >"$tmp/peft.py" <<'PY'
 import json, os, struct, sys
 def tensors(d, name=None):
@@ -431,9 +461,11 @@ python3 "$tmp/peft.py" tests/data/hf_llama "$tmp/lora" "$tmp/peft" >"$tmp/peft.l
 rc2=$?
 python3 "$tmp/peft.py" tests/data/hf_gpt2 "$tmp/gm" "$tmp/gpeft" >"$tmp/gpeft2.log" 2>&1
 rc3=$?
-[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && grep -q '"lora_alpha": 5,' "$tmp/gpeft/adapter_config.json" && grep -q '"fan_in_fan_out": true' "$tmp/gpeft/adapter_config.json"
+[ $rc4 = 0 ] && python3 "$tmp/peft.py" tests/data/hf_qwen3 "$tmp/q3m" "$tmp/q3peft" >"$tmp/q3peft2.log" 2>&1
+rc4=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ] && [ $rc4 = 0 ] && grep -q '"lora_alpha": 5,' "$tmp/gpeft/adapter_config.json" && grep -q '"fan_in_fan_out": true' "$tmp/gpeft/adapter_config.json"
 ok=$?
-check "--save-peft's adapters applied to the pretrained weights by PEFT's rule give --save-hf's merged ones (LLaMA: $(tail -1 "$tmp/peft.log"); GPT-2: $(tail -1 "$tmp/gpeft2.log"); rc $rc/$rc2/$rc3)" $ok
+check "--save-peft's adapters applied to the pretrained weights by PEFT's rule give --save-hf's merged ones (LLaMA: $(tail -1 "$tmp/peft.log"); GPT-2: $(tail -1 "$tmp/gpeft2.log"); Qwen3: $(tail -1 "$tmp/q3peft2.log"); rc $rc/$rc2/$rc3/$rc4)" $ok
 # a Hugging Face model's tokenizer.json prints the sample of its token ids as text (by default the one beside
 # the weights; --tokenizer names another, a config.json is refused as one)
 python3 - "$tmp/hfids.bin" <<'PY'
@@ -514,7 +546,7 @@ refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_gpt2 --ctx 64|--init-from tests/data/hf_gpt2: --ctx 64, but the model's positions stop at 32
 --init-from tests/data/hf_llama --moe-experts 4|Hugging Face's GPT-2 and LLaMA have no experts
 --init-from tests/data/hf_llama3 --rope-scaling 32,1,4,8192|--rope-scaling 32,1,4,8192, but the file's model has 8,1,4,64
---rope-scaling 8,1,4,8192|--kv-heads, --rope-base and --rope-scaling are LLaMA's
+--rope-scaling 8,1,4,8192|--kv-heads, --rope-base, --rope-scaling, --head-dim, --qk-norm and --qkv-bias are LLaMA's
 --arch llama --rope-scaling 8,4,1,8192|--rope-scaling wants FACTOR,LOW_FREQ,HIGH_FREQ,ORIGINAL_CONTEXT
 --lora-rank 4|--lora-rank 4 adapts a pretrained model: give --init-from
 --top-p 1.5|--top-p wants a probability in [0, 1], got 1.5

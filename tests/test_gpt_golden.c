@@ -100,7 +100,8 @@ static void check_fixture(const char *path) {
     free(logits);
 }
 
-/* gpt_n_params (the MFU's and the planner's count) against the parameters a session of the model holds */
+/* gpt_n_params (the MFU's and the planner's count) against the parameters a session of the model holds; under LoRA
+ * gpt_n_lora_params (the pretrained weights are then frozen inputs, not parameters) */
 static void check_n_params(const char *what, const gpt_config *cfg) {
     pdde_context *ctx;
     pdde_graph *g = NULL;
@@ -112,8 +113,9 @@ static void check_n_params(const char *what, const gpt_config *cfg) {
     if (!st) st = gpt_build(g, cfg, &m);
     if (!st) st = pdde_session_init(g, NULL, &s);
     if (!st) pdde_session_memory(s, &ms);
-    CHECK(!st && ms.param_bytes == (size_t)gpt_n_params(cfg) * 4, "%s: gpt_n_params %lld, the session holds %zu bytes of parameters (%s)", what,
-          (long long)gpt_n_params(cfg), ms.param_bytes, st ? pdde_last_error(ctx) : "");
+    int64_t want = cfg->lora_rank > 0 ? gpt_n_lora_params(cfg) : gpt_n_params(cfg);
+    CHECK(!st && ms.param_bytes == (size_t)want * 4, "%s: gpt_n_params (or gpt_n_lora_params) %lld, the session holds %zu bytes of parameters (%s)",
+          what, (long long)want, ms.param_bytes, st ? pdde_last_error(ctx) : "");
     pdde_session_free(s);
     pdde_graph_free(g);
     pdde_context_free(ctx);
@@ -256,6 +258,11 @@ int main(int argc, char **argv) {
         check_n_params("LLaMA, 2 kv heads", &llama);
         CHECK(gpt_ffn(&llama) == 192, "LLaMA's default ffn of width 64: 8/3 x 64 rounded up to a multiple of 32 is 192, got %lld",
               (long long)gpt_ffn(&llama));
+        gpt_config qwen3 = llama;
+        qwen3.head_dim = 24, qwen3.qk_norm = 1; /* (heads wider than width / heads, each with its norms) */
+        check_n_params("LLaMA with heads of 24 (Qwen3's q and k norms)", &qwen3);
+        qwen3.lora_rank = 3;
+        check_n_params("the same with LoRA rank 3", &qwen3);
         llama.moe_experts = 4, llama.moe_every = 2;
         check_n_params("LLaMA with MoE blocks", &llama);
         llama.arch = GPT_ARCH_GPT, llama.kv_heads = 0;

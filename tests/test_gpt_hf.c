@@ -80,8 +80,10 @@ static void check_model(pdde_context *ctx, const char *dir, const hf_ref *r, con
     CHECK(!st && !memcmp(logits, again, n * 4), "%s: the saved directory read back gives other logits (%s)", what, st ? pdde_last_error(ctx) : "");
     CHECK(!st && back.arch == cfg.arch && back.layers == cfg.layers && back.heads == cfg.heads && gpt_kv_heads(&back) == gpt_kv_heads(&cfg) &&
               gpt_ffn(&back) == gpt_ffn(&cfg) && back.norm_eps == cfg.norm_eps && gpt_rope_base(&back) == gpt_rope_base(&cfg) &&
-              back.untied_head == cfg.untied_head && back.vocab == cfg.vocab,
-          "%s: the saved config.json describes the model (arch, layers, heads, kv heads, ffn, eps, rope base, untied head, vocab)", what);
+              back.untied_head == cfg.untied_head && back.vocab == cfg.vocab && gpt_head_dim(&back) == gpt_head_dim(&cfg) &&
+              back.qkv_bias == cfg.qkv_bias && back.qk_norm == cfg.qk_norm,
+          "%s: the saved config.json describes the model (arch, layers, heads, kv heads, ffn, eps, rope base, untied head, vocab, head dim, "
+          "qkv bias, q/k norms)", what);
 done:
     pdde_session_free(s), pdde_graph_free(g);
     free(logits), free(again);
@@ -383,9 +385,9 @@ static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
 int main(void) {
     FILE *f = fopen("tests/data/hf_ref.bin", "rb");
     char magic[8] = "";
-    hf_ref ref[4] = {{0}};
+    hf_ref ref[5] = {{0}};
     int ok = f && fread(magic, 8, 1, f) == 1 && !memcmp(magic, "HFREF001", 8);
-    for (int i = 0; i < 4 && ok; i++) ok = !read_ref(f, &ref[i]);
+    for (int i = 0; i < 5 && ok; i++) ok = !read_ref(f, &ref[i]);
     if (f) fclose(f);
     CHECK(ok, "fixture tests/data/hf_ref.bin: missing or cut");
     pdde_context *ctx;
@@ -395,6 +397,7 @@ int main(void) {
         check_model(ctx, "tests/data/hf_llama", &ref[1], "LLaMA (GQA, BF16 shards, untied)");
         check_model(ctx, "tests/data/hf_llama3", &ref[2], "LLaMA 3 (rope_scaling llama3, one kv head, F16, tied)");
         check_model(ctx, "tests/data/hf_qwen2", &ref[3], "Qwen2 (q, k, v biases, GQA, BF16, tied)");
+        check_model(ctx, "tests/data/hf_qwen3", &ref[4], "Qwen3 (q, k norms, heads of 16 for width 32, GQA, BF16, untied)");
         check_load_refusals(ctx, &ref[0]);
         check_lora(ctx, &ref[1]);
     }
@@ -426,7 +429,23 @@ int main(void) {
     config_refused("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act \"gelu\"");
     config_refused("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", "num_key_value_heads 3 must divide num_attention_heads 4");
     config_refused("\"hidden_size\": 32", "\"hidden_size\": 32.5", "hidden_size = 32.5: an integer");
-    config_refused("\"hidden_size\": 32", "\"head_dim\": 16, \"hidden_size\": 32", "a head dim of 16 with 4 heads of width 32");
+    c = (gpt_config){.ctx = 16, .batch = 1};
+    CHECK(!gpt_hf_config("tests/data/hf_qwen3", &c, &max_ctx, why, sizeof why) && c.arch == GPT_ARCH_LLAMA && c.qk_norm && !c.qkv_bias && c.untied_head &&
+              c.head_dim == 16 && gpt_head_dim(&c) == 16 && c.width == 32 && c.kv_heads == 2,
+          "hf_qwen3's config: llama with q/k norms, heads of 16 for width 32 and 4 heads, untied, 2 kv heads (%s)", why);
+    /* LLaMA's head_dim: its own width where it says (LlamaConfig's head_dim), width / heads where it repeats that */
+    CHECK(!config_refused("\"hidden_size\": 32", "\"head_dim\": 8, \"hidden_size\": 32", NULL), "LLaMA's head_dim 8 = 32 / 4 read");
+    c = (gpt_config){.ctx = 16, .batch = 1};
+    CHECK(!config_refused("\"hidden_size\": 32", "\"head_dim\": 12, \"hidden_size\": 32", NULL) &&
+              !gpt_hf_config("build/test_gpt_hf_cfg", &c, &max_ctx, why, sizeof why) && c.head_dim == 12 && !c.qk_norm,
+          "LLaMA's head_dim 12 for width 32 read as heads of 12 (%s)", why);
+    config_refused("\"hidden_size\": 32", "\"head_dim\": 7, \"hidden_size\": 32", "and the head dim 7 be even");
+    config_refused("\"hidden_size\": 32", "\"head_dim\": 8.5, \"hidden_size\": 32", "a head dim of 8.5 with 4 heads of width 32: an integer");
+    /* Qwen3Config's head_dim defaults to 128, not width / heads */
+    c = (gpt_config){.ctx = 16, .batch = 1};
+    CHECK(!config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen3\"", NULL) &&
+              !gpt_hf_config("build/test_gpt_hf_cfg", &c, &max_ctx, why, sizeof why) && c.head_dim == 128 && c.qk_norm,
+          "a qwen3 config.json without head_dim: heads of 128 (%s)", why);
     config_refused("\"vocab_size\": 256", "\"vocab_size\": \"256\"", "vocab_size: a number expected");
     config_refused("\"intermediate_size\": 80", "\"intermediate_size\": 1e30", "intermediate_size = 1e+30: an integer 1 ..");
     config_refused("\"vocab_size\": 256,", "", "vocab_size = -1: an integer 1 ..");
@@ -450,7 +469,7 @@ int main(void) {
     if (!st) st = gpt_build(g, &moe_lora, &m);
     CHECK(st && strstr(pdde_last_error(ctx), "no experts (4) with it"), "LoRA with experts refused: %s", pdde_last_error(ctx));
     pdde_graph_free(g);
-    for (int k = 0; k < 3; k++) free(ref[k].ids), free(ref[k].targets), free(ref[k].logits);
+    for (int k = 0; k < 5; k++) free(ref[k].ids), free(ref[k].targets), free(ref[k].logits);
     pdde_context_free(ctx);
     return test_finish();
 }

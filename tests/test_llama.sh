@@ -21,14 +21,18 @@ while IFS='|' read -r flags message; do
 done <<'BAD'
 --arch mamba|--arch takes gpt or llama
 --arch|no value after it
---kv-heads 2|--kv-heads, --rope-base and --rope-scaling are LLaMA's
---rope-base 5000|--kv-heads, --rope-base and --rope-scaling are LLaMA's
+--kv-heads 2|--kv-heads, --rope-base, --rope-scaling, --head-dim, --qk-norm and --qkv-bias are LLaMA's
+--rope-base 5000|--kv-heads, --rope-base, --rope-scaling, --head-dim, --qk-norm and --qkv-bias are LLaMA's
 --arch llama --kv-heads 3|--kv-heads 3 dividing --heads 4
 --arch llama --kv-heads -1|--kv-heads wants a non-negative integer
 --arch llama --rope-base 0.5|RoPE's base must be > 1
 --arch llama --rope-base 0|RoPE's base must be > 1
 --arch llama --rope-base inf|--rope-base wants a finite number
 --arch llama --width 36|an even head dim
+--qk-norm|--head-dim, --qk-norm and --qkv-bias are LLaMA's
+--arch llama --head-dim 7|an even head dim (--head-dim, or --width / --heads: 7
+--arch llama --head-dim 5000|no --head-dim (1 .. 4096, got 5000)
+--arch llama --head-dim -2|--head-dim wants a non-negative integer
 BAD
 
 # stopped after 4 of 8 steps and resumed: steps 5-8 as the uninterrupted run's
@@ -51,11 +55,11 @@ PY
 rc=$?
 check "LLaMA: the resumed steps equal the uninterrupted run's ($(tail -1 "$tmp/cmp"))" $rc
 
-# a checkpoint of the other architecture: refused, nothing trained, the checkpoint unchanged
+# a checkpoint of the other architecture (or without the q and k norms): refused, nothing trained, the checkpoint unchanged
 "$build/gpt" "${gpt[@]}" --steps 2 --ckpt-dir "$tmp/ck_gpt" >"$tmp/g.log" 2>&1
 rc=$?
 check "gpt --arch gpt saves a checkpoint ($(tail -1 "$tmp/g.log"))" $rc
-for case in "ck_llama|--arch gpt" "ck_gpt|${llama[*]}"; do
+for case in "ck_llama|--arch gpt" "ck_gpt|${llama[*]}" "ck_llama|${llama[*]} --qk-norm"; do
     IFS='|' read -r dir flags <<<"$case"
     before=$(cd "$tmp/$dir" && find . -type f | sort | xargs md5sum)
     "$build/gpt" "${gpt[@]}" $flags --steps 8 --resume --ckpt-dir "$tmp/$dir" >"$tmp/other.log" 2>&1

@@ -24,6 +24,9 @@ Face's modeling code computes it (GPT2LMHeadModel, LlamaForCausalLM), independen
   hf_qwen2/  Qwen2 (Qwen2ForCausalLM): LLaMA's layers with biases on q, k and v (F.linear(x, W, b)), theta
              1e6, eps 1e-6, 2 kv heads of 4, the head tied; a sliding_window of 8, shorter than the
              context, that use_sliding_window false leaves unused. BF16, one file. V=256, L=2, C=32.
+  hf_qwen3/  Qwen3 (Qwen3ForCausalLM): LLaMA's layers without biases, heads of head_dim 16 (q is 4 x 16 = 64
+             wide for C=32, o_proj [32, 64]), q_norm and k_norm: an RMSNorm of each head of q and of k before
+             RoPE; 2 kv heads of 4, theta 1e6, eps 1e-6, an untied lm_head. BF16, one file. V=256, L=2.
 
 Beside hf_gpt2 and hf_llama, a tokenizer.json of each kind (their vocabularies made up, the format
 Hugging Face's): byte-level BPE (GPT-2's bytes_to_unicode, decoder "ByteLevel", 301 tokens, the last
@@ -32,7 +35,7 @@ byte, 256 tokens, "<unk>", "<s>", "</s>" added). Ids 256, 257, 258, 259, 300 of 
 " the", " cat", " café", "\n\n", "<|endoftext|>"; ids 99, 100, 101, 3, 2 of the second to " the", " cat",
 " café", "\n", "</s>".
 
-hf_ref.bin (little-endian), for gpt2, llama, llama3, then qwen2:
+hf_ref.bin (little-endian), for gpt2, llama, llama3, qwen2, then qwen3:
   char magic[8] = "HFREF001"
   per model: i32 B, T, V; i32 ids[B*T], targets[B*T]; f32 loss; f32 logits[B*T*V]
 """
@@ -134,8 +137,9 @@ def llama3_inv_freq(inv_freq, factor, low, high, original):
     return torch.where(medium, smoothed, scaled)
 
 
-def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed, qkv_bias=False):
-    D, R = C // H, H // HKV
+def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed, qkv_bias=False, head_dim=None):
+    D, R = head_dim or C // H, H // HKV
+    qk_norm = head_dim is not None  # (Qwen3's)
     g = torch.Generator().manual_seed(seed)
     as_file = TORCH_DTYPE[dtype]
 
@@ -154,6 +158,8 @@ def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed, q
         if qkv_bias:  # (Qwen2's)
             W.update({p + "self_attn.q_proj.bias": normal(H * D, std=0.5), p + "self_attn.k_proj.bias": normal(HKV * D, std=0.5),
                       p + "self_attn.v_proj.bias": normal(HKV * D, std=0.5)})
+        if qk_norm:
+            W.update({p + "self_attn.q_norm.weight": 1 + normal(D, std=0.3), p + "self_attn.k_norm.weight": 1 + normal(D, std=0.3)})
     W["model.norm.weight"] = 1 + normal(C)
     if not tied:
         W["lm_head.weight"] = normal(V, C)
@@ -170,6 +176,10 @@ def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed, q
             del config[k]
         config.update({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "use_sliding_window": False, "sliding_window": 8,
                        "max_window_layers": L})
+    if qk_norm:  # Qwen3Config: attention_bias (false), no mlp_bias; head_dim its own
+        del config["mlp_bias"]
+        config.update({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "head_dim": D, "use_sliding_window": False,
+                       "sliding_window": None, "max_window_layers": L})
 
     def rms(x, w):
         return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS))
@@ -190,14 +200,17 @@ def llama(name, V, H, HKV, FF, THETA, EPS, tied, scaling, dtype, shards, seed, q
         for l in range(L):
             p = "model.layers.%d." % l
             a = rms(x, W[p + "input_layernorm.weight"])
-            q = F.linear(a, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias")).view(B, T, H, D).transpose(1, 2)
-            k = F.linear(a, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias")).view(B, T, HKV, D).transpose(1, 2)
+            q = F.linear(a, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias")).view(B, T, H, D)
+            k = F.linear(a, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias")).view(B, T, HKV, D)
+            if qk_norm:  # Qwen3Attention: q_norm and k_norm over each head, before RoPE
+                q, k = rms(q, W[p + "self_attn.q_norm.weight"]), rms(k, W[p + "self_attn.k_norm.weight"])
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = F.linear(a, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias")).view(B, T, HKV, D).transpose(1, 2)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             k = k[:, :, None].expand(B, HKV, R, T, D).reshape(B, H, T, D)  # repeat_kv
             v = v[:, :, None].expand(B, HKV, R, T, D).reshape(B, H, T, D)
             att = torch.softmax(((q @ k.transpose(-2, -1)) / math.sqrt(D)).masked_fill(mask, float("-inf")), dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            y = (att @ v).transpose(1, 2).reshape(B, T, H * D)
             x = x + F.linear(y, W[p + "self_attn.o_proj.weight"])
             m = rms(x, W[p + "post_attention_layernorm.weight"])
             h = F.silu(F.linear(m, W[p + "mlp.gate_proj.weight"])) * F.linear(m, W[p + "mlp.up_proj.weight"])
@@ -235,6 +248,10 @@ def llama3():
 
 def qwen2():
     return llama("hf_qwen2", 256, 4, 2, 72, 1000000.0, 1e-6, True, None, "BF16", 1, SEED + 3, qkv_bias=True)
+
+
+def qwen3():
+    return llama("hf_qwen3", 256, 4, 2, 64, 1000000.0, 1e-6, False, None, "BF16", 1, SEED + 4, head_dim=16)
 
 
 def bytes_to_unicode():
@@ -283,7 +300,7 @@ def main():
     torch.set_num_threads(1)
     ref = open(os.path.join(OUT, "hf_ref.bin"), "wb")
     ref.write(b"HFREF001")
-    for k, build in enumerate((gpt2, llama2, llama3, qwen2)):
+    for k, build in enumerate((gpt2, llama2, llama3, qwen2, qwen3)):
         V, forward = build()
         g = torch.Generator().manual_seed(SEED + 10 + k)
         ids = torch.randint(0, V, (B, T), generator=g)
