@@ -691,6 +691,12 @@ typedef struct {
 pdde_status pdde_session_loss_scale(const pdde_session *s, pdde_loss_scale_stats *out);
 /* Sets the scale (finite, > 0; PDDE_ERR_STATE when the session does not scale its loss). */
 pdde_status pdde_session_set_loss_scale(pdde_session *s, float scale);
+/* The targets the next runs' loss averages over: the valid ones (>= 0) of every micro-batch on every
+ * data-parallel rank of a step. Each micro-batch then divides its summed cross-entropy by n / (the
+ * step's micro-batches), so the loss and the gradients are the mean over those n targets, as one
+ * process computes it, however they fall on the micro-batches (targets ignored for a prompt, padding).
+ * 0 (the default): each micro-batch's mean over its own targets, the micro-batches weighing the same. */
+pdde_status pdde_session_set_loss_tokens(pdde_session *s, int64_t n);
 
 typedef struct {
     size_t arena_bytes;       /* the activation arena: peak of the memory plan */

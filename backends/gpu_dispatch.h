@@ -1041,6 +1041,16 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
                       PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks), PGD_A(f32)));
 }
 
+/* What a cross-entropy divides by, into cnt[0]: the count of its valid targets (k_ce_count), or the step's divisor
+ * (PDDE_P_CE_DIVISOR, pdde_session_set_loss_tokens) */
+static int pgd_ce_divisor(const pgd_ctx *g, const pdde_tensor *node, pgd_ptr pt, int64_t rows, int64_t V, pgd_ptr cnt) {
+    float d = pdde_op_f32(node, PDDE_P_CE_DIVISOR);
+    uint32_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    if (d > 0) return g->fill32(g->impl, g->stream, cnt, bits, 1);
+    return pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
+}
+
 /* The loss; where the node also writes dlogits into its source 3 (lowering's PDDE_FUSE_CE), k_ce_fused reads each
  * row once for both (and again, mostly from cache, for dlogits), after the count of valid targets that scales them;
  * with PGD_MEM_CE1, k_ce_staged instead where a row fits in the group's local memory (at most 512 items a group). */
@@ -1058,7 +1068,7 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     int32_t ldt = (int32_t)lg->dtype; /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
     if (ddt >= 0) {
         pgd_ptr cnt = pgd_at(part, (int64_t)part_bytes), pd = pgd_ptr_of(node->src[2]), px = pgd_ptr_of(node->src[3]);
-        e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
+        e = pgd_ce_divisor(g, node, pt, rows, V, cnt);
         size_t row_bytes = ((size_t)V * pdde_dtype_size(lg->dtype) + 15) & ~(size_t)15;
         if (!e && (g->mem_kernels & PGD_MEM_CE1) && row_bytes <= g->max_local) {
             unsigned bx = pgd_row_block(g, V);
@@ -1071,6 +1081,13 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
                                         PGD_A(ldt)));
     } else
         e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V), PGD_A(ldt)));
+    float d = pdde_op_f32(node, PDDE_P_CE_DIVISOR);
+    if (!e && d > 0) { /* k_ce_final divides by the sum of part[rows ..]: the divisor, then zeros */
+        uint32_t bits;
+        memcpy(&bits, &d, sizeof bits);
+        e = g->fill32(g->impl, g->stream, pgd_at(part, rows * (int64_t)sizeof(float)), 0, (size_t)rows);
+        if (!e) e = g->fill32(g->impl, g->stream, pgd_at(part, rows * (int64_t)sizeof(float)), bits, 1);
+    }
     if (e) return e;
     return pgd_launch(g, PGD_K_CE_FINAL, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(part), PGD_A(rows), PGD_P(py)));
 }
@@ -1086,7 +1103,7 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
     int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
     int32_t ldt = (int32_t)lg->dtype;   /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
-    e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
+    e = pgd_ce_divisor(g, node, pt, rows, V, cnt);
     if (e) return e;
     return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
                           PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt), PGD_A(ldt)));

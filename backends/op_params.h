@@ -74,6 +74,9 @@ typedef enum {
     PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_BETA1 = 1, PDDE_P_UPDATE_BETA2 = 2, PDDE_P_UPDATE_EPS = 3,
     PDDE_P_UPDATE_WEIGHT_DECAY = 4, PDDE_P_UPDATE_CLIP = 5, PDDE_P_UPDATE_GRAD_SCALE = 6,
     PDDE_P_SGD_MOMENTUM = 1,            /* sgd (beta1, beta2 and eps are adamw's) */
+    PDDE_P_CE_DIVISOR = 0,              /* cross_entropy, its backward: 0: the mean over the node's valid targets; > 0: the sum over
+                                           them divided by this (the step's targets over its parts, pdde_session_set_loss_tokens;
+                                           set by the executor) */
 } pdde_fparam;
 
 static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return t->iparams[p]; }

@@ -42,6 +42,7 @@ struct pdde_session {
     int64_t step;
     uint32_t run_counter;
     float last_loss;
+    int64_t loss_tokens;        /* pdde_session_set_loss_tokens (0: each micro-batch's own mean) */
     pdde_optimizer_params schedule; /* the learning rate's: the graph optimizer's, or a checkpoint's */
     pdde_tensor *loss;
     pdde_memory_stats mem;
@@ -916,6 +917,7 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
     const float *logits = (const float *)((const char *)lt->data + lt->offset);
     const int32_t *tg = (const int32_t *)((const char *)t->src[1]->data + t->src[1]->offset);
     pdde_comm *c = s->axis_comm[node_info(s, t)->vocab_axis];
+    float divisor = pdde_op_f32(t, PDDE_P_CE_DIVISOR); /* (0: count's) */
     for (int64_t r = 0; t->op == PDDE_OP_CROSS_ENTROPY && r < N; r++) /* (every rank of the axis holds these targets) */
         if (tg[r] >= vocab)
             return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: target %d at position %lld is outside the %lld classes of %s [0, %lld)",
@@ -948,10 +950,10 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
         double loss = 0;
         for (int64_t r = 0; r < N; r++)
             if (tg[r] >= 0 && tg[r] < vocab) loss += logf(sum[r]) + mx[r] - target[r];
-        out[0] = (float)(loss / (double)(count ? count : 1));
+        out[0] = (float)(loss / (divisor > 0 ? divisor : (double)(count ? count : 1)));
     } else { /* dlogits = (softmax - onehot) * dloss / count, on this rank's columns */
         const pdde_tensor *dl = t->src[2];
-        float dscale = ((const float *)((const char *)dl->data + dl->offset))[0] / (float)(count ? count : 1);
+        float dscale = ((const float *)((const char *)dl->data + dl->offset))[0] / (divisor > 0 ? divisor : (float)(count ? count : 1));
         for (int64_t r = 0; r < N; r++) {
             float *d = out + r * V;
             const float *row = logits + r * V;
@@ -1714,8 +1716,22 @@ static void drop_gradients(pdde_session *s) {
     s->grads_zero = true;
 }
 
+/* What cross-entropy t divides its summed loss by (PDDE_P_CE_DIVISOR): 0 (its own targets' mean), or
+ * under pdde_session_set_loss_tokens the step's targets over the step's parts: this rank's micro-batches
+ * over grad_scale (with uneven shares: every rank's, over the dp ranks) times the ranks its rows split
+ * over (the mesh axes its result is averaged on) */
+static float ce_step_divisor(const pdde_session *s, const pdde_tensor *t) {
+    if (s->loss_tokens <= 0) return 0;
+    double parts = 1.0 / (double)s->prog->grad_scale;
+    const pdde_dist_attr *d = &t->dist;
+    for (int a = 0; d->mesh && a < d->mesh->ndim; a++)
+        if (d->partial_avg >> a & 1) parts *= d->mesh->shape[a];
+    return (float)((double)s->loss_tokens / parts);
+}
+
 /* The parameters of this step that the executor sets on t before it runs. */
 static void set_run_params(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+    if (t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) pdde_op_set_f32(t, PDDE_P_CE_DIVISOR, ce_step_divisor(s, t));
     if (s->prog->info[t->id].grad_overwrite) pdde_op_set_i32(t, PDDE_P_GRAD_ACCUM_OVERWRITE, s->direct_bound); /* (lower_direct_grads) */
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
     if (s->loss_scaling && (is_update(t) || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
@@ -1991,6 +2007,13 @@ pdde_status pdde_session_set_loss_scale(pdde_session *s, float scale) {
     if (!(isfinite(scale) && scale > 0)) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "set_loss_scale: %g must be finite and > 0", scale);
     s->scaler.scale = scale, s->scaler.good_steps = 0;
     return scaler_write(s);
+}
+
+pdde_status pdde_session_set_loss_tokens(pdde_session *s, int64_t n) {
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (n < 0) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "set_loss_tokens: %lld targets: a count >= 0 expected", (long long)n);
+    s->loss_tokens = n;
+    return PDDE_OK;
 }
 
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
