@@ -776,7 +776,8 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
  * Data: a token loader with deterministic shuffling: text as bytes (vocabulary 256), or a tokenizer's ids. */
 typedef struct pdde_data pdde_data;
 
-/* Opens a text file (bytes are the tokens), a token file ("PDDETOK1" u64 count, i32 tokens) or one of
+/* Opens a text file (bytes are the tokens), a token file ("PDDETOK1" u64 count, i32 tokens; a negative
+ * one, ~id, is token id that is no target: the loss ignores predicting it, as a prompt's) or one of
  * llm.c's token shards (a 1 KiB header, then GPT-2's tokens as u16 or LLaMA 3's as u32); or a glob
  * pattern's files of one of these formats, in name order ("data/fineweb_train_*.bin"). The tokens are
  * read from the files as batches need them (the files must not change meanwhile: a shrunk file is an
@@ -792,8 +793,8 @@ int pdde_data_is_text(const pdde_data *d);
 /* The largest token id of d's part (255 or less for text): the vocabulary must be larger. The first
  * call reads every token (checking each); -1 with the error on d's context when one is bad. */
 int32_t pdde_data_max_token(pdde_data *d);
-/* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed (a new
- * permutation each epoch); advances the position by batch. */
+/* Fills x and y (next-token targets; -1 where the next token is no target) [batch, T] with windows at
+ * positions shuffled by seed (a new permutation each epoch); advances the position by batch. */
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);
 uint64_t pdde_data_position(const pdde_data *d);
 void pdde_data_set_position(pdde_data *d, uint64_t pos);

@@ -41,7 +41,8 @@ struct pdde_data {
     const data_file *fd_of;
 };
 
-/* Reads count tokens from token `at` of f's part into out[], checking each is an id in [0, 2^31). */
+/* Reads count tokens from token `at` of f's part into out[], checking each is an id in [0, 2^31); a pdde token
+ * file's negative value ~id stays as it is: id, read but no target (data_id, data_target). */
 static pdde_status data_read(pdde_data *d, const data_file *f, int64_t at, int64_t count, int32_t *out) {
     size_t bytes = (size_t)count * (size_t)f->width;
     if (bytes > d->buf_cap) {
@@ -71,9 +72,9 @@ static pdde_status data_read(pdde_data *d, const data_file *f, int64_t at, int64
         const uint8_t *t = d->buf + i * f->width; /* (little-endian) */
         uint32_t v = f->width == 1 ? t[0] : (uint32_t)t[0] | (uint32_t)t[1] << 8;
         if (f->width == 4) v |= (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
-        if (v > INT32_MAX)
+        if (v > INT32_MAX && !f->signed_ids)
             return pdde_error(d->ctx, PDDE_ERR_CORRUPT, "data: %s: token %lld is %s: expected an id in [0, 2^31)", f->path,
-                              (long long)(f->first + at + i), f->signed_ids ? "negative" : "2^31 or more");
+                              (long long)(f->first + at + i), "2^31 or more");
         out[i] = (int32_t)v;
     }
     return PDDE_OK;
@@ -211,9 +212,14 @@ static pdde_status data_each_chunk(pdde_data *d, pdde_status (*each)(void *arg, 
     return st;
 }
 
+/* A token as read: its id, and the target it gives the token before it (-1: none, ignored by the loss: a
+ * prompt's, stored as ~id) */
+static int32_t data_id(int32_t token) { return token < 0 ? ~token : token; }
+static int32_t data_target(int32_t token) { return token < 0 ? -1 : token; }
+
 static pdde_status note_max(void *arg, const int32_t *tokens, int64_t count) {
     int32_t *max = arg;
-    for (int64_t i = 0; i < count; i++) *max = tokens[i] > *max ? tokens[i] : *max;
+    for (int64_t i = 0; i < count; i++) *max = data_id(tokens[i]) > *max ? data_id(tokens[i]) : *max;
     return PDDE_OK;
 }
 
@@ -262,8 +268,7 @@ pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, 
         int i = 0;
         while (w >= file_windows(&d->files[i], T)) w -= file_windows(&d->files[i++], T);
         if ((st = data_read(d, &d->files[i], (int64_t)w, T + 1, window))) break;
-        memcpy(x + (size_t)b * T, window, (size_t)T * sizeof *x);
-        memcpy(y + (size_t)b * T, window + 1, (size_t)T * sizeof *y);
+        for (int k = 0; k < T; k++) x[(size_t)b * T + k] = data_id(window[k]), y[(size_t)b * T + k] = data_target(window[k + 1]);
         d->position++;
     }
     free(window);

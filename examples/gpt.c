@@ -77,9 +77,10 @@ static void usage(FILE *f) {
             "                              all its files; --val-data: validate there, else on --data's last 10%%)\n"
             "           [--tokenizer FILE] (llm.c's tokenizer file, gpt2_tokenizer.bin, or Hugging Face's tokenizer.json: the\n"
             "                              sample of a token file printed as text; tokenizer.json also encodes text --data and\n"
-            "                              --prompt; default the --init-from directory's; --save-hf copies it)\n"
+            "                              --prompt; default the --init-from directory's; --save-hf copies it; a .jsonl --data holds a\n"
+            "                              \"text\" a line, or a \"prompt\" and a \"completion\": trained on the completions alone)\n"
             "           [--init-from PATH] (start from a Hugging Face model directory, config.json and safetensors: GPT-2,\n"
-            "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2) or Qwen2; or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
+            "                              LLaMA (LLaMA 2, TinyLlama, SmolLM2), Qwen2 or Qwen3; or llm.c's GPT-2 model file, gpt2_124M.bin or\n"
             "                              _bf16.bin: the model's flags are the file's, --ctx at most its positions; or a pdde\n"
             "                              checkpoint's weights (a --ckpt-dir), this run's optimizer, schedule and data from their\n"
             "                              start; a checkpoint --resume finds wins)\n"
@@ -730,11 +731,14 @@ static int tokenize_text_data(pdde_context *ctx, const options *o, const tokeniz
         close(fd);
         if (!token_file[!k][0]) atexit(remove_token_files);
         hf_tokenize_stats stats;
-        int bad = hf_tokenizer_write_tokens(tok->hf, g.gl_pathv, (int)g.gl_pathc, hf_tokenizer_doc_start(tok->hf), token_file[k], &stats, why, sizeof why);
+        int bad = hf_tokenizer_write_tokens(tok->hf, g.gl_pathv, (int)g.gl_pathc, hf_tokenizer_doc_start(tok->hf), hf_tokenizer_doc_end(tok->hf, o->tokenizer),
+                                            token_file[k], &stats, why, sizeof why);
+        char prompts[96] = ""; /* (JSON Lines of prompts and completions) */
+        if (stats.prompt_tokens) snprintf(prompts, sizeof prompts, ", %llu of them prompts' (no targets)", (unsigned long long)stats.prompt_tokens);
         if (bad) fprintf(stderr, "gpt: %s %s: %s\n", k ? "--val-data" : "--data", path, why);
         else if (print)
-            printf("gpt: %s %s is text: %zu document%s, %zu bytes -> %llu tokens by %s\n", k ? "--val-data" : "--data", path, stats.documents,
-                   stats.documents == 1 ? "" : "s", stats.bytes, (unsigned long long)stats.tokens, o->tokenizer);
+            printf("gpt: %s %s is text: %zu document%s, %zu bytes -> %llu tokens%s by %s\n", k ? "--val-data" : "--data", path, stats.documents,
+                   stats.documents == 1 ? "" : "s", stats.bytes, (unsigned long long)stats.tokens, prompts, o->tokenizer);
         globfree(&g);
         if (bad) return -1;
     }
@@ -803,18 +807,30 @@ static int prompt_tokens(options *o, const tokenizer *tok) {
     return 0;
 }
 
-/* Mean loss over a few validation batches (forward only). */
+/* Where some of the global batch's n targets are ignored (a prompt's: -1), their count for the session, so that
+ * every micro-batch on every rank takes its part of the mean over them all (pdde_session_set_loss_tokens); else 0,
+ * each micro-batch's own mean (the same then). The count of valid targets into *valid. */
+static pdde_status set_loss_tokens(pdde_session *s, const int32_t *y, size_t n, int64_t *valid) {
+    *valid = 0;
+    for (size_t i = 0; i < n; i++) *valid += y[i] >= 0;
+    return pdde_session_set_loss_tokens(s, *valid < (int64_t)n ? *valid : 0);
+}
+
+/* Mean loss over the targets of a few validation batches (forward only). */
 static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, const feeder *f, int32_t *x, int32_t *y) {
     uint64_t pos = pdde_data_position(val);
-    double sum = 0;
+    double sum = 0, targets = 0;
+    int64_t valid;
     pdde_data_set_position(val, 0); /* the same validation windows every time */
     for (int i = 0; i < batches; i++) {
         pdde_data_next_batch(val, f->batch, m->cfg.ctx, 99, x, y);
-        if (gpt_write_batch(s, m, f->plan, f->dp_index, x, y) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
-        sum += pdde_session_loss(s);
+        if (set_loss_tokens(s, y, (size_t)f->batch * (size_t)m->cfg.ctx, &valid) || gpt_write_batch(s, m, f->plan, f->dp_index, x, y) != PDDE_OK ||
+            pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK)
+            return NAN;
+        sum += valid ? pdde_session_loss(s) * (double)valid : 0, targets += (double)valid; /* (a batch of prompts alone: none) */
     }
     pdde_data_set_position(val, pos);
-    return (float)(sum / batches);
+    return targets > 0 ? (float)(sum / targets) : NAN;
 }
 
 /* The whole vocab row `row` of the logits at sampling: under vocab-parallel tensor parallelism each
@@ -1542,6 +1558,8 @@ elastic_rebuild:
         if (o.ft && ft_moved) /* the lost replicas' rows are dropped; a rejoined replica's rows go to its rank */
             ft_keep_rows(x, ft_tmp, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks), ft_keep_rows(y, ft_tmp, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks);
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
+        int64_t valid;
+        if (!o.ft) TRY(set_loss_tokens(s, y, (size_t)o.model.batch * (size_t)o.model.ctx, &valid)); /* (--ft-replicas: each part's mean) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes (uneven shares:
          * its share of the micro-batches) */
         TRY(gpt_write_batch(s, &m, &plan, feed.dp_index, x, y));

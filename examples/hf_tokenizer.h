@@ -5,7 +5,7 @@
  *   hf_tokenizer_open(path, &t, why, sizeof why)         reads tokenizer.json; -1 with why[] naming the field
  *   hf_tokenizer_encode(t, text, length, 1, &ids, &n)    text -> ids, the template's start token (<s>) first
  *   t->bytes[id]                                          an id's bytes, to print ids as text
- *   hf_tokenizer_write_tokens(t, paths, n, start, out, ...)   text files (or JSON Lines) -> a pdde token file
+ *   hf_tokenizer_write_tokens(t, paths, n, start, end, out, ...)   text files (or JSON Lines) -> a pdde token file
  *   hf_tokenizer_close(t)
  *
  * Encoding follows the `tokenizers` library step by step: added tokens ("<|endoftext|>") are cut out of
@@ -717,6 +717,26 @@ enum { HF_DOCUMENT_MOST = 1 << 28 }; /* bytes of one document: encoding holds ab
  * vocabulary has it (GPT-2's and SmolLM2's documents, as llm.c's shards part them), else -1 */
 static inline int32_t hf_tokenizer_doc_start(const hf_tokenizer *t) { return t->bos >= 0 ? t->bos : hf_vocab_find(t, "<|endoftext|>", 13); }
 
+static inline int hf_eos_field(void *user, const json_value *v) { /* tokenizer_config.json's "eos_token" (or its "content") */
+    char **eos = user;
+    int here = v->type == JSON_STRING && !strcmp(hf_key(v, 0), "eos_token") && (v->depth == 1 || !strcmp(hf_key(v, 1), "content"));
+    return here && !*eos ? !(*eos = json_strdup(v->string)) : 0;
+}
+
+/* The token a completion ends with (a prompt's answer: the model learns to stop there): the eos_token of the
+ * tokenizer_config.json beside tokenizer.json at path, else "<|endoftext|>" or "</s>" where the vocabulary
+ * has it, else -1 */
+static inline int32_t hf_tokenizer_doc_end(const hf_tokenizer *t, const char *path) {
+    const char *slash = strrchr(path, '/');
+    char config[4200], why[200], *eos = NULL;
+    snprintf(config, sizeof config, "%.*s%stokenizer_config.json", slash ? (int)(slash - path) : 0, path, slash ? "/" : "");
+    int32_t id = -1;
+    if (!json_scan_file(config, 1 << 24, hf_eos_field, &eos, why, sizeof why) && eos) id = hf_vocab_find(t, eos, strlen(eos)); /* (none: the names) */
+    free(eos);
+    if (id < 0) id = hf_vocab_find(t, "<|endoftext|>", 13);
+    return id >= 0 ? id : hf_vocab_find(t, "</s>", 4);
+}
+
 /* A whole file, a document, into *text (malloc'd); 0, or -1 with why[] */
 static inline int hf_read_document(const char *path, char **text, size_t *length, char *why, size_t why_size) {
     char what[200];
@@ -742,31 +762,50 @@ static inline int hf_read_line(FILE *f, char **line, size_t *cap, size_t *length
     }
 }
 
-static inline int hf_jsonl_text(void *user, const json_value *v) { /* a record's top-level "text" string */
-    char **text = user;
-    if (v->depth != 1 || strcmp(hf_key(v, 0), "text") || v->type != JSON_STRING || *text) return 0;
-    return !(*text = json_strdup(v->string));
+/* A JSON Lines record's top-level strings: "text" (a document), or "prompt" and "completion" (an answer to learn) */
+typedef struct { char *text, *prompt, *completion; } hf_record;
+static inline int hf_jsonl_record(void *user, const json_value *v) {
+    hf_record *r = user;
+    const char *k = hf_key(v, 0);
+    char **to = v->depth != 1 || v->type != JSON_STRING ? NULL : !strcmp(k, "text") ? &r->text : !strcmp(k, "prompt") ? &r->prompt
+                                                                : !strcmp(k, "completion") ? &r->completion : NULL;
+    return to && !*to ? !(*to = json_strdup(v->string)) : 0;
 }
 
-typedef struct { size_t documents, bytes; uint64_t tokens; } hf_tokenize_stats;
+typedef struct { size_t documents, bytes; uint64_t tokens, prompt_tokens; } hf_tokenize_stats;
 
-/* One document's ids into f, after token `start` unless it is -1 */
-static inline int hf_write_document(const hf_tokenizer *t, FILE *f, int32_t start, const char *doc, size_t length, hf_tokenize_stats *stats) {
+/* The ids of text[0 .. length) into f, each stored as ~id where `prompt` (read, but no target: pdde_data) */
+static inline int hf_write_ids(const hf_tokenizer *t, FILE *f, const char *text, size_t length, int prompt, hf_tokenize_stats *stats) {
     int32_t *ids = NULL;
     size_t count = 0;
-    int bad = hf_tokenizer_encode(t, doc, length, 0, &ids, &count) != 0;
-    if (!bad && start >= 0) bad = fwrite(&start, sizeof start, 1, f) != 1, stats->tokens++;
+    int bad = hf_tokenizer_encode(t, text, length, 0, &ids, &count) != 0;
+    for (size_t i = 0; i < count && prompt; i++) ids[i] = ~ids[i];
     if (!bad && count) bad = fwrite(ids, sizeof *ids, count, f) != count;
-    stats->tokens += count, stats->bytes += length, stats->documents++;
+    stats->tokens += count, stats->prompt_tokens += prompt ? count : 0, stats->bytes += length;
     free(ids);
+    return bad ? -1 : 0;
+}
+
+/* One document into f: token `start` (unless -1), then its text; or with a prompt (not NULL) start and the
+ * prompt as no targets, then the text, its completion, and token `end` (unless -1) as targets */
+static inline int hf_write_document(const hf_tokenizer *t, FILE *f, int32_t start, const char *prompt, const char *doc, size_t length, int32_t end,
+                                    hf_tokenize_stats *stats) {
+    int32_t first = prompt && start >= 0 ? ~start : start;
+    int bad = start >= 0 && fwrite(&first, sizeof first, 1, f) != 1;
+    stats->tokens += start >= 0, stats->prompt_tokens += prompt && start >= 0, stats->documents++;
+    if (!bad && prompt) bad = hf_write_ids(t, f, prompt, strlen(prompt), 1, stats);
+    if (!bad) bad = hf_write_ids(t, f, doc, length, 0, stats);
+    if (!bad && prompt && end >= 0) bad = fwrite(&end, sizeof end, 1, f) != 1, stats->tokens++;
     return bad ? -1 : 0;
 }
 
 /* Writes the ids of the documents in paths[0 .. n) as a pdde token file at out ("PDDETOK1", the count
  * as u64, the ids as i32), each after token `start` unless it is -1, through out.tmp and a rename. A
- * file is one document; a .jsonl file holds one on each line, its record's "text" (JSON Lines, as
- * datasets are exported). 0, or -1 with why[] naming the file (and line); nothing is left at out */
-static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *paths, int n, int32_t start, const char *out,
+ * file is one document; a .jsonl file holds one on each line (JSON Lines, as datasets are exported): its
+ * record's "text", or its "prompt" and "completion" (TRL's prompt-completion form: the prompt's tokens are
+ * stored as no targets, ~id, and the completion ends with token `end` unless it is -1; the two are
+ * tokenized apart). 0, or -1 with why[] naming the file (and line); nothing is left at out */
+static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *paths, int n, int32_t start, int32_t end, const char *out,
                                             hf_tokenize_stats *stats, char *why, size_t why_size) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%.4190s.tmp", out);
@@ -779,19 +818,23 @@ static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *
         char *doc = NULL;
         if (len < 6 || strcmp(paths[i] + len - 6, ".jsonl")) {
             if ((bad = said = hf_read_document(paths[i], &doc, &length, why, why_size) != 0)) break;
-            if ((bad = hf_write_document(t, f, start, doc, length, stats))) said = 0;
+            if ((bad = hf_write_document(t, f, start, NULL, doc, length, -1, stats))) said = 0;
             free(doc);
             continue;
         }
         FILE *in = fopen(paths[i], "rb");
         if (!in) { bad = said = 1, snprintf(why, why_size, "%.300s: %s", paths[i], strerror(errno)); break; }
         for (long line = 1; !bad && !hf_read_line(in, &doc, &cap, &length); line++) {
-            char *text = NULL, what[200] = "";
+            hf_record r = {0};
+            char what[200] = "";
             if (strspn(doc, " \t\r") == length) continue; /* (a blank line) */
-            if (json_scan(doc, length, hf_jsonl_text, &text, what, sizeof what) || !text)
-                bad = said = 1, snprintf(why, why_size, "%.200s:%ld: %.150s", paths[i], line, what[0] ? what : text ? "out of memory" : "no \"text\" string in the record");
-            else bad = hf_write_document(t, f, start, text, strlen(text), stats);
-            free(text);
+            int scanned = !json_scan(doc, length, hf_jsonl_record, &r, what, sizeof what);
+            const char *text = r.prompt || r.completion ? r.completion : r.text;
+            if (!scanned || !text || (r.prompt && r.text) || (r.completion && !r.prompt))
+                bad = said = 1, snprintf(why, why_size, "%.200s:%ld: %.150s", paths[i], line, what[0] ? what : !scanned ? "out of memory"
+                                                                        : "a record with a \"text\" string, or a \"prompt\" and a \"completion\", expected");
+            else bad = hf_write_document(t, f, start, r.prompt, text, strlen(text), end, stats);
+            free(r.text), free(r.prompt), free(r.completion);
         }
         if (!bad && ferror(in)) bad = said = 1, snprintf(why, why_size, "%.300s: read failed", paths[i]);
         fclose(in), free(doc);

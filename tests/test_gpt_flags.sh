@@ -533,11 +533,60 @@ rc4=$?
 "$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/none.tok" --doc-start 301 "$tmp/a.txt" >"$tmp/jl5.log" 2>&1
 rc5=$?
 [ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/ab.tok" "$tmp/abj.tok" && grep -q "^tokenize: 2 documents, 37 bytes -> 27 tokens" "$tmp/jl2.log" &&
-    [ $rc3 = 1 ] && grep -qF "bad.jsonl:2: no \"text\" string in the record" "$tmp/jl3.log" && [ ! -e "$tmp/bad.tok" ] && [ ! -e "$tmp/bad.tok.tmp" ] &&
+    [ $rc3 = 1 ] && grep -qF "bad.jsonl:2: a record with a \"text\" string, or a \"prompt\" and a \"completion\", expected" "$tmp/jl3.log" && [ ! -e "$tmp/bad.tok" ] && [ ! -e "$tmp/bad.tok.tmp" ] &&
     [ $rc4 = 0 ] && grep -q "^tokenize: 1 document, 18 bytes -> 18 tokens" "$tmp/jl4.log" && [ "$("$build/tokenize" --tokenizer tests/data/hf_gpt2 --text " the")" = "220 83 71 68" ] &&
     [ $rc5 = 2 ] && grep -qF -- "--doc-start 301: an id below the vocabulary's 301, or none" "$tmp/jl5.log"
 ok=$?
 check "build/tokenize reads JSON Lines: each record's text a document, the ids of the same texts as files ($(head -1 "$tmp/jl2.log" | cut -c1-60)); a record without text refused by line; --doc-start none, --text (rc $rc/$rc2/$rc3/$rc4/$rc5)" $ok
+# JSON Lines of prompts and completions (instruction tuning): the start token and each prompt are stored as no
+# targets (~id), the completion and "<|endoftext|>" (the end) as targets; gpt trains on the completions alone,
+# the loss their mean however they fall on ranks and micro-batches (--dp 2 and --micro 2: the one process's
+# validation losses); a record with a completion and no prompt is refused by line
+python3 - "$tmp/sft.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(60):
+        f.write(json.dumps({"prompt": "the cat sat on the mat " * (1 + i % 4) + "?", "completion": " caf\u00e9 %d" % (i % 7)}) + "\n")
+PY
+printf '{"completion": "x"}\n' >"$tmp/sftbad.jsonl"
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/sft.tok" "$tmp/sft.jsonl" >"$tmp/sft1.log" 2>&1
+rc=$?
+python3 - "$tmp/sft.tok" "$tmp/sft.jsonl" >"$tmp/sftpy.log" 2>&1 <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[8:16])[0]
+ids = struct.unpack("<%di" % n, raw[16:])
+records = [json.loads(l) for l in open(sys.argv[2])]
+at = 0
+for r in records:  # ~start, the prompt's ~ids, the completion's ids, the end
+    assert ids[at] == ~300, (at, ids[at])
+    at += 1
+    while ids[at] < 0: at += 1
+    done = at
+    while ids[at] != 300: assert ids[at] > 0, ids[at]; at += 1
+    assert at - done == len(r["completion"].encode()), (at - done, r)  # (a byte a token: the fixture's vocabulary has no merges)
+    at += 1
+assert at == n, (at, n)
+print("ok", n, sum(i < 0 for i in ids))
+PY
+rc2=$?
+"$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/sftbad.tok" "$tmp/sftbad.jsonl" >"$tmp/sft2.log" 2>&1
+rc3=$?
+sft=("${llmc[@]}" --init-from tests/data/hf_gpt2 --data "$tmp/sft.jsonl" --steps 3 --val-every 3 --batch 4)
+"$build/gpt" "${sft[@]}" >"$tmp/sft3.log" 2>&1
+rc4=$?
+"$build/gpt" "${sft[@]}" --micro 2 >"$tmp/sft4.log" 2>&1
+rc5=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${sft[@]}" --dp 2 >"$tmp/sft5.log" 2>&1
+rc6=$?
+end=$(val_at "$tmp/sft3.log" 3)
+[ $rc = 0 ] && [ $rc2 = 0 ] && grep -q "^tokenize: [0-9]* of them prompts' (no targets)" "$tmp/sft1.log" &&
+    [ "$(grep -o '[0-9]* of them' "$tmp/sft1.log" | cut -d' ' -f1)" = "$(cut -d' ' -f3 "$tmp/sftpy.log")" ] && [ $rc3 = 1 ] &&
+    grep -qF 'sftbad.jsonl:1: a record with a "text" string, or a "prompt" and a "completion", expected' "$tmp/sft2.log" &&
+    [ $rc4 = 0 ] && grep -q "of them prompts' (no targets)" "$tmp/sft3.log" && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/sft3.log" 0)" ] &&
+    [ $rc5 = 0 ] && near "$(val_at "$tmp/sft4.log" 3)" "$end" 0.0002 && [ $rc6 = 0 ] && near "$(val_at "$tmp/sft5.log" 3)" "$end" 0.0002
+ok=$?
+check "prompts and completions: the prompts stored as no targets ($(tail -1 "$tmp/sftpy.log")), gpt trains on the completions ($(val_at "$tmp/sft3.log" 0) -> $end), --micro 2 and --dp 2 the same ($(val_at "$tmp/sft4.log" 3), $(val_at "$tmp/sft5.log" 3)); a completion without a prompt refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out
