@@ -49,6 +49,7 @@ struct op_case {
 };
 
 static int64_t g_vocab; /* range of the "ids" / "tgt" leaves of the case being built */
+static int64_t g_loss_tokens; /* the case's pdde_session_set_loss_tokens (0: none) */
 
 static double now_s(void) {
     struct timespec ts;
@@ -393,6 +394,15 @@ static pdde_tensor *b_colsum2(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, x, w, 0, 0), b), P(g, "w2", 2, c->p[1], 7, 0, 0), 0, 0);
 }
 
+/* cross_entropy_divisor: the step's count of targets given (pdde_session_set_loss_tokens): the summed loss and its
+ * gradient divided by p3, not by the node's own count; p = {N, V, 0 / 1 fused (PDDE_FUSE_CE) / 2 staged (CE1), p3} */
+static pdde_tensor *b_cross_entropy_divisor(pdde_graph *g, const op_case *c) {
+    g_loss_tokens = c->p[3], g_vocab = c->p[1];
+    if (c->p[2]) setenv("PDDE_FUSE_CE", "1", 1);
+    if (c->p[2] == 2) mem_kernels("CE1", "1");
+    return pdde_cross_entropy(g, pdde_scale(g, P(g, "x", 2, c->p[0], c->p[1], 0, 0), 4.0f), I(g, "tgt", PDDE_I32, 1, c->p[0], 0));
+}
+
 /* cross_entropy_staged: cross_entropy_fused's cases by k_ce_staged (PDDE_*_CE1=1, set for the case: each row staged in
  * local memory, read from device memory once) */
 static pdde_tensor *b_cross_entropy_staged(pdde_graph *g, const op_case *c) {
@@ -554,6 +564,10 @@ static const op_case cases[] = {
     {"cross_entropy_fused", b_cross_entropy_fused, {9, 13, 37, PDDE_BF16}, 1, T_LOWP},
     {"cross_entropy_fused", b_cross_entropy_fused, {5, 11, 304, PDDE_F16}, 1, T_LOWP},
     {"cross_entropy_fused", b_cross_entropy_fused, {17, 9, 96, PDDE_BF16, 0, 1}, 1, T_LOWP},
+    /* the step's divisor instead of the node's count of targets {N, V, unfused / fused / staged, divisor} */
+    {"cross_entropy_divisor", b_cross_entropy_divisor, {33, 1000, 0, 77}, 1, T_DEF},
+    {"cross_entropy_divisor", b_cross_entropy_divisor, {33, 1000, 1, 77}, 1, T_DEF},
+    {"cross_entropy_divisor", b_cross_entropy_divisor, {9, 37, 2, 5}, 1, T_DEF},
     /* bias gradients by k_colsum2 {R, C, bf16 rows}: row chunks (R past 2 x 64), C not a multiple of 128, 4 (declined) */
     {"colsum2", b_colsum2, {1031, 36, 0}, 1, T_DEF},
     {"colsum2", b_colsum2, {700, 260, 0}, 1, T_DEF},
@@ -946,6 +960,7 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     pdde_session *s;
     pdde_status st = pdde_session_init(g, &sp, &s);
     if (st) return st;
+    if (g_loss_tokens && (st = pdde_session_set_loss_tokens(s, g_loss_tokens))) return pdde_session_free(s), st;
     /* (op NULL: a table case's op; the comparisons outside the table name theirs, or NULL: any node counts) */
     if (!op && case_index >= 0 && case_index < N_CASES) op = cases[case_index].op;
     if (device != 0 && !nodes_on(s, device, op)) {
@@ -1130,6 +1145,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0"), mem_kernels("CE1", "0"), mem_kernels("ADAMW_VEC", "0"), mem_kernels("GELU2", "0");
     setenv("PDDE_CUDA_LN2", g_ln2_outside[0], 1), setenv("PDDE_OPENCL_LN2", g_ln2_outside[1], 1);
     setenv("PDDE_CUDA_LT_LOWP_BIAS", g_lowp_bias_outside, 1);
+    g_loss_tokens = 0;
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
