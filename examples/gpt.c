@@ -960,7 +960,9 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
                    : sprintf(text + len, "%c", (char)o->prompt_ids[k]);
     sampler one = {0};
     bool alone = !comm || (o->tp * o->pp == 1 && o->zero < 3 && !o->model.moe_ep);
-    for (int k = 0; k < n && (print || !alone); k++) {
+    int32_t end = ids_out && tok && tok->hf ? hf_tokenizer_doc_end(tok->hf, o->tokenizer) : -1; /* (the sample stops there, as an answer does) */
+    int ended = 0;
+    for (int k = 0; k < n && (print || !alone) && !ended; k++) {
         const float *row = zeros;
         if (alone) { /* (the rest of ids stays as it was: positions after filled - 1 do not reach its logits) */
             if (sampler_grow(&one, s, g, m, o->dtype, sp, filled) || pdde_session_write(one.s, one.m.ids, ids, (size_t)one.ctx * sizeof *ids) ||
@@ -983,6 +985,7 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
             if (pdde_comm_broadcast(comm, &chosen, 1, PDDE_I32, root) != PDDE_OK) break;
             next = chosen;
         }
+        if ((ended = next == end)) break; /* (every rank chose the same) */
         if (ids_out && tok && next < tok->n && tok->bytes[next]) len += sprintf(text + len, "%s", tok->bytes[next]);
         else if (ids_out && tok) len += sprintf(text + len, "<%d>", next); /* (an id the tokenizer has no bytes for) */
         else if (ids_out) len += sprintf(text + len, "%s%d", k ? " " : "", next);
@@ -994,6 +997,7 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
     char after[64];
     if (o->n_prompt) snprintf(after, sizeof after, "the prompt's %d", o->n_prompt);
     else snprintf(after, sizeof after, "token %d", o->sample_from);
+    if (ended) snprintf(after + strlen(after), sizeof after - strlen(after), ", to the end token %d", end);
     if (print && ids_out && tok) printf("---- sample (after %s, decoded by %s) ----\n%s\n----------------\n", after, o->tokenizer, text);
     else if (print && ids_out) printf("---- sample (token ids after %s: --tokenizer FILE prints them as text) ----\n%s\n----------------\n", after, text);
     else if (print) printf("---- sample ----\n%s\n----------------\n", text);

@@ -587,6 +587,13 @@ end=$(val_at "$tmp/sft3.log" 3)
     [ $rc5 = 0 ] && near "$(val_at "$tmp/sft4.log" 3)" "$end" 0.0002 && [ $rc6 = 0 ] && near "$(val_at "$tmp/sft5.log" 3)" "$end" 0.0002
 ok=$?
 check "prompts and completions: the prompts stored as no targets ($(tail -1 "$tmp/sftpy.log")), gpt trains on the completions ($(val_at "$tmp/sft3.log" 0) -> $end), --micro 2 and --dp 2 the same ($(val_at "$tmp/sft4.log" 3), $(val_at "$tmp/sft5.log" 3)); a completion without a prompt refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
+# trained longer, it answers a prompt (the likeliest token each time) and stops at the end token it learned
+"$build/gpt" "${sft[@]}" --steps 150 --val-every 150 --batch 8 --temperature 0 --sample-len 12 --prompt "the cat sat on the mat ?" >"$tmp/sft6.log" 2>&1
+rc7=$?
+[ $rc7 = 0 ] && grep -qF "sample (after the prompt's 24, to the end token 300," "$tmp/sft6.log" &&
+    grep -aA1 -- "^---- sample" "$tmp/sft6.log" | tail -1 | grep -qaE "^the cat sat on the mat \? caf.+ [0-9]\$"
+ok=$?
+check "the instruction-tuned model answers the prompt and stops at the end token ($(grep -aA1 -- "^---- sample" "$tmp/sft6.log" | tail -1); rc $rc7)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out
