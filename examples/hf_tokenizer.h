@@ -762,14 +762,18 @@ static inline int hf_read_line(FILE *f, char **line, size_t *cap, size_t *length
     }
 }
 
-/* A JSON Lines record's top-level strings: "text" (a document), or "prompt" and "completion" (an answer to learn) */
-typedef struct { char *text, *prompt, *completion; } hf_record;
+/* A JSON Lines record's top-level strings (their bytes: a \u0000 among them): "text" (a document), or "prompt" and
+ * "completion" (an answer to learn) */
+typedef struct { char *s; size_t n; } hf_bytes;
+typedef struct { hf_bytes text, prompt, completion; } hf_record;
 static inline int hf_jsonl_record(void *user, const json_value *v) {
     hf_record *r = user;
     const char *k = hf_key(v, 0);
-    char **to = v->depth != 1 || v->type != JSON_STRING ? NULL : !strcmp(k, "text") ? &r->text : !strcmp(k, "prompt") ? &r->prompt
-                                                                : !strcmp(k, "completion") ? &r->completion : NULL;
-    return to && !*to ? !(*to = json_strdup(v->string)) : 0;
+    hf_bytes *to = v->depth != 1 || v->type != JSON_STRING ? NULL : !strcmp(k, "text") ? &r->text : !strcmp(k, "prompt") ? &r->prompt
+                                                                 : !strcmp(k, "completion") ? &r->completion : NULL;
+    if (!to || to->s) return 0;
+    if (!(to->s = malloc(v->length + 1))) return 1;
+    return memcpy(to->s, v->string, v->length + 1), to->n = v->length, 0;
 }
 
 typedef struct { size_t documents, bytes; uint64_t tokens, prompt_tokens; } hf_tokenize_stats;
@@ -786,16 +790,15 @@ static inline int hf_write_ids(const hf_tokenizer *t, FILE *f, const char *text,
     return bad ? -1 : 0;
 }
 
-/* One document into f: token `start` (unless -1), then its text; or with a prompt (not NULL) start and the
+/* One document into f: token `start` (unless -1), then its text; or with a prompt (its s not NULL) start and the
  * prompt as no targets, then the text, its completion, and token `end` (unless -1) as targets */
-static inline int hf_write_document(const hf_tokenizer *t, FILE *f, int32_t start, const char *prompt, const char *doc, size_t length, int32_t end,
-                                    hf_tokenize_stats *stats) {
-    int32_t first = prompt && start >= 0 ? ~start : start;
+static inline int hf_write_document(const hf_tokenizer *t, FILE *f, int32_t start, hf_bytes prompt, hf_bytes doc, int32_t end, hf_tokenize_stats *stats) {
+    int32_t first = prompt.s && start >= 0 ? ~start : start;
     int bad = start >= 0 && fwrite(&first, sizeof first, 1, f) != 1;
-    stats->tokens += start >= 0, stats->prompt_tokens += prompt && start >= 0, stats->documents++;
-    if (!bad && prompt) bad = hf_write_ids(t, f, prompt, strlen(prompt), 1, stats);
-    if (!bad) bad = hf_write_ids(t, f, doc, length, 0, stats);
-    if (!bad && prompt && end >= 0) bad = fwrite(&end, sizeof end, 1, f) != 1, stats->tokens++;
+    stats->tokens += start >= 0, stats->prompt_tokens += prompt.s && start >= 0, stats->documents++;
+    if (!bad && prompt.s) bad = hf_write_ids(t, f, prompt.s, prompt.n, 1, stats);
+    if (!bad) bad = hf_write_ids(t, f, doc.s, doc.n, 0, stats);
+    if (!bad && prompt.s && end >= 0) bad = fwrite(&end, sizeof end, 1, f) != 1, stats->tokens++;
     return bad ? -1 : 0;
 }
 
@@ -818,7 +821,7 @@ static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *
         char *doc = NULL;
         if (len < 6 || strcmp(paths[i] + len - 6, ".jsonl")) {
             if ((bad = said = hf_read_document(paths[i], &doc, &length, why, why_size) != 0)) break;
-            if ((bad = hf_write_document(t, f, start, NULL, doc, length, -1, stats))) said = 0;
+            if ((bad = hf_write_document(t, f, start, (hf_bytes){0}, (hf_bytes){doc, length}, -1, stats))) said = 0;
             free(doc);
             continue;
         }
@@ -829,12 +832,12 @@ static inline int hf_tokenizer_write_tokens(const hf_tokenizer *t, char *const *
             char what[200] = "";
             if (strspn(doc, " \t\r") == length) continue; /* (a blank line) */
             int scanned = !json_scan(doc, length, hf_jsonl_record, &r, what, sizeof what);
-            const char *text = r.prompt || r.completion ? r.completion : r.text;
-            if (!scanned || !text || (r.prompt && r.text) || (r.completion && !r.prompt))
+            hf_bytes text = r.prompt.s || r.completion.s ? r.completion : r.text;
+            if (!scanned || !text.s || (r.prompt.s && r.text.s) || (r.completion.s && !r.prompt.s))
                 bad = said = 1, snprintf(why, why_size, "%.200s:%ld: %.150s", paths[i], line, what[0] ? what : !scanned ? "out of memory"
                                                                         : "a record with a \"text\" string, or a \"prompt\" and a \"completion\", expected");
-            else bad = hf_write_document(t, f, start, r.prompt, text, strlen(text), end, stats);
-            free(r.text), free(r.prompt), free(r.completion);
+            else bad = hf_write_document(t, f, start, r.prompt, text, end, stats);
+            free(r.text.s), free(r.prompt.s), free(r.completion.s);
         }
         if (!bad && ferror(in)) bad = said = 1, snprintf(why, why_size, "%.300s: read failed", paths[i]);
         fclose(in), free(doc);

@@ -27,7 +27,8 @@ typedef struct {
     const char *key[JSON_SCAN_DEPTH]; /* member name at each level; NULL inside an array */
     long index[JSON_SCAN_DEPTH];      /* element index at each level inside an array */
     json_type type;
-    const char *string; /* JSON_STRING: the unescaped value */
+    const char *string; /* JSON_STRING: the unescaped value (NUL-terminated) */
+    size_t length;      /* JSON_STRING: its bytes (a \u0000 among them) */
     double number;      /* JSON_NUMBER */
 } json_value;
 
@@ -76,8 +77,8 @@ static inline char *json_strdup(const char *s) {
     return d ? strcpy(d, s) : NULL;
 }
 
-/* The string at j->s (its opening quote), unescaped into a malloc'd buffer (*out), or -1 */
-static inline int json_string(json_scanner *j, char **out) {
+/* The string at j->s (its opening quote), unescaped into a malloc'd buffer (*out, *length bytes), or -1 */
+static inline int json_string(json_scanner *j, char **out, size_t *length) {
     const char *p = ++j->s;
     while (p < j->end && *p != '"') p += *p == '\\' && p + 1 < j->end ? 2 : 1;
     if (p >= j->end) return json_fail(j, "a string without its closing quote");
@@ -100,12 +101,12 @@ static inline int json_string(json_scanner *j, char **out) {
         }
         w += json_utf8_put(u, w);
     }
-    *w = 0, j->s = p + 1, *out = o;
+    *w = 0, j->s = p + 1, *out = o, *length = (size_t)(w - o);
     return 0;
 }
 
-static inline int json_emit(json_scanner *j, json_type type, const char *string, double number) {
-    j->v.type = type, j->v.string = string, j->v.number = number;
+static inline int json_emit(json_scanner *j, json_type type, const char *string, size_t length, double number) {
+    j->v.type = type, j->v.string = string, j->v.length = length, j->v.number = number;
     return j->visit(j->user, &j->v) ? -1 : 0;
 }
 
@@ -121,10 +122,11 @@ static inline int json_scan_value(json_scanner *j) {
         if (j->s < j->end && *j->s == close) return j->s++, 0;
         for (long i = 0;; i++) {
             char *key = NULL;
+            size_t key_length;
             json_skip_space(j);
             if (c == '{') {
                 if (j->s >= j->end || *j->s != '"') return json_fail(j, "a member name expected");
-                if (json_string(j, &key)) return -1;
+                if (json_string(j, &key, &key_length)) return -1;
                 json_skip_space(j);
                 if (j->s >= j->end || *j->s != ':') return free(key), json_fail(j, "':' expected after a member name");
                 j->s++;
@@ -142,15 +144,16 @@ static inline int json_scan_value(json_scanner *j) {
     }
     if (c == '"') {
         char *str = NULL;
-        if (json_string(j, &str)) return -1;
-        int rc = json_emit(j, JSON_STRING, str, 0);
+        size_t length;
+        if (json_string(j, &str, &length)) return -1;
+        int rc = json_emit(j, JSON_STRING, str, length, 0);
         free(str);
         return rc;
     }
     static const char *const words[3] = {"true", "false", "null"};
     for (int w = 0; w < 3; w++) {
         size_t n = strlen(words[w]);
-        if ((size_t)(j->end - j->s) >= n && !memcmp(j->s, words[w], n)) return j->s += n, json_emit(j, (json_type)(JSON_TRUE + w), NULL, 0);
+        if ((size_t)(j->end - j->s) >= n && !memcmp(j->s, words[w], n)) return j->s += n, json_emit(j, (json_type)(JSON_TRUE + w), NULL, 0, 0);
     }
     /* a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
     const char *p = j->s;
@@ -171,7 +174,7 @@ static inline int json_scan_value(json_scanner *j) {
     if ((size_t)(p - j->s) >= sizeof buf) return json_fail(j, "a number of more than 63 characters");
     memcpy(buf, j->s, (size_t)(p - j->s)), buf[p - j->s] = 0;
     j->s = p;
-    return json_emit(j, JSON_NUMBER, NULL, strtod(buf, NULL));
+    return json_emit(j, JSON_NUMBER, NULL, 0, strtod(buf, NULL));
 }
 
 static inline int json_scan(const char *text, size_t length, json_visit visit, void *user, char *why, size_t why_size) {

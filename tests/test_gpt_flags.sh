@@ -517,10 +517,10 @@ rc4=$?
     [ "$(val_at "$tmp/tokzt.log" 2)" = "$(val_at "$tmp/tokzg.log" 2)" ]
 ok=$?
 check "build/tokenize writes a token file gpt fine-tunes on, whose ids decode to the text ($(tail -1 "$tmp/tokzpy.log")); a text --prompt is encoded; gpt on the text itself trains as on the token file ($(val_at "$tmp/tokzt.log" 2) = $(val_at "$tmp/tokzg.log" 2); rc $rc/$rc2/$rc3/$rc4)" $ok
-# JSON Lines: each record's "text" a document, the same ids as the texts in files of their own; a record
+# JSON Lines: each record's "text" a document (a \u0000 in it kept), the same ids as the texts in files of their own; a record
 # without one is refused naming the file and line, and nothing is written
-printf 'the cat \xe2\x80\x9csat\xe2\x80\x9d\n' >"$tmp/a.txt" && printf 'caf\xc3\xa9\t<|endoftext|>' >"$tmp/b.txt"
-printf '{"id": 1, "text": "the cat \\u201csat\\u201d\\n"}\n\n{"meta": {"text": 0}, "text": "caf\xc3\xa9\\t<|endoftext|>"}\n' >"$tmp/ab.jsonl"
+printf 'the cat \xe2\x80\x9csat\xe2\x80\x9d\n' >"$tmp/a.txt" && printf 'caf\xc3\xa9\t\0<|endoftext|>' >"$tmp/b.txt"
+printf '{"id": 1, "text": "the cat \\u201csat\\u201d\\n"}\n\n{"meta": {"text": 0}, "text": "caf\xc3\xa9\\t\\u0000<|endoftext|>"}\n' >"$tmp/ab.jsonl"
 printf '{"text": "ok"}\n{"txt": "x"}\n' >"$tmp/bad.jsonl"
 "$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/ab.tok" "$tmp/a.txt" "$tmp/b.txt" >"$tmp/jl1.log" 2>&1
 rc=$?
@@ -532,7 +532,7 @@ rc3=$?
 rc4=$?
 "$build/tokenize" --tokenizer tests/data/hf_gpt2 --out "$tmp/none.tok" --doc-start 301 "$tmp/a.txt" >"$tmp/jl5.log" 2>&1
 rc5=$?
-[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/ab.tok" "$tmp/abj.tok" && grep -q "^tokenize: 2 documents, 37 bytes -> 27 tokens" "$tmp/jl2.log" &&
+[ $rc = 0 ] && [ $rc2 = 0 ] && cmp -s "$tmp/ab.tok" "$tmp/abj.tok" && grep -q "^tokenize: 2 documents, 38 bytes -> 28 tokens" "$tmp/jl2.log" &&
     [ $rc3 = 1 ] && grep -qF "bad.jsonl:2: a record with a \"text\" string, or a \"prompt\" and a \"completion\", expected" "$tmp/jl3.log" && [ ! -e "$tmp/bad.tok" ] && [ ! -e "$tmp/bad.tok.tmp" ] &&
     [ $rc4 = 0 ] && grep -q "^tokenize: 1 document, 18 bytes -> 18 tokens" "$tmp/jl4.log" && [ "$("$build/tokenize" --tokenizer tests/data/hf_gpt2 --text " the")" = "220 83 71 68" ] &&
     [ $rc5 = 2 ] && grep -qF -- "--doc-start 301: an id below the vocabulary's 301, or none" "$tmp/jl5.log"
