@@ -43,6 +43,7 @@ typedef struct {
     int stop_after, reschedule, share_device, ckpt_async;
     int rope_base_given;   /* --rope-base was given (0 is refused, not taken as the default) */
     int32_t sample_from;   /* a token file's ids (not bytes): the sample's first token; -1 for text */
+    int doc_token;         /* --doc-token: the token --doc-mask's documents start with (-1: the tokenizer.json's) */
     const char *prompt;    /* --prompt: what the sample goes on from (text, or a token file's ids) */
     int32_t *prompt_ids;   /* ... as tokens, n_prompt of them */
     int n_prompt;
@@ -98,6 +99,9 @@ static void usage(FILE *f) {
             "           [--qkv-bias]       (llama: biases on q, k and v, as Qwen2's)\n"
             "           [--head-dim N] [--qk-norm]   (llama: each head N wide, not --width / --heads; an RMSNorm on each head of\n"
             "                              q and k before RoPE: Qwen3's)\n"
+            "           [--doc-mask [--doc-token ID]]   (packed documents kept apart: attention inside each document of a window,\n"
+            "                              GPT's positions restarting at each; a document starts at the tokenizer.json's start token, or\n"
+            "                              ID; the unfused attention, T x T scores a row)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
             "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
             "                              --save-llmc write the weights merged, --save-peft DIR the adapters alone as PEFT does)\n"
@@ -300,12 +304,14 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--untied-head")) { o->model.untied_head = 1; continue; }
         if (!strcmp(a, "--qkv-bias")) { o->model.qkv_bias = 1; continue; }
         if (!strcmp(a, "--qk-norm")) { o->model.qk_norm = 1; continue; }
+        if (!strcmp(a, "--doc-mask")) { o->model.doc_mask = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
         else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
         else if (!strcmp(a, "--head-dim")) iv = &o->model.head_dim;
+        else if (!strcmp(a, "--doc-token")) iv = &o->doc_token;
         else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
         else if (!strcmp(a, "--ffn")) iv = &o->model.ffn;
         else if (!strcmp(a, "--norm-eps")) fv = &o->model.norm_eps;
@@ -926,7 +932,8 @@ static pdde_status sampler_grow(sampler *z, pdde_session *from, pdde_graph *tg, 
     float *buf = NULL;
     for (int i = 0; !st && i < pdde_graph_tensor_count(z->g); i++) {
         pdde_tensor *t = pdde_graph_tensor(z->g, i), *was = pdde_graph_find(tg, t->name);
-        if (!was || t == z->m.ids || t == z->m.targets || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT))) continue;
+        if (!was || t == z->m.ids || t == z->m.targets || t == z->m.doc_mask || t == z->m.positions || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT)))
+            continue;
         size_t whole = pdde_tensor_nbytes(was);
         float *more = realloc(buf, whole);
         st = !more ? PDDE_ERR_OOM : pdde_session_read(from, was, buf = more, whole);
@@ -965,7 +972,7 @@ static void sample(pdde_session *s, pdde_graph *g, gpt_model *m, pdde_comm *comm
     for (int k = 0; k < n && (print || !alone) && !ended; k++) {
         const float *row = zeros;
         if (alone) { /* (the rest of ids stays as it was: positions after filled - 1 do not reach its logits) */
-            if (sampler_grow(&one, s, g, m, o->dtype, sp, filled) || pdde_session_write(one.s, one.m.ids, ids, (size_t)one.ctx * sizeof *ids) ||
+            if (sampler_grow(&one, s, g, m, o->dtype, sp, filled) || gpt_write_micro(one.s, &one.m, 0, ids, NULL, 1) ||
                 pdde_session_run(one.s, PDDE_RUN_FORWARD) || pdde_session_read(one.s, one.m.logits, logits, (size_t)one.ctx * V * sizeof *logits)) {
                 fprintf(stderr, "gpt: the sample stopped after %d tokens: %s\n", k, pdde_last_error(pdde_graph_context(g)));
                 break;
@@ -1192,7 +1199,7 @@ int main(int argc, char **argv) {
         .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
         .model.moe_aux = 0.01f,
         .lr = 3e-3f, .weight_decay = 0.1f, .temperature = 0.8f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
-        .data = "/usr/share/games/fortunes/songs-poems",
+        .data = "/usr/share/games/fortunes/songs-poems", .doc_token = -1,
     };
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse(argc, argv, &o)) return 2;
@@ -1234,6 +1241,12 @@ int main(int argc, char **argv) {
         pdde_data_set_position(val, 0), free(x);
     }
     if (o.prompt && prompt_tokens(&o, &tok)) return 2;
+    o.model.doc_token = o.doc_token >= 0 ? o.doc_token : tok.hf ? hf_tokenizer_doc_start(tok.hf) : -1;
+    if (o.model.doc_mask && (o.model.doc_token < 0 || o.model.doc_token >= o.model.vocab)) {
+        fprintf(stderr, "gpt: --doc-mask needs the token each document starts with, below --vocab %d: a tokenizer.json's (--tokenizer, or "
+                "--init-from's) or --doc-token ID (llm.c's GPT-2 shards: 50256), got %d\n", o.model.vocab, o.model.doc_token);
+        return 2;
+    }
     if (o.val_data && pdde_data_token_count(val) <= o.model.ctx) {
         fprintf(stderr, "gpt: --val-data %s: %lld tokens, must be longer than --ctx %d\n", o.val_data, (long long)pdde_data_token_count(val), o.model.ctx);
         return 1;

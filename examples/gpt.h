@@ -62,6 +62,11 @@ typedef struct {
      * 1 / sqrt(in)) and <w>.lora_b [r, out] (zeros): x W + (x A) B lora_alpha / r */
     int lora_rank;
     float lora_alpha; /* 0 = lora_rank (a scale of 1) */
+    /* Packed documents kept apart (gpt_doc_inputs): doc_mask 1: a document of a window starts at token doc_token, and
+     * attention stays inside each (an input "doc_mask" [B, 1, T, T] added to the scores, the unfused attention); GPT's
+     * positions restart at each document (an input "positions" [B, T]; RoPE's scores depend on distances only) */
+    int doc_mask;
+    int32_t doc_token;
 } gpt_config;
 
 static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA ? "llama" : "gpt"; }
@@ -157,6 +162,7 @@ static inline int gpt_separate_qkv(const char *device) {
 typedef struct {
     gpt_config cfg;
     pdde_tensor *ids, *targets;   /* i32 [B, T] inputs */
+    pdde_tensor *doc_mask, *positions; /* cfg.doc_mask: f32 [B, 1, T, T] and (GPT) i32 [B, T] inputs, from the ids */
     pdde_tensor *logits;          /* [B*T, V] */
     pdde_tensor *loss;
     pdde_tensor *moe_balance;     /* MoE: the balance loss, averaged over the MoE blocks (NULL without) */
@@ -244,6 +250,26 @@ static inline pdde_tensor *gpt_linear_nobias(pdde_graph *g, const gpt_config *c,
     return gpt_lora(g, c, prefix, x, pdde_matmul(g, x, gpt_weight(g, c, name, 2, (int64_t[]){in, out}, std), 0, 0), in, out);
 }
 
+/* Causal attention of q, k, v [B, H, T, D]: fused, or the reference's unfused form; under cfg.doc_mask the unfused
+ * form with the input "doc_mask" added to the scaled scores */
+static inline pdde_tensor *gpt_attend(pdde_graph *g, const gpt_config *c, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+    if (!c->doc_mask) return (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, k, v);
+    pdde_tensor *scores = pdde_scale(g, pdde_matmul(g, q, k, 0, 1), 1.0f / sqrtf((float)q->shape[3]));
+    return pdde_matmul(g, pdde_softmax(g, pdde_add(g, scores, pdde_graph_find(g, "doc_mask")), 1), v, 0, 0);
+}
+
+/* The doc_mask inputs of `rows` windows of ids x [rows, T] (cfg.doc_mask): mask [rows, T, T] 0 where query t may see key
+ * u (u <= t, no doc_token in (u, t]), -inf elsewhere; positions [rows, T] (NULL: none) t less its document's start */
+static inline void gpt_doc_inputs(const gpt_config *c, const int32_t *x, size_t rows, float *mask, int32_t *positions) {
+    size_t T = (size_t)c->ctx;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t t = 0, start = 0; t < T; t++) {
+            if (x[r * T + t] == c->doc_token) start = t;
+            for (size_t u = 0; u < T; u++) mask[(r * T + t) * T + u] = u >= start && u <= t ? 0.0f : -INFINITY;
+            if (positions) positions[r * T + t] = (int32_t)(t - start);
+        }
+}
+
 /* GPT's attention sublayer of block l on a = ln1(x) [B, T, C], projected (proj): the fused qkv columns
  * are head-major, [H, 3, D]: q, k, v of head h are adjacent */
 static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *a, float proj_std) {
@@ -251,11 +277,11 @@ static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c,
     char p[32];
     snprintf(p, sizeof p, "h%d.attn", l);
     pdde_tensor *qkv = gpt_linear(g, c, p, a, C, 3 * C, 0.02f), *part[3], *y;
-    if (c->unfused_attention || c->separate_qkv) {
+    if (c->unfused_attention || c->separate_qkv || c->doc_mask) {
         pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
         for (int i = 0; i < 3; i++)
             part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
-        y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
+        y = gpt_attend(g, c, part[0], part[1], part[2]); /* [B, H, T, D] */
         y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
     } else {
         y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
@@ -300,7 +326,7 @@ static inline pdde_tensor *gpt_attention_llama(pdde_graph *g, const gpt_config *
         kv[i] = pdde_permute(g, pdde_reshape(g, kv[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
     }
     q = pdde_permute(g, q, (int[]){0, 2, 1, 3});
-    pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, kv[0], kv[1]); /* [B, H, T, D] */
+    pdde_tensor *y = gpt_attend(g, c, q, kv[0], kv[1]); /* [B, H, T, D] */
     y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, H * D});
     snprintf(p, sizeof p, "h%d.proj", l);
     return gpt_linear_nobias(g, c, p, y, H * D, C, proj_std);
@@ -346,6 +372,8 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
                           c->lora_rank, c->lora_alpha, c->moe_experts);
     if (!(c->norm_eps >= 0) || c->norm_eps > 1)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: norm epsilon %g: 0 (1e-5) or a number in (0, 1] expected", c->norm_eps);
+    if (c->doc_mask && (c->doc_token < 0 || c->doc_token >= c->vocab))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: the documents' start token %d is no token of the vocabulary of %d", c->doc_token, c->vocab);
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     int n_moe = 0;
@@ -355,10 +383,12 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
+    if (c->doc_mask) m->doc_mask = pdde_input(g, "doc_mask", PDDE_F32, 4, (int64_t[]){B, 1, T, T});
+    if (c->doc_mask && !llama) m->positions = pdde_input(g, "positions", PDDE_I32, 2, (int64_t[]){B, T});
     pdde_tensor *wte = gpt_weight(g, c, "wte", 2, (int64_t[]){V, C}, 0.02f);
     pdde_tensor *wpe = llama ? NULL : gpt_weight(g, c, "wpe", 2, (int64_t[]){T, C}, 0.02f);
     pdde_tensor *x = pdde_embedding(g, wte, m->ids);
-    if (wpe) x = pdde_add(g, x, wpe); /* [B, T, C] + [T, C] */
+    if (wpe) x = pdde_add(g, x, m->positions ? pdde_embedding(g, wpe, m->positions) : wpe); /* [B, T, C] + [T, C] (or [B, T, C]) */
     for (int l = 0; l < c->layers; l++) {
         char p[32];
         pdde_graph_set_layer(g, l + 1);
@@ -534,6 +564,23 @@ static inline int gpt_plan_units(const gpt_plan *p) {
     return units;
 }
 
+/* Writes micro-batch i of model m from x (and y, may be NULL) [rows, ctx], the graph's rows: the ids, the targets and
+ * under cfg.doc_mask the inputs the ids give (gpt_doc_inputs) */
+static inline pdde_status gpt_write_micro(pdde_session *s, const gpt_model *m, int i, const int32_t *x, const int32_t *y, size_t rows) {
+    size_t n = rows * (size_t)m->cfg.ctx;
+    pdde_status st = pdde_session_write_micro(s, m->ids, i, x, n * sizeof *x);
+    if (!st && y) st = pdde_session_write_micro(s, m->targets, i, y, n * sizeof *y);
+    if (st || !m->doc_mask) return st;
+    float *mask = (float *)malloc(n * (size_t)m->cfg.ctx * sizeof *mask);
+    int32_t *positions = (int32_t *)malloc(n * sizeof *positions);
+    st = mask && positions ? PDDE_OK : PDDE_ERR_OOM;
+    if (!st) gpt_doc_inputs(&m->cfg, x, rows, mask, positions);
+    if (!st) st = pdde_session_write_micro(s, m->doc_mask, i, mask, n * (size_t)m->cfg.ctx * sizeof *mask);
+    if (!st && m->positions) st = pdde_session_write_micro(s, m->positions, i, positions, n * sizeof *positions);
+    free(mask), free(positions);
+    return st;
+}
+
 /* Writes this rank's micro-batches of a step's global batch x (and targets y, may be NULL; [rows, ctx]
  * each) into session s of model m (built by gpt_build_plan: m->cfg.batch is the graph's micro-batch)
  * under plan p; dp_index: the rank's data-parallel index. Equal shares: micro-batch i is the i-th block
@@ -549,22 +596,18 @@ static inline pdde_status gpt_write_batch(pdde_session *s, const gpt_model *m, c
         size_t block = graph_rows * T, groups = gpt_plan_groups(p), first = groups > 1 ? (size_t)dp_index / (size_t)p->ep : 0;
         for (int i = 0; i < pdde_session_micro_batches(s) && st == PDDE_OK; i++) {
             size_t at = ((size_t)i * groups + first) * block;
-            st = pdde_session_write_micro(s, m->ids, i, x + at, block * sizeof *x);
-            if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + at, block * sizeof *y);
+            st = gpt_write_micro(s, m, i, x + at, y ? y + at : NULL, graph_rows);
         }
         return st;
     }
     size_t block = graph_rows / (size_t)p->dp * T, first = 0;
     for (int d = 0; d < dp_index; d++) first += (size_t)p->shares[d] * (size_t)(p->micro > 1 ? p->micro : 1);
-    int32_t *scratch = (int32_t *)calloc(graph_rows * T, sizeof *scratch);
+    int32_t *scratch = (int32_t *)calloc(2 * graph_rows * T, sizeof *scratch), *scratch_y = scratch + graph_rows * T;
     if (!scratch) return PDDE_ERR_OOM;
     for (int i = 0; i < pdde_session_micro_batches(s) && st == PDDE_OK; i++) {
         memcpy(scratch + (size_t)dp_index * block, x + (first + i) * block, block * sizeof *x);
-        st = pdde_session_write_micro(s, m->ids, i, scratch, graph_rows * T * sizeof *x);
-        if (st == PDDE_OK && y) {
-            memcpy(scratch + (size_t)dp_index * block, y + (first + i) * block, block * sizeof *y);
-            st = pdde_session_write_micro(s, m->targets, i, scratch, graph_rows * T * sizeof *y);
-        }
+        if (y) memcpy(scratch_y + (size_t)dp_index * block, y + (first + i) * block, block * sizeof *y);
+        st = gpt_write_micro(s, m, i, scratch, y ? scratch_y : NULL, graph_rows);
     }
     free(scratch);
     return st;

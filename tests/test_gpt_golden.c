@@ -121,6 +121,71 @@ static void check_n_params(const char *what, const gpt_config *cfg) {
     pdde_context_free(ctx);
 }
 
+/* A session of model c (forward, its logits kept) in *s, *g; the parameters of `from` (a session of the same
+ * parameters) copied in by name where given. 0, or the failure's status */
+static pdde_status doc_session(pdde_context *ctx, const gpt_config *c, pdde_session *from, pdde_graph *from_g, pdde_graph **g, gpt_model *m,
+                               pdde_session **s) {
+    pdde_status st = pdde_graph_init(ctx, g);
+    if (!st) st = gpt_build(*g, c, m);
+    if (!st) pdde_mark_output(m->logits), st = pdde_session_init(*g, NULL, s);
+    for (int i = 0; from && !st && i < pdde_graph_tensor_count(from_g); i++) {
+        pdde_tensor *p = pdde_graph_tensor(from_g, i);
+        if (!(p->flags & PDDE_TENSOR_PARAM)) continue;
+        size_t n = pdde_tensor_nbytes(p);
+        void *buf = malloc(n);
+        st = !buf ? PDDE_ERR_OOM : pdde_session_read(from, p, buf, n);
+        if (!st) st = pdde_session_write(*s, pdde_graph_find(*g, p->name), buf, n);
+        free(buf);
+    }
+    return st;
+}
+
+/* Two documents packed in one window under cfg.doc_mask (a document starts at token doc_token) give the logits each
+ * gives alone in the plain causal model: attention stays inside each, and GPT's positions restart (LLaMA's RoPE
+ * scores depend on distances alone). The second document alone starts at position 0. */
+static void check_doc_mask(gpt_arch arch) {
+    enum { T = 16, A = 7, V = 64 };
+    gpt_config c = {.vocab = V, .ctx = T, .layers = 2, .heads = 2, .width = 32, .batch = 1, .arch = arch, .doc_mask = 1, .doc_token = 5};
+    int32_t packed[T], alone[T];
+    for (int t = 0; t < T; t++) packed[t] = t == 0 || t == A ? 5 : (t * 11 + 3) % V == 5 ? 6 : (t * 11 + 3) % V;
+    for (int t = 0; t < T; t++) alone[t] = t < T - A ? packed[A + t] : 9; /* (the second document, then anything) */
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_graph *g = NULL, *g2 = NULL;
+    pdde_session *s = NULL, *s2 = NULL;
+    gpt_model m, m2;
+    float *lp = malloc(T * V * sizeof *lp), *la = malloc(T * V * sizeof *la), *lb = malloc(T * V * sizeof *lb);
+    pdde_status st = doc_session(ctx, &c, NULL, NULL, &g, &m, &s);
+    if (!st) st = gpt_write_micro(s, &m, 0, packed, NULL, 1);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s, m.logits, lp, T * V * sizeof *lp);
+    gpt_config plain = c;
+    plain.doc_mask = 0;
+    if (!st) st = doc_session(ctx, &plain, s, g, &g2, &m2, &s2);
+    if (!st) st = gpt_write_micro(s2, &m2, 0, packed, NULL, 1); /* the first document: the window as it is */
+    if (!st) st = pdde_session_run(s2, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s2, m2.logits, la, T * V * sizeof *la);
+    if (!st) st = gpt_write_micro(s2, &m2, 0, alone, NULL, 1);
+    if (!st) st = pdde_session_run(s2, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s2, m2.logits, lb, T * V * sizeof *lb);
+    CHECK(!st, "%s doc_mask sessions: %s", gpt_arch_name(arch), pdde_last_error(ctx));
+    if (!st) {
+        char what[64];
+        float largest = 0; /* (errors relative to the largest logit: f32 sums in another order) */
+        for (int i = 0; i < T * V; i++) largest = fabsf(la[i]) > largest ? fabsf(la[i]) : largest;
+        snprintf(what, sizeof what, "%s: the first of two packed documents", gpt_arch_name(arch));
+        double e1 = test_close_all(what, lp, la, A * V, largest, 1e-5);
+        snprintf(what, sizeof what, "%s: the second, as alone", gpt_arch_name(arch));
+        double e2 = test_close_all(what, lp + A * V, lb, (T - A) * V, largest, 1e-5);
+        double moved = 0; /* (without the mask the second document sees the first: other logits) */
+        for (int i = A * V; i < T * V; i++) moved = fabs(la[i] - lp[i]) > moved ? fabs(la[i] - lp[i]) : moved;
+        CHECK(moved > 1e-3, "%s: the plain model's second document sees the first (logits differ by %.2g)", gpt_arch_name(arch), moved);
+        printf("%s doc_mask: packed vs alone: rel err %.2g, %.2g (plain model: %.2g apart)\n", gpt_arch_name(arch), e1, e2, moved);
+    }
+    pdde_session_free(s), pdde_session_free(s2), pdde_graph_free(g), pdde_graph_free(g2), pdde_context_free(ctx);
+    free(lp), free(la), free(lb);
+}
+
 /* The llm.c fixture's model read into a session of cfg (batch B, context T) with ids and targets written */
 static pdde_status llmc_session(pdde_context *ctx, const char *path, int B, int T, const int32_t *ids, const int32_t *targets, pdde_graph **g,
                                 gpt_model *m, pdde_session **s) {
@@ -258,6 +323,8 @@ int main(int argc, char **argv) {
         check_n_params("LLaMA, 2 kv heads", &llama);
         CHECK(gpt_ffn(&llama) == 192, "LLaMA's default ffn of width 64: 8/3 x 64 rounded up to a multiple of 32 is 192, got %lld",
               (long long)gpt_ffn(&llama));
+        check_doc_mask(GPT_ARCH_GPT);
+        check_doc_mask(GPT_ARCH_LLAMA);
         gpt_config qwen3 = llama;
         qwen3.head_dim = 24, qwen3.qk_norm = 1; /* (heads wider than width / heads, each with its norms) */
         check_n_params("LLaMA with heads of 24 (Qwen3's q and k norms)", &qwen3);
