@@ -242,6 +242,9 @@ static inline size_t hf_utf8_put(uint32_t cp, char *out) { /* (a stand-in: its b
     return cp >= 0x110000 ? (out[0] = (char)(cp - 0x110000), 1) : json_utf8_put(cp, out);
 }
 
+/* How many bytes hf_utf8_put writes for cp */
+static inline size_t hf_utf8_size(uint32_t cp) { return cp < 0x80 || cp >= 0x110000 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
+
 /* One token's bytes (at most 255 of them) into out[256] */
 static inline void hf_token_bytes(const char *s, int byte_level, int literal, char *out) {
     int n = 0;
@@ -630,8 +633,8 @@ static inline int hf_bpe(const hf_tokenizer *t, const uint32_t *c, size_t n, hf_
     for (size_t i = 0; i < n; i++) len += hf_utf8_put(c[i], w->spell + len);
     int32_t whole = t->ignore_merges ? hf_vocab_find(t, w->spell, len) : -1;
     if (whole >= 0) return hf_ids_push(out, whole);
-    for (size_t i = 0, at = 0; i < n; i++) {
-        size_t cl = hf_utf8_put(c[i], w->spell + at);
+    for (size_t i = 0, at = 0; i < n; i++) { /* (each character's spelling within the word's) */
+        size_t cl = hf_utf8_size(c[i]);
         int32_t id = hf_vocab_find(t, w->spell + at, cl), bytes = t->byte_fallback;
         for (size_t j = 0; j < cl && bytes && id < 0; j++) bytes = t->byte_ids[(unsigned char)w->spell[at + j]] >= 0;
         if (id >= 0) w->sym[ns++].id = id;
