@@ -146,8 +146,8 @@ static const uint32_t unicode_numbers[][2] = {
 #define UNICODE_ROWS(table) (sizeof(table) / sizeof *(table))
 
 /* The row of table[0 .. rows) that holds cp from its column 0 to its column last (last 0: the row whose
- * column 0 is cp), or NULL. Each row is stride uint32_t; the rows are sorted and do not overlap. (Every
- * code point table here and in unicode_nfc.h is searched by this one function, through UNICODE_ROW.) */
+ * column 0 is cp), or NULL. Each row is stride uint32_t; the rows are sorted and do not overlap. (Each
+ * table here and in unicode_nfc.h that is keyed by one code point is searched by it, through UNICODE_ROW.) */
 static inline const uint32_t *unicode_row(const uint32_t *table, size_t rows, size_t stride, size_t last, uint32_t cp) {
     size_t lo = 0, hi = rows;
     while (lo < hi) { /* the first row that ends at or after cp */
