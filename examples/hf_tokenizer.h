@@ -13,7 +13,8 @@
  * Replace), pre-tokenized (ByteLevel, Split by GPT-2's, LLaMA 3's or Qwen2's pattern, Digits, Metaspace) and each
  * word merged by BPE, the pair of lowest rank first. What it does not compute (another model or
  * pattern, NFKC, a WordPiece or Unigram model) is refused when the file is read, naming the field. An
- * added token's lstrip, rstrip and single_word flags are not applied. */
+ * added token with lstrip (rstrip) takes the white space before (after) it into its match, as `tokenizers`
+ * does (Unicode's White_Space, what its \s matches); single_word is not applied. */
 #ifndef PDDE_HF_TOKENIZER_H
 #define PDDE_HF_TOKENIZER_H
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include "unicode_nfc.h"
 
 enum { HF_TOK_STEPS = 8 }; /* steps of a Sequence normalizer, pre-tokenizer or post-processor */
+enum { HF_ADDED = 1, HF_LSTRIP = 2, HF_RSTRIP = 4 }; /* an id's hf_tokenizer.literal */
 
 /* One normalizer or pre-tokenizer step as the file gives it; a flag the file leaves out is -1 */
 typedef struct {
@@ -46,7 +48,8 @@ typedef struct {
     int32_t bos;  /* the token the post-processor's template puts before a text (LLaMA's <s>), or -1 */
     /* what encoding needs */
     char **spelled;                      /* [n]: each token as the file spells it (Ġthe, ▁the) */
-    char *literal;                       /* [n]: an added token (matched in the text as it is) */
+    char *literal;                       /* [n]: HF_ADDED for an added token (matched in the text as it is),
+                                            with HF_LSTRIP, HF_RSTRIP where it takes the white space before, after it */
     int byte_level, byte_fallback, ignore_merges, fuse_unk;
     int32_t unk, byte_ids[256];          /* <unk>; "<0xNN>" for byte fallback (-1: none) */
     hf_step normalizer[HF_TOK_STEPS], pre[HF_TOK_STEPS];
@@ -92,7 +95,8 @@ typedef struct {
     hf_tokenizer *t;
     char *model_type, *unk_name, *bos_name, *other_model_field, *added_content;
     long added_at;
-    int32_t added_id;
+    int32_t added_id, added_set; /* (of added_tokens[added_at]; added_set: the id it was given, once it was) */
+    int added_strip;             /* (its HF_LSTRIP, HF_RSTRIP, read so far) */
     char **merge_text; /* [n_merges][2]: each merge's left and right as the file spells them */
     long n_merges, merges_cap;
     int vocab_array, bad_step;
@@ -199,12 +203,18 @@ static inline int hf_tokenizer_value(void *user, const json_value *v) {
         return 0;
     }
     if (strcmp(k0, "added_tokens") || v->depth != 3 || !v->key[2]) return 0;
-    if (v->index[1] != w->added_at) free(w->added_content), w->added_content = NULL, w->added_id = -1, w->added_at = v->index[1];
+    if (v->index[1] != w->added_at)
+        free(w->added_content), w->added_content = NULL, w->added_id = w->added_set = -1, w->added_strip = 0, w->added_at = v->index[1];
+    if ((!strcmp(v->key[2], "lstrip") || !strcmp(v->key[2], "rstrip")) && v->type == JSON_TRUE) {
+        int strip = v->key[2][0] == 'l' ? HF_LSTRIP : HF_RSTRIP;
+        w->added_strip |= strip;
+        if (w->added_set >= 0) t->literal[w->added_set] |= (char)strip; /* (read after the token's id and content) */
+    }
     if (!strcmp(v->key[2], "id") && v->type == JSON_NUMBER) w->added_id = v->number >= 0 && v->number < 1 << 24 ? (int)v->number : -2;
     if (!strcmp(v->key[2], "content") && v->type == JSON_STRING && !w->added_content && !(w->added_content = json_strdup(v->string))) return 1;
     if (w->added_id == -1 || !w->added_content) return 0;
-    int bad = hf_set_token(t, w->added_id, w->added_content, 1);
-    free(w->added_content), w->added_content = NULL, w->added_id = -1;
+    int bad = hf_set_token(t, w->added_id, w->added_content, HF_ADDED | w->added_strip);
+    free(w->added_content), w->added_content = NULL, w->added_set = w->added_id, w->added_id = -1;
     return bad;
 }
 
@@ -240,6 +250,27 @@ static inline uint32_t hf_utf8_next(const unsigned char *s, size_t left, size_t 
 /* cp as UTF-8 into out (at most 4 bytes): its length */
 static inline size_t hf_utf8_put(uint32_t cp, char *out) { /* (a stand-in: its byte) */
     return cp >= 0x110000 ? (out[0] = (char)(cp - 0x110000), 1) : json_utf8_put(cp, out);
+}
+
+/* How many bytes hf_utf8_put writes for cp */
+static inline size_t hf_utf8_size(uint32_t cp) { return cp < 0x80 || cp >= 0x110000 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
+
+/* Where the white space that starts at s[at] ends (at most at length) */
+static inline size_t hf_space_end(const char *s, size_t at, size_t length) {
+    size_t len;
+    while (at < length && unicode_is_space(hf_utf8_next((const unsigned char *)s + at, length - at, &len))) at += len;
+    return at;
+}
+
+/* Where the white space that ends at s[end] starts (not before from) */
+static inline size_t hf_space_start(const char *s, size_t from, size_t end) {
+    while (end > from) {
+        size_t lead = end - 1, len;
+        while (lead > from && end - lead < 4 && ((unsigned char)s[lead] & 0xC0) == 0x80) lead--; /* (its first byte) */
+        if (!unicode_is_space(hf_utf8_next((const unsigned char *)s + lead, end - lead, &len)) || lead + len != end) break;
+        end = lead;
+    }
+    return end;
 }
 
 /* One token's bytes (at most 255 of them) into out[256] */
@@ -378,7 +409,7 @@ static inline int hf_tokenizer_tables(hf_tokenizer *t, hf_tokenizer_walk *w, cha
 /* Reads tokenizer.json at path into *out (hf_tokenizer_close frees it): 0, or -1 with why[] */
 static inline int hf_tokenizer_open(const char *path, hf_tokenizer **out, char *why, size_t why_size) {
     hf_tokenizer *t = calloc(1, sizeof *t);
-    hf_tokenizer_walk w = {.t = t, .added_at = -1, .added_id = -1};
+    hf_tokenizer_walk w = {.t = t, .added_at = -1, .added_id = -1, .added_set = -1};
     int bad = 0, at;
     const char *what;
     why[0] = 0, *out = NULL;
@@ -630,8 +661,8 @@ static inline int hf_bpe(const hf_tokenizer *t, const uint32_t *c, size_t n, hf_
     for (size_t i = 0; i < n; i++) len += hf_utf8_put(c[i], w->spell + len);
     int32_t whole = t->ignore_merges ? hf_vocab_find(t, w->spell, len) : -1;
     if (whole >= 0) return hf_ids_push(out, whole);
-    for (size_t i = 0, at = 0; i < n; i++) {
-        size_t cl = hf_utf8_put(c[i], w->spell + at);
+    for (size_t i = 0, at = 0; i < n; i++) { /* (each character's spelling within the word's) */
+        size_t cl = hf_utf8_size(c[i]);
         int32_t id = hf_vocab_find(t, w->spell + at, cl), bytes = t->byte_fallback;
         for (size_t j = 0; j < cl && bytes && id < 0; j++) bytes = t->byte_ids[(unsigned char)w->spell[at + j]] >= 0;
         if (id >= 0) w->sym[ns++].id = id;
@@ -701,8 +732,12 @@ static inline int hf_tokenizer_encode(const hf_tokenizer *t, const char *text, s
                 if (alen <= length - i && !memcmp(text + i, a, alen)) found = t->added[k], flen = alen;
             }
         if (found < 0 && i < length) continue;
-        if (i > plain) bad |= hf_encode_plain(t, text + plain, i - plain, plain == 0, p, &w, &out);
-        if (found >= 0) bad |= hf_ids_push(&out, found), i += flen - 1, plain = i + 1;
+        size_t plain_end = found >= 0 && t->literal[found] & HF_LSTRIP ? hf_space_start(text, plain, i) : i;
+        if (plain_end > plain) bad |= hf_encode_plain(t, text + plain, plain_end - plain, plain == 0, p, &w, &out);
+        if (found < 0) continue;
+        bad |= hf_ids_push(&out, found), plain = i + flen;
+        if (t->literal[found] & HF_RSTRIP) plain = hf_space_end(text, plain, length);
+        i = plain - 1; /* (the loop's i++ goes on at plain) */
     }
     free(p[0].cp), free(p[0].end), free(p[1].cp), free(p[1].end), free(w.sym), free(w.heap), free(w.spell);
     if (bad) return free(out.v), *ids = NULL, *n = 0, -1;

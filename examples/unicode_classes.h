@@ -143,22 +143,30 @@ static const uint32_t unicode_numbers[][2] = {
     {0x1F100, 0x1F10C}, {0x1FBF0, 0x1FBF9},
 };
 
-static inline int unicode_in(const uint32_t (*r)[2], size_t n, uint32_t cp) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) { /* the first range that ends at or after cp */
+#define UNICODE_ROWS(table) (sizeof(table) / sizeof *(table))
+
+/* The row of table[0 .. rows) that holds cp from its column 0 to its column last (last 0: the row whose
+ * column 0 is cp), or NULL. Each row is stride uint32_t; the rows are sorted and do not overlap. (Each
+ * table here and in unicode_nfc.h that is keyed by one code point is searched by it, through UNICODE_ROW.) */
+static inline const uint32_t *unicode_row(const uint32_t *table, size_t rows, size_t stride, size_t last, uint32_t cp) {
+    size_t lo = 0, hi = rows;
+    while (lo < hi) { /* the first row that ends at or after cp */
         size_t mid = (lo + hi) / 2;
-        if (r[mid][1] < cp) lo = mid + 1;
+        if (table[mid * stride + last] < cp) lo = mid + 1;
         else hi = mid;
     }
-    return lo < n && r[lo][0] <= cp;
+    return lo < rows && table[lo * stride] <= cp ? table + lo * stride : NULL;
 }
 
+/* unicode_row over a table declared as uint32_t table[][stride] */
+#define UNICODE_ROW(table, last, cp) unicode_row(*(table), UNICODE_ROWS(table), UNICODE_ROWS(*(table)), last, cp)
+
 static inline int unicode_is_letter(uint32_t cp) {
-    return cp < 128 ? (cp | 32) - 'a' < 26 : unicode_in(unicode_letters, sizeof unicode_letters / sizeof *unicode_letters, cp);
+    return cp < 128 ? (cp | 32) - 'a' < 26 : UNICODE_ROW(unicode_letters, 1, cp) != NULL;
 }
 
 static inline int unicode_is_number(uint32_t cp) {
-    return cp < 128 ? cp - '0' < 10 : unicode_in(unicode_numbers, sizeof unicode_numbers / sizeof *unicode_numbers, cp);
+    return cp < 128 ? cp - '0' < 10 : UNICODE_ROW(unicode_numbers, 1, cp) != NULL;
 }
 
 /* Unicode's White_Space property (what \s matches in the regex engines tokenizers use) */

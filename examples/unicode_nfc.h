@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "unicode_classes.h"
+
 /* {first, last, canonical combining class}: the code points of a class other than 0 (combining marks) */
 static const uint32_t unicode_nfc_classes[][3] = {
     {0x300, 0x314, 230}, {0x315, 0x315, 232}, {0x316, 0x319, 220}, {0x31A, 0x31A, 232}, {0x31B, 0x31B, 216},
@@ -577,7 +579,6 @@ static const uint32_t unicode_nfc_unstable[][2] = {
     {0x1E944, 0x1E94A}, {0x2F800, 0x2FA1D},
 };
 
-#define UNICODE_NFC_ROWS(table) (sizeof table / sizeof *table)
 #define UNICODE_NFC_MAX_DECOMPOSITION 4 /* code points one code point's full decomposition may have */
 
 /* Hangul syllables decompose and compose by arithmetic instead of tables (The Unicode Standard, 3.12) */
@@ -594,46 +595,12 @@ static const uint32_t unicode_nfc_unstable[][2] = {
 /* Whether NFC leaves cp as it is and nothing after it can combine with what comes before it (UAX #15's
  * "stable": NFC_Quick_Check=Yes and combining class 0), so that text may be normalized in pieces split there. */
 static inline int unicode_nfc_is_stable(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_unstable);
-    if (cp < unicode_nfc_unstable[0][0]) return 1;
-    while (lo < hi) { /* the first range that ends at or after cp */
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_unstable[mid][1] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return !(lo < UNICODE_NFC_ROWS(unicode_nfc_unstable) && unicode_nfc_unstable[lo][0] <= cp);
+    return cp < unicode_nfc_unstable[0][0] || !UNICODE_ROW(unicode_nfc_unstable, 1, cp); /* (all of ASCII is stable) */
 }
 
 static inline uint8_t unicode_nfc_class(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_classes);
-    if (cp < unicode_nfc_classes[0][0]) return 0;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_classes[mid][1] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < UNICODE_NFC_ROWS(unicode_nfc_classes) && unicode_nfc_classes[lo][0] <= cp ? (uint8_t)unicode_nfc_classes[lo][2] : 0;
-}
-
-/* The row of unicode_nfc_pairs (unicode_nfc_singles) that decomposes cp, or NULL */
-static inline const uint32_t *unicode_nfc_pair_of(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_pairs);
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_pairs[mid][0] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < UNICODE_NFC_ROWS(unicode_nfc_pairs) && unicode_nfc_pairs[lo][0] == cp ? unicode_nfc_pairs[lo] : NULL;
-}
-
-static inline const uint32_t *unicode_nfc_single_of(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_singles);
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_singles[mid][0] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < UNICODE_NFC_ROWS(unicode_nfc_singles) && unicode_nfc_singles[lo][0] == cp ? unicode_nfc_singles[lo] : NULL;
+    const uint32_t *row = cp < unicode_nfc_classes[0][0] ? NULL : UNICODE_ROW(unicode_nfc_classes, 1, cp); /* (ASCII: none) */
+    return row ? (uint8_t)row[2] : 0;
 }
 
 /* cp's full canonical decomposition into to[] (at most UNICODE_NFC_MAX_DECOMPOSITION code points); how many */
@@ -645,7 +612,7 @@ static inline size_t unicode_nfc_decompose(uint32_t cp, uint32_t *to) {
         return to[2] = UNICODE_NFC_T_BASE + s % UNICODE_NFC_T_COUNT, 3;
     }
     if (cp < unicode_nfc_pairs[0][0]) return to[0] = cp, 1; /* (Latin-1's letters are the first) */
-    const uint32_t *pair = unicode_nfc_pair_of(cp), *single = pair ? NULL : unicode_nfc_single_of(cp);
+    const uint32_t *pair = UNICODE_ROW(unicode_nfc_pairs, 0, cp), *single = pair ? NULL : UNICODE_ROW(unicode_nfc_singles, 0, cp);
     if (pair) { /* (the mappings are one step: apply them again) */
         size_t n = unicode_nfc_decompose(pair[1], to);
         return n + unicode_nfc_decompose(pair[2], to + n);
@@ -659,14 +626,14 @@ static inline uint32_t unicode_nfc_compose(uint32_t first, uint32_t second) {
     uint32_t l = first - UNICODE_NFC_L_BASE, v = second - UNICODE_NFC_V_BASE, s = first - UNICODE_NFC_S_BASE, t = second - UNICODE_NFC_T_BASE;
     if (l < UNICODE_NFC_L_COUNT && v < UNICODE_NFC_V_COUNT) return UNICODE_NFC_S_BASE + (l * UNICODE_NFC_V_COUNT + v) * UNICODE_NFC_T_COUNT;
     if (s < UNICODE_NFC_S_COUNT && s % UNICODE_NFC_T_COUNT == 0 && t - 1 < UNICODE_NFC_T_COUNT - 1) return first + t; /* LV + T */
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_composing);
+    size_t lo = 0, hi = UNICODE_ROWS(unicode_nfc_composing);
     while (lo < hi) { /* the first pair at or after (first, second) */
         size_t mid = (lo + hi) / 2;
         const uint32_t *pair = unicode_nfc_pairs[unicode_nfc_composing[mid]];
         if (pair[1] < first || (pair[1] == first && pair[2] < second)) lo = mid + 1;
         else hi = mid;
     }
-    if (lo == UNICODE_NFC_ROWS(unicode_nfc_composing)) return 0;
+    if (lo == UNICODE_ROWS(unicode_nfc_composing)) return 0;
     const uint32_t *pair = unicode_nfc_pairs[unicode_nfc_composing[lo]];
     return pair[1] == first && pair[2] == second ? pair[0] : 0;
 }

@@ -346,6 +346,45 @@ static void check_tokenizer_refusals(void) {
           "a config.json as tokenizer refused: %s", why);
 }
 
+/* Added tokens that take the white space before them (lstrip), after them (rstrip) or both (its flags read
+ * before its id), put in GPT-2's and LLaMA 2's fixtures: the ids of transformers.js (4.3.2,
+ * encode(text, {add_special_tokens: false})) for texts with tabs, line breaks, no-break, em and
+ * ideographic spaces and a line separator around them, tokens side by side, at the start and at the end */
+static void check_added_token_strip(void) {
+    static const char list[] = "\"added_tokens\": [\n", added[] =
+        "    {\"id\":60000,\"content\":\"<mask>\",\"single_word\":false,\"lstrip\":true,\"rstrip\":false,\"normalized\":false,\"special\":true},\n"
+        "    {\"id\":60001,\"content\":\"<|end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":true,\"normalized\":false,\"special\":true},\n"
+        "    {\"rstrip\":true,\"lstrip\":true,\"id\":60002,\"content\":\"<both>\",\"single_word\":false,\"normalized\":false,\"special\":true},\n";
+    static const char *texts[3] = {"a <mask>b\t \n<mask> c<|end|>  \u00a0d<|end|>\n\ne <both>  f<mask><|end|> <both>\u3000<mask>",
+                                   "  <mask> x <|end|>", "<|end|> \u2003 y\u2028<mask>z <both>"};
+    static const struct { const char *path; int n[3]; int32_t ids[3][16]; } cases[] = {
+        {"tests/data/tokenize/gpt2.json", {15, 5, 5},
+         {{64, 60000, 65, 60000, 269, 60001, 67, 60001, 68, 60002, 69, 60000, 60001, 60002, 60000}, {60000, 220, 87, 220, 60001}, {60001, 88, 60000, 89, 60002}}},
+        {"tests/data/tokenize/llama2.json", {16, 6, 5},
+         {{264, 60000, 287, 60000, 28705, 277, 60001, 281, 60001, 317, 60002, 285, 60000, 60001, 60002, 60000},
+          {60000, 28705, 28705, 28744, 28705, 60001}, {60001, 337, 60000, 686, 60002}}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char why[300] = "", *json = NULL, *at = NULL;
+        size_t length = 0;
+        if (!json_read_file(cases[c].path, 1 << 20, &json, &length, why, sizeof why) && (at = strstr(json, list))) at += strlen(list);
+        FILE *f = at ? fopen("build/test_gpt_hf_strip.json", "w") : NULL;
+        if (f) fwrite(json, 1, (size_t)(at - json), f), fputs(added, f), fputs(at, f), fclose(f);
+        hf_tokenizer *t = NULL;
+        CHECK(f && !hf_tokenizer_open("build/test_gpt_hf_strip.json", &t, why, sizeof why), "%s with stripping added tokens: %s", cases[c].path, why);
+        for (int k = 0; t && k < 3; k++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            int same = !hf_tokenizer_encode(t, texts[k], strlen(texts[k]), 0, &ids, &n) && n == (size_t)cases[c].n[k] &&
+                       !memcmp(ids, cases[c].ids[k], n * sizeof *ids);
+            CHECK(same, "%s with stripping added tokens, text %d: %zu ids (transformers.js %d), the second %d", cases[c].path, k, n, cases[c].n[k],
+                  n > 1 ? ids[1] : -1);
+            free(ids);
+        }
+        hf_tokenizer_close(t), free(json);
+    }
+}
+
 /* The hf_gpt2 weights with one tensor renamed or a stranger added: refused by gpt_hf_load naming it */
 static void check_load_refusals(pdde_context *ctx, const hf_ref *r) {
     static const struct { const char *from, *to, *says; } cases[] = {
@@ -453,6 +492,7 @@ int main(void) {
     check_vocab();
     check_encode();
     check_tokenizer_refusals();
+    check_added_token_strip();
     check_safetensors();
     gpt_config untied = {.vocab = 50, .ctx = 8, .layers = 1, .heads = 2, .width = 16, .batch = 1, .untied_head = 1};
     pdde_graph *g = NULL;

@@ -3,8 +3,9 @@
  * canonical decomposition, random mixes of letters and marks) comes out as Python's NFC, which NFC then
  * leaves as it is; a tokenizer's stand-ins for bytes (code points above 0x10FFFF) pass unchanged and
  * block composition and reordering across them; empty text stays empty; text with nothing NFC changes
- * is copied; a long run of marks is sorted in linear time. Runs from the repository root; another
- * file of cases may be named as the first argument. */
+ * is copied; a long run of marks is sorted in linear time. And unicode_classes.h's search, which every
+ * code point table goes through, at the ends of rows (a small table's, the letters' and the numbers').
+ * Runs from the repository root; another file of cases may be named as the first argument. */
 #define _POSIX_C_SOURCE 200809L /* (fileno, in tests/test_util.h) */
 #include "examples/unicode_nfc.h"
 #include "tests/test_util.h"
@@ -93,6 +94,33 @@ int main(int argc, char **argv) {
               n_got, n_got ? got[0] : 0);
         free(got);
     }
+
+    /* the search every code point table goes through (unicode_classes.h): a range holds its first and last
+     * code points and those between, a gap and what lies before the first row or after the last are in
+     * none, and rows of three are found by their first column */
+    static const uint32_t ranges[][2] = {{0x10, 0x10}, {0x20, 0x2F}, {0x40, 0x41}};
+    static const uint32_t rows3[][3] = {{0x10, 1, 2}, {0x20, 3, 4}, {0x30, 5, 6}};
+    static const struct { uint32_t cp; int range, row3; } probes[] = {
+        {0, -1, -1}, {0x0F, -1, -1}, {0x10, 0, 0}, {0x11, -1, -1}, {0x20, 1, 1}, {0x25, 1, -1}, {0x2F, 1, -1},
+        {0x30, -1, 2}, {0x40, 2, -1}, {0x41, 2, -1}, {0x42, -1, -1}, {0xFFFFFFFFu, -1, -1},
+    };
+    for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+        const uint32_t *range = UNICODE_ROW(ranges, 1, probes[i].cp), *row3 = UNICODE_ROW(rows3, 0, probes[i].cp);
+        CHECK(range == (probes[i].range < 0 ? NULL : ranges[probes[i].range]) && row3 == (probes[i].row3 < 0 ? NULL : rows3[probes[i].row3]),
+              "code point %X: range row %d (want %d), row of three %d (want %d)", probes[i].cp, range ? (int)(range - ranges[0]) / 2 : -1,
+              probes[i].range, row3 ? (int)(row3 - rows3[0]) / 3 : -1, probes[i].row3);
+    }
+    CHECK(unicode_row(NULL, 0, 2, 1, 0x10) == NULL, "an empty table holds a code point");
+    /* each range of letters and numbers holds its ends, and its neighbours are not of its class (the
+     * generator joins adjacent code points into one range) */
+    int wrong = 0;
+    for (size_t i = 0; i < UNICODE_ROWS(unicode_letters); i++)
+        wrong += !unicode_is_letter(unicode_letters[i][0]) + !unicode_is_letter(unicode_letters[i][1]) + unicode_is_letter(unicode_letters[i][0] - 1) +
+                 unicode_is_letter(unicode_letters[i][1] + 1);
+    for (size_t i = 0; i < UNICODE_ROWS(unicode_numbers); i++)
+        wrong += !unicode_is_number(unicode_numbers[i][0]) + !unicode_is_number(unicode_numbers[i][1]) + unicode_is_number(unicode_numbers[i][0] - 1) +
+                 unicode_is_number(unicode_numbers[i][1] + 1);
+    CHECK(wrong == 0, "%d ends of the letters' and numbers' ranges misjudged", wrong);
 
     /* empty text: empty, and an array to free */
     uint32_t *got = NULL;

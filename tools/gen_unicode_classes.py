@@ -37,22 +37,30 @@ HEADER = """/* unicode_classes.h — Demonstrates how to tell letters (\\p{L}), 
 """
 
 FOOTER = """
-static inline int unicode_in(const uint32_t (*r)[2], size_t n, uint32_t cp) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) { /* the first range that ends at or after cp */
+#define UNICODE_ROWS(table) (sizeof(table) / sizeof *(table))
+
+/* The row of table[0 .. rows) that holds cp from its column 0 to its column last (last 0: the row whose
+ * column 0 is cp), or NULL. Each row is stride uint32_t; the rows are sorted and do not overlap. (Each
+ * table here and in unicode_nfc.h that is keyed by one code point is searched by it, through UNICODE_ROW.) */
+static inline const uint32_t *unicode_row(const uint32_t *table, size_t rows, size_t stride, size_t last, uint32_t cp) {
+    size_t lo = 0, hi = rows;
+    while (lo < hi) { /* the first row that ends at or after cp */
         size_t mid = (lo + hi) / 2;
-        if (r[mid][1] < cp) lo = mid + 1;
+        if (table[mid * stride + last] < cp) lo = mid + 1;
         else hi = mid;
     }
-    return lo < n && r[lo][0] <= cp;
+    return lo < rows && table[lo * stride] <= cp ? table + lo * stride : NULL;
 }
 
+/* unicode_row over a table declared as uint32_t table[][stride] */
+#define UNICODE_ROW(table, last, cp) unicode_row(*(table), UNICODE_ROWS(table), UNICODE_ROWS(*(table)), last, cp)
+
 static inline int unicode_is_letter(uint32_t cp) {
-    return cp < 128 ? (cp | 32) - 'a' < 26 : unicode_in(unicode_letters, sizeof unicode_letters / sizeof *unicode_letters, cp);
+    return cp < 128 ? (cp | 32) - 'a' < 26 : UNICODE_ROW(unicode_letters, 1, cp) != NULL;
 }
 
 static inline int unicode_is_number(uint32_t cp) {
-    return cp < 128 ? cp - '0' < 10 : unicode_in(unicode_numbers, sizeof unicode_numbers / sizeof *unicode_numbers, cp);
+    return cp < 128 ? cp - '0' < 10 : UNICODE_ROW(unicode_numbers, 1, cp) != NULL;
 }
 
 /* Unicode's White_Space property (what \\s matches in the regex engines tokenizers use) */
@@ -138,10 +146,11 @@ NFC_HEADER = """/* unicode_nfc.h — Demonstrates how to put text in Unicode's N
 #include <stdlib.h>
 #include <string.h>
 
+#include "unicode_classes.h"
+
 """
 
 NFC_FOOTER = """
-#define UNICODE_NFC_ROWS(table) (sizeof table / sizeof *table)
 #define UNICODE_NFC_MAX_DECOMPOSITION 4 /* code points one code point's full decomposition may have */
 
 /* Hangul syllables decompose and compose by arithmetic instead of tables (The Unicode Standard, 3.12) */
@@ -158,46 +167,12 @@ NFC_FOOTER = """
 /* Whether NFC leaves cp as it is and nothing after it can combine with what comes before it (UAX #15's
  * "stable": NFC_Quick_Check=Yes and combining class 0), so that text may be normalized in pieces split there. */
 static inline int unicode_nfc_is_stable(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_unstable);
-    if (cp < unicode_nfc_unstable[0][0]) return 1;
-    while (lo < hi) { /* the first range that ends at or after cp */
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_unstable[mid][1] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return !(lo < UNICODE_NFC_ROWS(unicode_nfc_unstable) && unicode_nfc_unstable[lo][0] <= cp);
+    return cp < unicode_nfc_unstable[0][0] || !UNICODE_ROW(unicode_nfc_unstable, 1, cp); /* (all of ASCII is stable) */
 }
 
 static inline uint8_t unicode_nfc_class(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_classes);
-    if (cp < unicode_nfc_classes[0][0]) return 0;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_classes[mid][1] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < UNICODE_NFC_ROWS(unicode_nfc_classes) && unicode_nfc_classes[lo][0] <= cp ? (uint8_t)unicode_nfc_classes[lo][2] : 0;
-}
-
-/* The row of unicode_nfc_pairs (unicode_nfc_singles) that decomposes cp, or NULL */
-static inline const uint32_t *unicode_nfc_pair_of(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_pairs);
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_pairs[mid][0] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < UNICODE_NFC_ROWS(unicode_nfc_pairs) && unicode_nfc_pairs[lo][0] == cp ? unicode_nfc_pairs[lo] : NULL;
-}
-
-static inline const uint32_t *unicode_nfc_single_of(uint32_t cp) {
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_singles);
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (unicode_nfc_singles[mid][0] < cp) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < UNICODE_NFC_ROWS(unicode_nfc_singles) && unicode_nfc_singles[lo][0] == cp ? unicode_nfc_singles[lo] : NULL;
+    const uint32_t *row = cp < unicode_nfc_classes[0][0] ? NULL : UNICODE_ROW(unicode_nfc_classes, 1, cp); /* (ASCII: none) */
+    return row ? (uint8_t)row[2] : 0;
 }
 
 /* cp's full canonical decomposition into to[] (at most UNICODE_NFC_MAX_DECOMPOSITION code points); how many */
@@ -209,7 +184,7 @@ static inline size_t unicode_nfc_decompose(uint32_t cp, uint32_t *to) {
         return to[2] = UNICODE_NFC_T_BASE + s % UNICODE_NFC_T_COUNT, 3;
     }
     if (cp < unicode_nfc_pairs[0][0]) return to[0] = cp, 1; /* (Latin-1's letters are the first) */
-    const uint32_t *pair = unicode_nfc_pair_of(cp), *single = pair ? NULL : unicode_nfc_single_of(cp);
+    const uint32_t *pair = UNICODE_ROW(unicode_nfc_pairs, 0, cp), *single = pair ? NULL : UNICODE_ROW(unicode_nfc_singles, 0, cp);
     if (pair) { /* (the mappings are one step: apply them again) */
         size_t n = unicode_nfc_decompose(pair[1], to);
         return n + unicode_nfc_decompose(pair[2], to + n);
@@ -223,14 +198,14 @@ static inline uint32_t unicode_nfc_compose(uint32_t first, uint32_t second) {
     uint32_t l = first - UNICODE_NFC_L_BASE, v = second - UNICODE_NFC_V_BASE, s = first - UNICODE_NFC_S_BASE, t = second - UNICODE_NFC_T_BASE;
     if (l < UNICODE_NFC_L_COUNT && v < UNICODE_NFC_V_COUNT) return UNICODE_NFC_S_BASE + (l * UNICODE_NFC_V_COUNT + v) * UNICODE_NFC_T_COUNT;
     if (s < UNICODE_NFC_S_COUNT && s % UNICODE_NFC_T_COUNT == 0 && t - 1 < UNICODE_NFC_T_COUNT - 1) return first + t; /* LV + T */
-    size_t lo = 0, hi = UNICODE_NFC_ROWS(unicode_nfc_composing);
+    size_t lo = 0, hi = UNICODE_ROWS(unicode_nfc_composing);
     while (lo < hi) { /* the first pair at or after (first, second) */
         size_t mid = (lo + hi) / 2;
         const uint32_t *pair = unicode_nfc_pairs[unicode_nfc_composing[mid]];
         if (pair[1] < first || (pair[1] == first && pair[2] < second)) lo = mid + 1;
         else hi = mid;
     }
-    if (lo == UNICODE_NFC_ROWS(unicode_nfc_composing)) return 0;
+    if (lo == UNICODE_ROWS(unicode_nfc_composing)) return 0;
     const uint32_t *pair = unicode_nfc_pairs[unicode_nfc_composing[lo]];
     return pair[1] == first && pair[2] == second ? pair[0] : 0;
 }
