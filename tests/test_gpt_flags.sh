@@ -332,36 +332,28 @@ rc=$?
 [ $rc != 0 ] && grep -qF -- "--save-hf $tmp/hfpp: rank 0 holds a part of parameter" "$tmp/hfpp.log" && ! grep -q 'step *1/' "$tmp/hfpp.log" && [ ! -e "$tmp/hfpp" ]
 ok=$?
 check "gpt --pp 2 --save-hf is refused before training (rc $rc: $(grep -m1 -- --save-hf "$tmp/hfpp.log" | cut -c1-120))" $ok
-# Qwen2 (tests/data/hf_qwen2: LLaMA's layers with biases on q, k and v): trains, --tp 2 splits the bias
-# with the weight's columns (the one process's losses), --save-hf writes it back as Qwen2 and it validates there
-"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen2 --steps 2 --val-every 2 --save-hf "$tmp/qw" >"$tmp/qw.log" 2>&1
-rc=$?
-timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen2 --steps 2 --val-every 2 --tp 2 >"$tmp/qwtp.log" 2>&1
-rc2=$?
-"$build/gpt" "${llmc[@]}" --init-from "$tmp/qw" --steps 0 >"$tmp/qw2.log" 2>&1
-rc3=$?
-end=$(val_at "$tmp/qw.log" 2)
-[ $rc = 0 ] && grep -q "ffn 72, qkv bias" "$tmp/qw.log" && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/qw.log" 0)" ] && [ $rc2 = 0 ] &&
-    near "$(val_at "$tmp/qwtp.log" 2)" "$end" 0.0002 && [ $rc3 = 0 ] && [ "$(val_at "$tmp/qw2.log" 0)" = "$end" ] &&
-    grep -q '"model_type": "qwen2"' "$tmp/qw/config.json"
-ok=$?
-check "gpt --init-from a Qwen2 directory trains ($(val_at "$tmp/qw.log" 0) -> $end), --tp 2 too ($(val_at "$tmp/qwtp.log" 2)), --save-hf's Qwen2 validates there ($(val_at "$tmp/qw2.log" 0); rc $rc/$rc2/$rc3)" $ok
-# Qwen3 (tests/data/hf_qwen3: heads of 16 for width 32, an RMSNorm on each head of q and k): trains, --tp 2
-# gives the one process's losses (the norms' gains whole on each rank, their gradients summed over its heads),
-# --save-hf writes Qwen3 back (head_dim, q_norm, k_norm) and it validates there; the same layers from the flags
-"$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen3 --steps 2 --val-every 2 --save-hf "$tmp/q3" >"$tmp/q3.log" 2>&1
-rc=$?
-timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_qwen3 --steps 2 --val-every 2 --tp 2 >"$tmp/q3tp.log" 2>&1
-rc2=$?
-"$build/gpt" "${llmc[@]}" --init-from "$tmp/q3" --steps 0 >"$tmp/q32.log" 2>&1
-rc3=$?
-end=$(val_at "$tmp/q3.log" 2)
-[ $rc = 0 ] && grep -q "ffn 64, heads 16 wide, q and k normed per head" "$tmp/q3.log" && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/q3.log" 0)" ] &&
-    [ $rc2 = 0 ] && near "$(val_at "$tmp/q3tp.log" 2)" "$end" 0.0002 && [ $rc3 = 0 ] && [ "$(val_at "$tmp/q32.log" 0)" = "$end" ] &&
-    grep -q '"model_type": "qwen3"' "$tmp/q3/config.json" && grep -q '"head_dim": 16' "$tmp/q3/config.json" &&
-    grep -q 'model.layers.1.self_attn.k_norm.weight' "$tmp/q3/model.safetensors"
-ok=$?
-check "gpt --init-from a Qwen3 directory trains ($(val_at "$tmp/q3.log" 0) -> $end), --tp 2 too ($(val_at "$tmp/q3tp.log" 2)), --save-hf's Qwen3 validates there ($(val_at "$tmp/q32.log" 0); rc $rc/$rc2/$rc3)" $ok
+# Qwen2 (tests/data/hf_qwen2: LLaMA's layers with biases on q, k and v) and Qwen3 (hf_qwen3: heads of 16 for
+# width 32, an RMSNorm on each head of q and k): each trains, --tp 2 gives the one process's losses (Qwen2's bias
+# split with the weight's columns; Qwen3's norms' gains whole on each rank, their gradients summed over its
+# heads), --save-hf writes it back as its class (Qwen3: head_dim, q_norm, k_norm) and it validates there
+for case in "qwen2|ffn 72, qkv bias" "qwen3|ffn 64, heads 16 wide, q and k normed per head"; do
+    IFS='|' read -r q says <<<"$case"
+    "$build/gpt" "${llmc[@]}" --init-from "tests/data/hf_$q" --steps 2 --val-every 2 --save-hf "$tmp/$q" >"$tmp/$q.log" 2>&1
+    rc=$?
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${llmc[@]}" --init-from "tests/data/hf_$q" --steps 2 --val-every 2 --tp 2 >"$tmp/${q}tp.log" 2>&1
+    rc2=$?
+    "$build/gpt" "${llmc[@]}" --init-from "$tmp/$q" --steps 0 >"$tmp/${q}2.log" 2>&1
+    rc3=$?
+    end=$(val_at "$tmp/$q.log" 2)
+    [ $rc = 0 ] && grep -q "$says" "$tmp/$q.log" && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/$q.log" 0)" ] && [ $rc2 = 0 ] &&
+        near "$(val_at "$tmp/${q}tp.log" 2)" "$end" 0.0002 && [ $rc3 = 0 ] && [ "$(val_at "$tmp/${q}2.log" 0)" = "$end" ] &&
+        grep -q "\"model_type\": \"$q\"" "$tmp/$q/config.json"
+    ok=$?
+    check "gpt --init-from a $q directory trains ($(val_at "$tmp/$q.log" 0) -> $end), --tp 2 too ($(val_at "$tmp/${q}tp.log" 2)), --save-hf's $q validates there ($(val_at "$tmp/${q}2.log" 0); rc $rc/$rc2/$rc3)" $ok
+done
+grep -q '"head_dim": 16' "$tmp/qwen3/config.json" && grep -q 'model.layers.1.self_attn.k_norm.weight' "$tmp/qwen3/model.safetensors"
+check "--save-hf's Qwen3 keeps its head_dim and its q and k norms" $?
+# the same layers from the flags (--head-dim 16 --qk-norm) take its file
 q3flags=(--arch llama --layers 2 --heads 4 --kv-heads 2 --width 32 --ffn 64 --head-dim 16 --qk-norm --rope-base 1000000 --norm-eps 1e-6 --untied-head)
 "$build/gpt" "${llmc[@]}" "${q3flags[@]}" --init-from tests/data/hf_qwen3 --steps 0 >"$tmp/q3f.log" 2>&1
 rc=$?
@@ -369,7 +361,7 @@ rc=$?
 rc2=$?
 "$build/gpt" "${llmc[@]}" --head-dim 16 --steps 0 >"$tmp/q3h.log" 2>&1
 rc3=$?
-[ $rc = 0 ] && [ "$(val_at "$tmp/q3f.log" 0)" = "$(val_at "$tmp/q3.log" 0)" ] && [ $rc2 = 2 ] &&
+[ $rc = 0 ] && [ "$(val_at "$tmp/q3f.log" 0)" = "$(val_at "$tmp/qwen3.log" 0)" ] && [ $rc2 = 2 ] &&
     grep -qF -- "--head-dim 8, but the file's model has 16" "$tmp/q3g.log" && [ $rc3 = 2 ] && grep -qF -- "--head-dim, --qk-norm and --qkv-bias are LLaMA's" "$tmp/q3h.log"
 ok=$?
 check "the Qwen3 layers from flags (--head-dim 16 --qk-norm) take its file; --head-dim 8 against it and --head-dim for GPT refused (rc $rc/$rc2/$rc3)" $ok
