@@ -8,7 +8,8 @@
  * backend's first device (PoCL here) and adds host_syncs=<the host's waits for the device per step>;
  * --clip sets AdamW's clip_norm (default 0: none); --separate-qkv 1 slices and permutes q, k, v around the
  * attention (gpt_config.separate_qkv) instead of the packed form, to compare the two; --arch llama
- * builds the LLaMA-style model (examples/gpt.h), --kv-heads its key/value heads. */
+ * builds the LLaMA-style model (examples/gpt.h), --kv-heads its key/value heads; --doc-every N packs documents of N
+ * tokens (id 0 starts each) kept apart by cfg.doc_mask (the unfused attention with its mask). */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>
@@ -31,7 +32,7 @@ static double max_rss_mb(void) {
 
 int main(int argc, char **argv) {
     gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
-    int steps = 20, warmup = 3, threads = 0;
+    int steps = 20, warmup = 3, threads = 0, doc_every = 0;
     float clip = 0;
     const char *backend = "cpu";
     pdde_dtype dtype = PDDE_F32;
@@ -49,6 +50,7 @@ int main(int argc, char **argv) {
             c.arch = strcmp(argv[i + 1], "llama") ? GPT_ARCH_GPT : GPT_ARCH_LLAMA;
         }
         else if (!strcmp(argv[i], "--kv-heads")) c.kv_heads = v;
+        else if (!strcmp(argv[i], "--doc-every")) doc_every = v, c.doc_mask = v > 0, c.doc_token = 0;
         else if (!strcmp(argv[i], "--vocab")) c.vocab = v;
         else if (!strcmp(argv[i], "--layers")) c.layers = v;
         else if (!strcmp(argv[i], "--heads")) c.heads = v;
@@ -92,8 +94,8 @@ int main(int argc, char **argv) {
     int64_t syncs = 0;
     for (int i = 0; i < warmup + steps; i++) {
         for (size_t k = 0; k < bt; k++) x[k] = (int32_t)((k * 31 + (size_t)i * 7) % (size_t)c.vocab), y[k] = (int32_t)((k * 17 + (size_t)i) % (size_t)c.vocab);
-        pdde_session_write(s, m.ids, x, bt * 4);
-        pdde_session_write(s, m.targets, y, bt * 4);
+        for (size_t k = 0; k < bt && doc_every; k++) x[k] = k % (size_t)c.ctx % (size_t)doc_every ? x[k] % (c.vocab - 1) + 1 : 0; /* (0: a start) */
+        gpt_write_micro(s, &m, 0, x, y, (size_t)c.batch);
         double t = bench_now(), c = cpu_s();
         int64_t syncs0 = pdde_session_host_syncs(s);
         if (pdde_session_run(s, PDDE_RUN_STEP)) { fprintf(stderr, "bench_gpt: %s\n", pdde_last_error(ctx)); return 1; }

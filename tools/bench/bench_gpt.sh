@@ -30,4 +30,6 @@ run gpt2 5 1 --vocab 50257 --layers 12 --heads 12 --width 768 --ctx 64 --batch 4
 run bf16 5 1 --vocab 50257 --layers 12 --heads 12 --width 768 --ctx 64 --batch 4 --dtype bf16
 # the LLaMA-style model (RMSNorm, RoPE, grouped-query attention of 2 kv heads, SwiGLU) at the small shape
 run llama 30 5 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --arch llama --kv-heads 2
-echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio bf16_ratio=$bf16_ratio llama_ratio=$llama_ratio small_cpu_ratio=$small_cpu_ratio gpt2_cpu_ratio=$gpt2_cpu_ratio bf16_cpu_ratio=$bf16_cpu_ratio llama_cpu_ratio=$llama_cpu_ratio small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb bf16_peak_mb=$bf16_pdde_mb torch_bf16_peak_mb=$bf16_torch_mb"
+# packed documents kept apart (gpt --doc-mask): 4 documents of 16 tokens a row, each attending inside itself
+run docs 30 5 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --doc-every 16
+echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio bf16_ratio=$bf16_ratio llama_ratio=$llama_ratio docs_ratio=$docs_ratio small_cpu_ratio=$small_cpu_ratio gpt2_cpu_ratio=$gpt2_cpu_ratio bf16_cpu_ratio=$bf16_cpu_ratio llama_cpu_ratio=$llama_cpu_ratio docs_cpu_ratio=$docs_cpu_ratio small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb bf16_peak_mb=$bf16_pdde_mb torch_bf16_peak_mb=$bf16_torch_mb"

@@ -50,6 +50,8 @@ def parse_args():
     ap.add_argument("--arch", choices=("gpt", "llama"), default="gpt")
     ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0 = --heads)")
     ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--doc-every", type=int, default=0,
+                    help="documents of N tokens packed in each row, attention inside each, GPT's positions restarting")
     a = ap.parse_args()
     if a.arch == "llama" and (a.heads % (a.kv_heads or a.heads) or (a.width // a.heads) % 2):
         ap.error("--kv-heads must divide --heads and the head dim must be even")
@@ -126,6 +128,15 @@ def main():
     pos = torch.arange(T, device=dev)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=dev), diagonal=1)  # j > i
     scale = 1.0 / math.sqrt(D)
+    doc = None  # --doc-every: True where query i may see key j (j <= i, the same document)
+    if a.doc_every:
+        doc = (~mask) & ((pos[:, None] // a.doc_every) == (pos[None, :] // a.doc_every))
+        mask, pos = ~doc, pos % a.doc_every
+
+    def attend(q, k, v):
+        if a.sdpa:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=doc) if doc is not None else F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.softmax(((q @ k.transpose(-2, -1)) * scale).masked_fill(mask, float("-inf")), dim=-1) @ v
 
     # RoPE (rotate half): angle t / base^(2i/D) for pair (i, i + D/2), as pdde_rope
     inv_freq = 1.0 / (a.rope_base ** (torch.arange(0, D, 2, device=dev).float() / D))
@@ -147,11 +158,7 @@ def main():
             k = rope(qkv[:, :, :, R]).repeat_interleave(R, dim=2)  # query head g R + r reads group g's k, v
             v = qkv[:, :, :, R + 1].repeat_interleave(R, dim=2)
             q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
-            if a.sdpa:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                att = torch.softmax(((q @ k.transpose(-2, -1)) * scale).masked_fill(mask, float("-inf")), dim=-1)
-                y = att @ v
+            y = attend(q, k, v)
             x = x + y.permute(0, 2, 1, 3).reshape(B, T, C) @ p["proj.w"]
             h = rmsnorm(x, p["ln2.g"])
             x = x + (F.silu(h @ p["fc.w"]) * (h @ p["fc3.w"])) @ p["fcproj.w"]
@@ -167,13 +174,7 @@ def main():
             qkv = torch.addmm(p["attn.b"], a_.reshape(B * T, C), p["attn.w"]).reshape(B, T, 3 * C)
             # head-major columns [H, 3, D], as examples/gpt.h
             q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.reshape(B, T, H, 3, D).unbind(dim=3))
-            if a.sdpa:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                att = (q @ k.transpose(-2, -1)) * scale
-                att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
-                y = att @ v
-            y = y.permute(0, 2, 1, 3).reshape(B * T, C)
+            y = attend(q, k, v).permute(0, 2, 1, 3).reshape(B * T, C)
             x = x + torch.addmm(p["proj.b"], y, p["proj.w"]).reshape(B, T, C)
             m = F.layer_norm(x, (C,), p["ln2.g"], p["ln2.b"], 1e-5).reshape(B * T, C)
             u = F.gelu(torch.addmm(p["fc.b"], m, p["fc.w"]), approximate="tanh")
