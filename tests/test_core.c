@@ -566,7 +566,7 @@ static void test_data(void) {
     fclose(f);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_data *a, *b, *c;
+    pdde_data *a = NULL, *b = NULL, *c = NULL;
     CHECK(pdde_data_open(ctx, path, &a) == PDDE_OK && pdde_data_write_tokens(ctx, path, tok) == PDDE_OK && pdde_data_open(ctx, tok, &b) == PDDE_OK, "open");
     CHECK(pdde_data_token_count(a) == pdde_data_token_count(b) && pdde_data_token_count(a) > 1000, "token file has the text's tokens");
     CHECK(pdde_data_is_text(a) == 1 && pdde_data_is_text(b) == 0 && pdde_data_is_text(NULL) == 0, "text told from a token file: %d %d",
