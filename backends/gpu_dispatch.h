@@ -1043,11 +1043,14 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
 
 /* What a cross-entropy divides by, into cnt[0]: the count of its valid targets (k_ce_count), or the step's divisor
  * (PDDE_P_CE_DIVISOR, pdde_session_set_loss_tokens) */
+static int pgd_fill_f32(const pgd_ctx *g, pgd_ptr at, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return g->fill32(g->impl, g->stream, at, bits, 1);
+}
 static int pgd_ce_divisor(const pgd_ctx *g, const pdde_tensor *node, pgd_ptr pt, int64_t rows, int64_t V, pgd_ptr cnt) {
     float d = pdde_op_f32(node, PDDE_P_CE_DIVISOR);
-    uint32_t bits;
-    memcpy(&bits, &d, sizeof bits);
-    if (d > 0) return g->fill32(g->impl, g->stream, cnt, bits, 1);
+    if (d > 0) return pgd_fill_f32(g, cnt, d);
     return pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
 }
 
@@ -1083,10 +1086,8 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
         e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V), PGD_A(ldt)));
     float d = pdde_op_f32(node, PDDE_P_CE_DIVISOR);
     if (!e && d > 0) { /* k_ce_final divides by the sum of part[rows ..]: the divisor, then zeros */
-        uint32_t bits;
-        memcpy(&bits, &d, sizeof bits);
         e = g->fill32(g->impl, g->stream, pgd_at(part, rows * (int64_t)sizeof(float)), 0, (size_t)rows);
-        if (!e) e = g->fill32(g->impl, g->stream, pgd_at(part, rows * (int64_t)sizeof(float)), bits, 1);
+        if (!e) e = pgd_fill_f32(g, pgd_at(part, rows * (int64_t)sizeof(float)), d);
     }
     if (e) return e;
     return pgd_launch(g, PGD_K_CE_FINAL, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(part), PGD_A(rows), PGD_P(py)));
