@@ -463,6 +463,12 @@ pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *
  * h*3D + [0, D), [D, 2D), [2D, 3D)), read in place -> [B, T, H*D] f32 (head h in columns h*D + [0, D)):
  * no slice or permute around it, and its backward writes the [B, T, H*3*D] gradient directly. */
 pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads);
+/* Both forms with each query's first key: query t of batch row b sees only keys starts[b, t] .. t (starts
+ * i32 [B, T], clamped to [0, t]). Documents packed in one row kept apart (starts[b, t]: where t's document
+ * begins; FlashAttention's variable-length batches) or a sliding window (t - W + 1). Still O(B*H*T*D)
+ * memory; key tiles no query of a tile sees are skipped. */
+pdde_tensor *pdde_attention_docs(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v, pdde_tensor *starts);
+pdde_tensor *pdde_attention_qkv_docs(pdde_graph *g, pdde_tensor *qkv, int heads, pdde_tensor *starts);
 /* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). A
  * target >= V fails the run with PDDE_ERR_INVALID_ARG naming the op, the target and its position (on a
  * device, found when the step checks its loss, which such a target makes NaN). */

@@ -108,6 +108,13 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
     else *B = q->shape[0], *H = q->shape[1], *T = q->shape[2], *D = q->shape[3];
 }
 
+/* A document-masked attention node's starts (pdde_attention_docs; forward or backward): its last source, i32 [B, T];
+ * NULL for plain causal attention */
+static inline const pdde_tensor *pdde_attention_starts(const pdde_tensor *t) {
+    const pdde_tensor *s = t->nsrc > 1 ? t->src[t->nsrc - 1] : NULL;
+    return s && s->dtype == PDDE_I32 ? s : NULL;
+}
+
 /* Where a node's second result (a layernorm backward's PDDE_P_NORM_LOWP_COPY, a layernorm's
  * PDDE_P_NORM_ADD_IN sum, an attention's PDDE_P_ATTENTION_LOWP_COPY, a PDDE_MATMUL_GELU's activation) starts: bytes past the node's own values, rounded up to 256 (its view, memory
  * planning and the kernels agree) */

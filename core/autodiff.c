@@ -100,15 +100,15 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     }
     case PDDE_OP_ATTENTION: {
         if (pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) > 0) { /* packed: dqkv in qkv's layout, no slices */
-            pdde_tensor *src[3] = {x, y, dy};
-            dsrc[0] = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, x->ndim, x->shape, 3, src);
+            pdde_tensor *src[4] = {x, y, dy, y->nsrc > 1 ? y->src[1] : NULL}; /* (the starts, if any, last) */
+            dsrc[0] = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, x->ndim, x->shape, y->nsrc > 1 ? 4 : 3, src);
             if (dsrc[0]) pdde_op_params_copy(dsrc[0], y);
             break;
         }
         /* one node computes dq, dk, dv (stacked on a new leading dim); each input takes its slice */
-        pdde_tensor *src[5] = {x, y->src[1], y->src[2], y, dy};
+        pdde_tensor *src[6] = {x, y->src[1], y->src[2], y, dy, y->nsrc > 3 ? y->src[3] : NULL};
         int64_t shape[5] = {3, x->shape[0], x->shape[1], x->shape[2], x->shape[3]};
-        pdde_tensor *back = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, 5, shape, 5, src);
+        pdde_tensor *back = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, 5, shape, y->nsrc > 3 ? 6 : 5, src);
         if (back) pdde_op_set_f32(back, PDDE_P_ATTENTION_SCALE, pdde_op_f32(y, PDDE_P_ATTENTION_SCALE));
         for (int i = 0; i < 3; i++) dsrc[i] = pdde_reshape(g, pdde_slice(g, back, 0, i, 1), 4, x->shape);
         break;

@@ -370,22 +370,36 @@ static bool attention_inputs_ok(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, p
  * the caller gets the output columns. Under a compute dtype q, k, v are converted as a matmul's
  * operands are (torch.autocast runs attention in bf16 too): its GEMMs read the 2-byte copies, and the
  * backward keeps those instead of the f32 originals. Statistics, softmax and the output stay f32. */
-pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+/* A document-masked attention's starts: NULL (plain causal attention), or i32 [B, T] of its q */
+static bool attention_starts_ok(pdde_graph *g, const pdde_tensor *starts, int64_t B, int64_t T) {
+    if (!starts) return true;
+    if (starts->dtype != PDDE_I32 || starts->ndim != 2 || starts->shape[0] != B || starts->shape[1] != T)
+        return graph_fail(g, PDDE_ERR_SHAPE, "attention: starts %s must be i32 [B, T] = [%lld, %lld] (each query's first key)",
+                          starts->name, (long long)B, (long long)T), false;
+    return true;
+}
+
+static pdde_tensor *attention_apart(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v, pdde_tensor *starts) {
     if (g && g->status == PDDE_OK && q && k && v) q = autocast(g, q), k = autocast(g, k), v = autocast(g, v);
-    if (!attention_inputs_ok(g, q, k, v)) return NULL;
-    pdde_tensor *src[3] = {q, k, v};
+    if (!attention_inputs_ok(g, q, k, v) || !attention_starts_ok(g, starts, q->shape[0], q->shape[2])) return NULL;
+    pdde_tensor *src[4] = {q, k, v, starts};
     int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], q->shape[3] + 1};
-    pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 4, shape, 3, src);
+    pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 4, shape, starts ? 4 : 3, src);
     if (y) pdde_op_set_f32(y, PDDE_P_ATTENTION_SCALE, 1.0f / sqrtf((float)q->shape[3]));
     if (y && q->dtype == PDDE_F16) g->loss_scaling = true; /* its gradients, as an f16 matmul's, need it */
     return pdde_slice(g, y, 3, 0, q->shape[3]);
+}
+pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) { return attention_apart(g, q, k, v, NULL); }
+pdde_tensor *pdde_attention_docs(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v, pdde_tensor *starts) {
+    if (!starts) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention_docs: NULL starts");
+    return attention_apart(g, q, k, v, starts);
 }
 
 /* The packed form: q, k, v read in place from qkv [B, T, H*3*D] (head-major: head h's q, k, v are
  * columns h*3D + [0, D), [D, 2D), [2D, 3D)), the output written as [B, T, H*D] (head h in columns
  * h*D + [0, D)), the layout the projections around it use, so no slice or permute runs around it. The
  * node's memory also holds each row's logsumexp after the output (pdde_tensor_nbytes counts it). */
-pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads) {
+static pdde_tensor *attention_packed(pdde_graph *g, pdde_tensor *qkv, int heads, pdde_tensor *starts) {
     if (g && g->status == PDDE_OK && qkv) qkv = autocast(g, qkv);
     if (!qkv) return new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 0, NULL, 1, &qkv);
     if (!g || g->status != PDDE_OK) return NULL;
@@ -395,11 +409,18 @@ pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads) {
         return graph_fail(g, PDDE_ERR_DTYPE, "attention_qkv: %s is %s: f32, bf16 or f16 wanted", qkv->name, pdde_dtype_name(qkv->dtype));
     int64_t D = qkv->shape[2] / (3 * (int64_t)heads);
     if (D > INT32_MAX) return graph_fail(g, PDDE_ERR_SHAPE, "attention_qkv: head dim %lld too large", (long long)D);
+    if (!attention_starts_ok(g, starts, qkv->shape[0], qkv->shape[1])) return NULL;
     int64_t shape[3] = {qkv->shape[0], qkv->shape[1], heads * D};
-    pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 3, shape, 1, &qkv);
+    pdde_tensor *src[2] = {qkv, starts};
+    pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 3, shape, starts ? 2 : 1, src);
     if (y) pdde_op_set_i32(y, PDDE_P_ATTENTION_QKV_D, (int32_t)D), pdde_op_set_f32(y, PDDE_P_ATTENTION_SCALE, 1.0f / sqrtf((float)D));
     if (y && qkv->dtype == PDDE_F16) g->loss_scaling = true;
     return y;
+}
+pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads) { return attention_packed(g, qkv, heads, NULL); }
+pdde_tensor *pdde_attention_qkv_docs(pdde_graph *g, pdde_tensor *qkv, int heads, pdde_tensor *starts) {
+    if (!starts) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention_qkv_docs: NULL starts");
+    return attention_packed(g, qkv, heads, starts);
 }
 
 pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
