@@ -101,7 +101,7 @@ static void usage(FILE *f) {
             "                              q and k before RoPE: Qwen3's)\n"
             "           [--doc-mask [--doc-token ID]]   (packed documents kept apart: attention inside each document of a window,\n"
             "                              GPT's positions restarting at each; a document starts at the tokenizer.json's start token, or\n"
-            "                              ID; the unfused attention, T x T scores a row)\n"
+            "                              ID)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
             "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
             "                              --save-llmc write the weights merged, --save-peft DIR the adapters alone as PEFT does)\n"
@@ -932,7 +932,7 @@ static pdde_status sampler_grow(sampler *z, pdde_session *from, pdde_graph *tg, 
     float *buf = NULL;
     for (int i = 0; !st && i < pdde_graph_tensor_count(z->g); i++) {
         pdde_tensor *t = pdde_graph_tensor(z->g, i), *was = pdde_graph_find(tg, t->name);
-        if (!was || t == z->m.ids || t == z->m.targets || t == z->m.doc_mask || t == z->m.positions || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT)))
+        if (!was || t == z->m.ids || t == z->m.targets || t == z->m.doc_starts || t == z->m.positions || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT)))
             continue;
         size_t whole = pdde_tensor_nbytes(was);
         float *more = realloc(buf, whole);
