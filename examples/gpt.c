@@ -463,7 +463,6 @@ static int parse(int argc, char **argv, options *o) {
         if (*model_v[k] < 1) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", model_flag[k], *model_v[k]); return -1; }
     if (m->ctx < 2) { fprintf(stderr, "gpt: --ctx must be >= 2 (a token and the next), got %d\n", m->ctx); return -1; }
     if (m->vocab < 256) { fprintf(stderr, "gpt: --vocab must be >= 256 (the tokens are bytes), got %d\n", m->vocab); return -1; }
-    if (m->window < 0) { fprintf(stderr, "gpt: --window must be >= 1 (or 0: the whole context), got %d\n", m->window); return -1; }
     if (m->head_dim < 0 || m->head_dim > 4096 || (!m->head_dim && m->width % m->heads)) {
         fprintf(stderr, "gpt: --width %d is not divisible by --heads %d (each head is width / heads wide), and no --head-dim (1 .. 4096, got %d) says "
                 "otherwise\n", m->width, m->heads, m->head_dim);
@@ -1078,7 +1077,7 @@ static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char
     gpt_hf_float(value[6], gpt_norm_eps(c));
     rope_scaling_str(c, value[7]);
     snprintf(value[8], 160, "%.9g", c->lora_rank > 0 ? gpt_lora_alpha(c) : 0.0f);
-    snprintf(value[9], 160, "%d", c->window > 0 && c->window < c->ctx ? c->window : 0); /* (one as long as the context: none) */
+    snprintf(value[9], 160, "%d", gpt_window(c));
 }
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
@@ -1448,8 +1447,7 @@ elastic_rebuild:
     if (o.model.lora_rank > 0)
         printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank, gpt_lora_alpha(&o.model),
                (double)gpt_n_lora_params(&o.model) / 1e6);
-    if (o.model.window > 0 && o.model.window < o.model.ctx)
-        printf("gpt: sliding-window attention: each token sees itself and the %d before it\n", o.model.window - 1);
+    if (gpt_window(&o.model)) printf("gpt: sliding-window attention: each token sees itself and the %d before it\n", gpt_window(&o.model) - 1);
     if (o.model.untied_head || gpt_norm_eps(&o.model) != 1e-5f || (o.model.arch != GPT_ARCH_LLAMA && gpt_ffn(&o.model) != 4LL * o.model.width))
         printf("gpt: %s head, norm epsilon %g, ffn %lld\n", o.model.untied_head ? "an untied" : "a tied", gpt_norm_eps(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",

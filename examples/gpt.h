@@ -253,8 +253,10 @@ static inline pdde_tensor *gpt_linear_nobias(pdde_graph *g, const gpt_config *c,
     return gpt_lora(g, c, prefix, x, pdde_matmul(g, x, gpt_weight(g, c, name, 2, (int64_t[]){in, out}, std), 0, 0), in, out);
 }
 
+/* The attention window in effect: cfg.window where it is shorter than the context, else 0 (none) */
+static inline int gpt_window(const gpt_config *c) { return c->window > 0 && c->window < c->ctx ? c->window : 0; }
 /* Whether the attention takes each token's first key (the input "starts"): documents kept apart, or a window */
-static inline int gpt_attends_from_starts(const gpt_config *c) { return c->doc_mask || (c->window > 0 && c->window < c->ctx); }
+static inline int gpt_attends_from_starts(const gpt_config *c) { return c->doc_mask || gpt_window(c); }
 
 /* Causal attention of q, k, v [B, H, T, D]: fused, or the reference's unfused form; from each token's first key (the
  * input "starts") under cfg.doc_mask or cfg.window */

@@ -400,7 +400,7 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     if (c->moe_experts > 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)", dir);
     if (c->qkv_bias && c->qk_norm)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: biases on q, k and v (Qwen2's) with q and k norms (Qwen3's): no Hugging Face class has both", dir);
-    int window = c->window > 0 && c->window < c->ctx ? c->window : 0; /* (Mistral's sliding_window; Qwen's on every layer) */
+    int window = gpt_window(c); /* (Mistral's sliding_window; Qwen's on every layer) */
     if (window && !llama) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: an attention window of %d: GPT-2's class has none", dir, window);
     char name[64];
     if (gpt_partial(s, g, name, sizeof name))

@@ -27,7 +27,7 @@ refused_each gpt "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 <<'BAD'
 --batch 0|--batch must be >= 1, got 0
 --layers 0|--layers must be >= 1, got 0
 --ctx 1|--ctx must be >= 2
---window -1|--window must be >= 1 (or 0: the whole context), got -1
+--window -1|--window wants a non-negative integer, got '-1'
 --vocab 100|--vocab must be >= 256
 --micro 3|--dp 1 x --micro 3 = 3 must divide --batch 8
 --pp 5|--pp 5: at most --layers + 2 = 4 pipeline stages
