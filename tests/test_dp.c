@@ -5,7 +5,8 @@
  * gradient is final), with ZeRO-1 (the update on this rank's shard of the optimizer state), with two
  * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), on a
  * device, and with uneven shares (3:1, 1:3 with two micro-batches each, and 3:1 under ZeRO-1: rank r
- * runs its share of the step's micro-batches, and the step is one process's on the whole batch).
+ * runs its share of the step's micro-batches, and the step is one process's on the whole batch), and with
+ * packed documents kept apart (each rank's rows attend inside their own documents).
  * Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer state
  * tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must fall,
  * ZeRO-1 must halve the optimizer state per rank and the reductions must start in backward. Ranks
@@ -48,15 +49,22 @@ typedef struct {
     int at_update;         /* 1: no overlap (overlap_gradients -1): the reductions and their buckets run at the update */
     int pp;                /* pipeline stages (0: 1): RANKS x pp processes, pp innermost */
     int masked;            /* 1: targets ignored (-1) unevenly over the rows, the step's count given (pdde_session_set_loss_tokens) */
+    int docs;              /* 1: packed documents kept apart (cfg.doc_mask: each row's starts, written by gpt_write_batch) */
 } dp_config;
 
+/* The token documents start with under dp_config.docs */
+#define DOC_TOKEN 3
+
 /* The step's global batch; masked: the targets of most of rows 0-2 and half of row 6 ignored, as a prompt's are (each
- * rank and micro-batch then holds another count of targets); returns the count of valid targets */
-static int global_batch(int step, int32_t *x, int32_t *y, int masked) {
+ * rank and micro-batch then holds another count of targets); docs: documents of 1 to 11 tokens, starting where each
+ * row's do not, so every rank's rows hold others; returns the count of valid targets */
+static int global_batch(int step, int32_t *x, int32_t *y, int masked, int docs) {
     int n = cfg.batch * cfg.ctx, valid = 0;
     for (int i = 0; i < n; i++) {
         int row = i / cfg.ctx, col = i % cfg.ctx;
         x[i] = (i * 7 + step * 13 + i / 5) % cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % cfg.vocab;
+        if (docs) /* (each target a function of its token: learnt whatever the positions, which restart at each document) */
+            x[i] = (col * (row + 2) + step) % 11 == 0 ? DOC_TOKEN : x[i] == DOC_TOKEN ? DOC_TOKEN + 1 : x[i], y[i] = (x[i] * 5 + 1) % cfg.vocab;
         if (masked && ((row < 3 && col < 12) || (row == 6 && col % 2))) y[i] = -1;
         valid += y[i] >= 0;
     }
@@ -81,7 +89,9 @@ static pdde_status open_session(pdde_context *ctx, pdde_comm *comm, const dp_con
     /* the last device: not the CPU when there is another (on_device 2: rank 1 only, rank 0 on the CPU) */
     if (dc->on_device == 1 || (dc->on_device == 2 && comm && pdde_comm_rank(comm) == 1)) sp.device = pdde_device_count(ctx) - 1;
     if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
-    pdde_status st = gpt_build_plan(*g, &cfg, plan, &op, m);
+    gpt_config c = cfg;
+    c.doc_mask = dc->docs, c.doc_token = DOC_TOKEN;
+    pdde_status st = gpt_build_plan(*g, &c, plan, &op, m);
     return st ? st : pdde_session_init(*g, &sp, s);
 }
 
@@ -103,11 +113,11 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     int32_t x[8 * 16], y[8 * 16];
     size_t rows = (size_t)cfg.batch / (size_t)micro * cfg.ctx, bytes = rows * sizeof *x;
     for (int step = 0; step < STEPS; step++) {
-        int valid = global_batch(step, x, y, dc->masked);
+        int valid = global_batch(step, x, y, dc->masked, dc->docs);
         if (dc->masked && pdde_session_set_loss_tokens(s, valid)) FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         double loss = 0;
-        if (plan.shares) { /* this rank's share of the step's micro-batches, then the step */
-            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm) / plan.pp, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+        if (plan.shares || dc->docs) { /* this rank's share of the step's micro-batches (and their starts), then the step */
+            if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) / plan.pp : 0, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
                 FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
             out->losses[step] = pdde_session_loss(s);
             continue;
@@ -151,7 +161,7 @@ static void lose_a_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     out->st = open_session(ctx, comm, arg, &g, &m, &plan, &s);
     for (int step = 0; step < 200 && !out->st; step++) {
         if (step == 3 && pdde_comm_rank(comm) == 1) raise(SIGKILL);
-        global_batch(step, x, y, 0);
+        global_batch(step, x, y, 0, 0);
         out->st = gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y);
         t0 = test_now();
         if (!out->st) out->st = pdde_session_run(s, PDDE_RUN_STEP);
@@ -231,18 +241,18 @@ int main(void) {
     g_server = srv;
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0, 0, {0}, 0, 0, 0},
-        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}, 0, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0, 0, {0}, 0, 0, 0},
-        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}, 0, 0, 0},
-        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}, 0, 0, 0},  /* one collective per gradient */
-        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 0, 0, 0},   /* small buckets: several, with gradients between them alone */
-        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 0, 0, 0},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 0, 0, 0},
-        {"dp2_mixed", 0, 1, 0, 2, 0, 0, {0}, 0, 0, 0},     /* a CPU rank and a device rank: the same collectives (no buckets, none early) */
+        {"dp2", 0, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 0},
+        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}, 0, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}, 0, 0, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 0},
+        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}, 0, 0, 0, 0},
+        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}, 0, 0, 0, 0},  /* one collective per gradient */
+        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 0, 0, 0, 0},   /* small buckets: several, with gradients between them alone */
+        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 0, 0, 0, 0},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 0, 0, 0, 0},
+        {"dp2_mixed", 0, 1, 0, 2, 0, 0, {0}, 0, 0, 0, 0},     /* a CPU rank and a device rank: the same collectives (no buckets, none early) */
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 0, 0, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 0};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 10 : 7;
     for (int i = n_configs; i < 10; i++)
@@ -260,7 +270,7 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 0};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 0, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 0, 0};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
@@ -269,13 +279,13 @@ int main(void) {
     /* uneven shares: each micro-batch weighs the same whatever rank runs it (gradient scale-sensitive
      * too: a rank's share weighted as a whole rank's, or the update's scale 1 / micro, shows) */
     static const dp_config uneven[] = {
-        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 0, 0},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
-        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 0, 0, 0},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
-        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 0, 0, 0},     /* ZeRO-1: the shard updates take the same scale */
-        {"shares_zero2", 2, 1, 0, 0, 1, 0, {3, 1}, 0, 1, 0},     /* ZeRO-2: rank 1 reduce-scatters zeros in its missing micro-batches */
-        {"shares_zero3", 3, 2, 0, 0, 1, 0, {1, 3}, 0, 1, 0},     /* ZeRO-3: ... and gathers the parameters it does not use */
-        {"shares_pp2", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 2, 0},    /* 4 ranks: each dp index's two stages run its share under 1F1B */
-        {"shares_pp2_mb2", 0, 2, 0, 0, 1, 0, {3, 1}, 0, 2, 0},
+        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 0, 0, 0},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
+        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 0, 0, 0, 0},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
+        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 0, 0, 0, 0},     /* ZeRO-1: the shard updates take the same scale */
+        {"shares_zero2", 2, 1, 0, 0, 1, 0, {3, 1}, 0, 1, 0, 0},     /* ZeRO-2: rank 1 reduce-scatters zeros in its missing micro-batches */
+        {"shares_zero3", 3, 2, 0, 0, 1, 0, {1, 3}, 0, 1, 0, 0},     /* ZeRO-3: ... and gathers the parameters it does not use */
+        {"shares_pp2", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 2, 0, 0},    /* 4 ranks: each dp index's two stages run its share under 1F1B */
+        {"shares_pp2_mb2", 0, 2, 0, 0, 1, 0, {3, 1}, 0, 2, 0, 0},
     };
     for (size_t i = 0; i < sizeof uneven / sizeof uneven[0]; i++) {
         run_result ures = {0};
@@ -286,13 +296,13 @@ int main(void) {
      * that count over the step's parts, so each run is one process's mean over the valid targets (without the
      * count each part's own mean would weigh the same: other losses and gradients) */
     static const dp_config masked[] = {
-        {"masked_dp2", 0, 1, 0, 0, 1, 0, {0}, 0, 0, 1},
-        {"masked_micro", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 1},        /* 4 parts: 2 micro-batches on each of 2 ranks */
-        {"masked_calls", 0, 2, 1, 0, 1, 0, {0}, 0, 0, 1},        /* one call per micro-batch */
-        {"masked_shares", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 0, 1},    /* uneven shares: 3 micro-batches on rank 0, 1 on rank 1 */
-        {"masked_device", 0, 2, 0, 1, 1, 0, {0}, 0, 0, 1},       /* on the device: its kernels take the divisor too */
+        {"masked_dp2", 0, 1, 0, 0, 1, 0, {0}, 0, 0, 1, 0},
+        {"masked_micro", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 1, 0},        /* 4 parts: 2 micro-batches on each of 2 ranks */
+        {"masked_calls", 0, 2, 1, 0, 1, 0, {0}, 0, 0, 1, 0},        /* one call per micro-batch */
+        {"masked_shares", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 0, 1, 0},    /* uneven shares: 3 micro-batches on rank 0, 1 on rank 1 */
+        {"masked_device", 0, 2, 0, 1, 1, 0, {0}, 0, 0, 1, 0},       /* on the device: its kernels take the divisor too */
     };
-    const dp_config masked_ref = {"ref_masked", 0, 1, 0, 0, 1, 0, {0}, 0, 0, 1}, masked_micro_ref = {"ref_masked_micro", 0, 4, 0, 0, 1, 0, {0}, 0, 0, 1};
+    const dp_config masked_ref = {"ref_masked", 0, 1, 0, 0, 1, 0, {0}, 0, 0, 1, 0}, masked_micro_ref = {"ref_masked_micro", 0, 4, 0, 0, 1, 0, {0}, 0, 0, 1, 0};
     run_result mref = {0}, mmref = {0};
     train(ctx, NULL, &masked_ref, &mref);
     train(ctx, NULL, &masked_micro_ref, &mmref); /* (one process, 4 micro-batches: the same as a whole batch) */
@@ -307,16 +317,34 @@ int main(void) {
         run_ranks(addr, &masked[i], &mres);
         compare(masked[i].name, masked_ref.name, &mref, &mres);
     }
+    /* packed documents kept apart: each rank's rows attend inside their own documents (the starts split with the batch) */
+    static const dp_config docs[] = {
+        {"docs_micro", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 0, 1},  /* 2 micro-batches on each of 2 ranks */
+        {"docs_device", 0, 2, 0, 1, 1, 0, {0}, 0, 0, 0, 1}, /* on the device: its attention kernels take the starts */
+    };
+    const dp_config docs_ref = {"ref_docs", 0, 1, 0, 0, 1, 0, {0}, 0, 0, 0, 1};
+    run_result dref = {0};
+    train(ctx, NULL, &docs_ref, &dref);
+    CHECK(dref.ok, "documents' reference: %s", dref.error);
+    for (size_t i = 0; i < sizeof docs / sizeof *docs && dref.ok; i++) {
+        run_result dres = {0};
+        if (docs[i].on_device && !has_device) {
+            test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", docs[i].name);
+            continue;
+        }
+        run_ranks(addr, &docs[i], &dres);
+        compare(docs[i].name, docs_ref.name, &dref, &dres);
+    }
     /* gradient buckets at the update too (no overlap), ZeRO-1 and -2 without buckets and in buckets of
      * 512 bytes (many), the same numbers as one process */
     static const dp_config bucketed[] = {
-        {"dp2_late", 0, 1, 0, 0, 0, 0, {0}, 1, 0, 0},             /* one allreduce bucket at the update */
-        {"dp2_late_512", 0, 1, 0, 0, 0, 512, {0}, 1, 0, 0},
-        {"zero1_unbucketed", 1, 1, 0, 0, 0, -1, {0}, 0, 0, 0},
-        {"zero1_512", 1, 1, 0, 0, 0, 512, {0}, 0, 0, 0},
-        {"zero1_late", 1, 1, 0, 0, 0, 0, {0}, 1, 0, 0},
-        {"zero2", 2, 1, 0, 0, 0, 0, {0}, 0, 0, 0},
-        {"zero2_unbucketed", 2, 1, 0, 0, 0, -1, {0}, 0, 0, 0},
+        {"dp2_late", 0, 1, 0, 0, 0, 0, {0}, 1, 0, 0, 0},             /* one allreduce bucket at the update */
+        {"dp2_late_512", 0, 1, 0, 0, 0, 512, {0}, 1, 0, 0, 0},
+        {"zero1_unbucketed", 1, 1, 0, 0, 0, -1, {0}, 0, 0, 0, 0},
+        {"zero1_512", 1, 1, 0, 0, 0, 512, {0}, 0, 0, 0, 0},
+        {"zero1_late", 1, 1, 0, 0, 0, 0, {0}, 1, 0, 0, 0},
+        {"zero2", 2, 1, 0, 0, 0, 0, {0}, 0, 0, 0, 0},
+        {"zero2_unbucketed", 2, 1, 0, 0, 0, -1, {0}, 0, 0, 0, 0},
     };
     enum { N_BUCKETED = sizeof bucketed / sizeof *bucketed };
     run_result bres[N_BUCKETED];
@@ -348,7 +376,7 @@ int main(void) {
         test_ckpt_compare(what, path, ref_path, 0, 0);
     }
     for (int late = 0; late < 2; late++) {
-        const dp_config killed = {late ? "dp2_lost_late" : "dp2_lost", 0, 1, 0, 0, 0, 0, {0}, late, 0, 0};
+        const dp_config killed = {late ? "dp2_lost_late" : "dp2_lost", 0, 1, 0, 0, 0, 0, {0}, late, 0, 0, 0};
         lost_result lost[RANKS];
         memset(lost, 0, sizeof lost);
         test_ranks_params tl = {.addr = addr, .prefix = killed.name, .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
@@ -365,11 +393,11 @@ int main(void) {
      * killed mid-run fails the other in its bucket within the peer timeout */
     if (has_device) {
         static const dp_config dev[] = {
-            {"dev_unbucketed", 0, 1, 0, 1, 0, -1, {0}, 0, 0, 0},
-            {"dev_buckets", 0, 1, 0, 1, 0, 4096, {0}, 0, 0, 0}, /* 9 gradients alone (a bucket each), 19 in 2 buckets */
-            {"dev_late", 0, 1, 0, 1, 0, 0, {0}, 1, 0, 0},
-            {"dev_zero1_unbucketed", 1, 1, 0, 1, 0, -1, {0}, 0, 0, 0},
-            {"dev_zero1_512", 1, 1, 0, 1, 0, 512, {0}, 0, 0, 0},
+            {"dev_unbucketed", 0, 1, 0, 1, 0, -1, {0}, 0, 0, 0, 0},
+            {"dev_buckets", 0, 1, 0, 1, 0, 4096, {0}, 0, 0, 0, 0}, /* 9 gradients alone (a bucket each), 19 in 2 buckets */
+            {"dev_late", 0, 1, 0, 1, 0, 0, {0}, 1, 0, 0, 0},
+            {"dev_zero1_unbucketed", 1, 1, 0, 1, 0, -1, {0}, 0, 0, 0, 0},
+            {"dev_zero1_512", 1, 1, 0, 1, 0, 512, {0}, 0, 0, 0, 0},
         };
         enum { N_DEV = sizeof dev / sizeof *dev };
         run_result dres[N_DEV];
@@ -387,7 +415,7 @@ int main(void) {
               "bucket copies on the device's copy stream: %d unbucketed, %d, %d, %d bucketed; want 0, then some", dres[0].stream_copies,
               dres[1].stream_copies, dres[2].stream_copies, dres[4].stream_copies);
         for (int late = 0; late < 2; late++) {
-            const dp_config killed = {late ? "dev_lost_late" : "dev_lost", 0, 1, 0, 1, 0, 0, {0}, late, 0, 0};
+            const dp_config killed = {late ? "dev_lost_late" : "dev_lost", 0, 1, 0, 1, 0, 0, {0}, late, 0, 0, 0};
             lost_result lost[RANKS];
             memset(lost, 0, sizeof lost);
             test_ranks_params tl = {.addr = addr, .prefix = killed.name, .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1, .killed_ok = 1u << 1,
