@@ -589,7 +589,7 @@ ok=$?
 check "the instruction-tuned model answers the prompt and stops at the end token ($(grep -aA1 -- "^---- sample" "$tmp/sft6.log" | tail -1); rc $rc7)" $ok
 # --doc-mask: packed documents kept apart (attention inside each, GPT-2's positions restarting at each start
 # token): short records, several a window, train otherwise than without it, and --dp 2, --tp 2 and --micro 2
-# (and --pp 2, the OpenCL device) give the one process's validation losses (the mask split with the batch, broadcast over the heads); LLaMA's
+# (and --pp 2, the OpenCL device) give the one process's validation losses (the starts split with the batch, whole over the heads); LLaMA's
 # too (hf_llama: --doc-token, "?" its byte token 35, as its template puts no start token); without a start
 # token it is refused
 python3 -c 'import json; [print(json.dumps({"text": "the cat sat on the mat " * (i % 3) + "?%d" % i})) for i in range(200)]' >"$tmp/docs.jsonl"
