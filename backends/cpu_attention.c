@@ -10,6 +10,9 @@
  * 3hD, k and v D and 2D after q), y and dy [B, T, H*D] (row stride HD) with the logsumexp [BH, T] after
  * y, and dqkv in qkv's layout: the tile GEMMs take the row strides as their leading dimensions.
  *
+ * Documents (pdde_attention_docs): query i of batch row b sees keys attention_lo(i) .. i only; the tiles
+ * mask the keys before it, and a tile no row of which sees a key is never computed.
+ *
  * Mixed precision: q, k, v may be bf16 or f16 (all three alike). Row statistics, the softmax and every
  * accumulation stay f32. bf16 runs oneDNN's bf16 GEMM on the tiles, as flash attention does on a GPU:
  * the probabilities (and dS, dO) are rounded to bf16 to be its operands. Where that GEMM is missing,
@@ -91,6 +94,8 @@ typedef struct {
     pdde_dtype dt, gemm_dt;  /* q, k, v's; the tile GEMMs' operands' (f32, or bf16 for bf16 inputs) */
     int64_t BH, T, D, n_qtiles;
     int64_t H;               /* packed: heads a batch row (0: q, k, v [BH, T, D] apart) */
+    int64_t heads;           /* heads a batch row, in either layout */
+    const int32_t *starts;   /* [B, T]: each query's first key (pdde_attention_docs), or NULL: key 0 */
     float scale;
     int oom;                 /* a task could not allocate its scratch */
     int gemm_failed;         /* a tile GEMM returned an error */
@@ -111,6 +116,13 @@ static int64_t attention_y_head(const attention_job *j, int64_t bh) {
 static int64_t attention_ld_y(const attention_job *j) { return j->H ? j->H * j->D : j->D + 1; }
 static float *attention_lse(const attention_job *j, float *y, int64_t bh, int64_t i) {
     return j->H ? y + j->BH * j->T * j->D + bh * j->T + i : y + attention_y_head(j, bh) + i * (j->D + 1) + j->D;
+}
+
+/* The first key query i of head bh sees */
+static int64_t attention_lo(const attention_job *j, int64_t bh, int64_t i) {
+    if (!j->starts) return 0;
+    int64_t lo = j->starts[bh / j->heads * j->T + i];
+    return lo < 0 ? 0 : lo > i ? i : lo;
 }
 
 /* A task's scratch: f32 and 2-byte pieces carved from one allocation, each 64-byte aligned. */
@@ -161,10 +173,12 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
     bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
     attention_scratch sc = {0};
     float *S = NULL, *w = NULL;
+    int64_t *lo = NULL; /* each row's first key */
     uint16_t *Slowp = NULL;
     for (int pass = 0; pass < 2; pass++) { /* the size (no base yet), then the pieces */
         if (pass && !(sc = (attention_scratch){.base = malloc(sc.used)}).base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
         S = attention_carve(&sc, ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR, sizeof(float));
+        lo = attention_carve(&sc, ATT_BR, sizeof(int64_t));
         Slowp = attention_carve(&sc, lowp ? ATT_BR * ATT_BC : 0, sizeof(uint16_t));
         w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
     }
@@ -179,20 +193,26 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
         int64_t ld = attention_operands(j, bh, rows, wide, op);
         pdde_dtype gd = j->gemm_dt;
         const void *q = attention_at(op[0], gd, i0 * ld), *k = op[1], *v = op[2];
-        for (int64_t r = 0; r < br; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
+        int64_t first = i0; /* the first key a row of the tile sees */
+        for (int64_t r = 0; r < br; r++) {
+            mx[r] = -INFINITY, sum[r] = 0.0f, lo[r] = attention_lo(j, bh, i0 + r);
+            if (lo[r] < first) first = lo[r];
+        }
         memset(acc, 0, sizeof(float) * (size_t)(br * D));
-        for (int64_t j0 = 0; j0 < i0 + br && !failed; j0 += ATT_BC) { /* keys up to the tile's last row */
+        for (int64_t j0 = first / ATT_BC * ATT_BC; j0 < i0 + br && !failed; j0 += ATT_BC) { /* keys up to the tile's last row */
             int64_t bc = i0 + br - j0 < ATT_BC ? i0 + br - j0 : ATT_BC;
             failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, q, ld, attention_at(k, gd, j0 * ld), ld, 0.0f, S, bc);
             for (int64_t r = 0; r < br; r++) {
                 float *s = S + r * bc;
-                int64_t valid = i0 + r - j0 + 1; /* row i sees keys 0..i */
+                int64_t valid = i0 + r - j0 + 1, c0 = lo[r] - j0; /* row i sees keys lo..i: columns c0..valid-1 */
                 if (valid > bc) valid = bc;
-                if (valid <= 0) { memset(s, 0, sizeof(float) * (size_t)bc); continue; }
+                if (c0 < 0) c0 = 0;
+                if (valid <= c0) { memset(s, 0, sizeof(float) * (size_t)bc); continue; }
                 float m = mx[r];
-                for (int64_t c = 0; c < valid; c++) s[c] *= j->scale, m = s[c] > m ? s[c] : m;
+                for (int64_t c = c0; c < valid; c++) s[c] *= j->scale, m = s[c] > m ? s[c] : m;
                 float alpha = exp_fast(mx[r] - m), l = 0.0f; /* rescales what earlier tiles summed */
-                for (int64_t c = 0; c < valid; c++) l += (s[c] = exp_fast(s[c] - m));
+                for (int64_t c = c0; c < valid; c++) l += (s[c] = exp_fast(s[c] - m));
+                for (int64_t c = 0; c < c0; c++) s[c] = 0.0f;
                 for (int64_t c = valid; c < bc; c++) s[c] = 0.0f;
                 sum[r] = sum[r] * alpha + l, mx[r] = m;
                 if (alpha != 1.0f)
@@ -222,10 +242,12 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
     bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
     attention_scratch sc = {0};
     float *P = NULL, *w = NULL;
+    int64_t *lo = NULL; /* each query's first key, then each query tile's least */
     uint16_t *Plowp = NULL;
     for (int pass = 0; pass < 2; pass++) { /* the size (no base yet), then the pieces */
         if (pass && !(sc = (attention_scratch){.base = malloc(sc.used)}).base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
         P = attention_carve(&sc, 2 * ATT_BR * ATT_BC + T, sizeof(float));
+        lo = attention_carve(&sc, T + j->n_qtiles, sizeof(int64_t));
         Plowp = attention_carve(&sc, lowp ? 2 * ATT_BR * ATT_BC + T * D : 0, sizeof(uint16_t));
         w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
     }
@@ -258,19 +280,25 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
             for (int64_t d = 0; d < D; d++) s += (lowp ? pdde_bf16_to_f32(dOlowp[i * D + d]) : dy[i * Dy + d]) * y[i * Dy + d];
             rowdot[i] = s;
         }
+        int64_t *tile_lo = lo + T;
+        for (int64_t i = 0; i < T; i++) {
+            lo[i] = attention_lo(j, bh, i);
+            if (i % ATT_BR == 0 || lo[i] < tile_lo[i / ATT_BR]) tile_lo[i / ATT_BR] = lo[i];
+        }
         for (int64_t j0 = 0; j0 < T; j0 += ATT_BC) {
             int64_t bc = T - j0 < ATT_BC ? T - j0 : ATT_BC;
             for (int64_t i0 = j0 / ATT_BR * ATT_BR; i0 < T && !failed; i0 += ATT_BR) { /* rows i >= j0 */
                 int64_t br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
+                if (tile_lo[i0 / ATT_BR] >= j0 + bc) continue; /* no row of the tile sees these keys */
                 const void *qi = attention_at(q, gd, i0 * ld), *kj = attention_at(k, gd, j0 * ld), *doi = attention_at(dO, gd, i0 * ldo);
                 failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, qi, ld, kj, ld, 0.0f, P, bc);
                 failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, doi, ldo, attention_at(v, gd, j0 * ld), ld, 0.0f, dP, bc);
                 for (int64_t r = 0; r < br; r++) {
-                    int64_t i = i0 + r, valid = i - j0 + 1;
+                    int64_t i = i0 + r, valid = i - j0 + 1, c0 = lo[i] - j0; /* row i sees columns c0..valid-1 */
                     if (valid > bc) valid = bc;
                     float lse = *attention_lse(j, (float *)j->y, bh, i), *p = P + r * bc, *dp = dP + r * bc;
                     for (int64_t c = 0; c < bc; c++) {
-                        float pc = c < valid ? exp_fast(p[c] * j->scale - lse) : 0.0f;
+                        float pc = c >= c0 && c < valid ? exp_fast(p[c] * j->scale - lse) : 0.0f;
                         p[c] = pc;
                         dp[c] = pc * (dp[c] - rowdot[i]);
                     }
@@ -298,7 +326,9 @@ static pdde_status cpu_attention(pdde_context *ctx, pdde_threadpool *pool, pdde_
     attention_job j = {.q = qb, .k = packed ? (const void *)(qb + D * es) : (const void *)F32(t->src[1]),
                        .v = packed ? (const void *)(qb + 2 * D * es) : (const void *)F32(t->src[2]), .out = F32(t), .dt = q->dtype,
                        .gemm_dt = PDDE_F32, .scale = pdde_op_f32(t, PDDE_P_ATTENTION_SCALE)};
-    j.BH = B * H, j.T = T, j.D = D, j.H = packed ? H : 0;
+    j.BH = B * H, j.T = T, j.D = D, j.H = packed ? H : 0, j.heads = H;
+    const pdde_tensor *starts = pdde_attention_starts(t);
+    j.starts = starts ? I32(starts) : NULL;
     j.n_qtiles = (j.T + ATT_BR - 1) / ATT_BR;
     if (j.BH * j.T == 0) return PDDE_OK;
     if (j.dt == PDDE_BF16) {

@@ -366,10 +366,6 @@ static bool attention_inputs_ok(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, p
     return true;
 }
 
-/* The fused op writes [B,H,T,D+1] f32 (the output and each row's logsumexp, which its backward reads);
- * the caller gets the output columns. Under a compute dtype q, k, v are converted as a matmul's
- * operands are (torch.autocast runs attention in bf16 too): its GEMMs read the 2-byte copies, and the
- * backward keeps those instead of the f32 originals. Statistics, softmax and the output stay f32. */
 /* A document-masked attention's starts: NULL (plain causal attention), or i32 [B, T] of its q */
 static bool attention_starts_ok(pdde_graph *g, const pdde_tensor *starts, int64_t B, int64_t T) {
     if (!starts) return true;
@@ -379,6 +375,10 @@ static bool attention_starts_ok(pdde_graph *g, const pdde_tensor *starts, int64_
     return true;
 }
 
+/* The fused op writes [B,H,T,D+1] f32 (the output and each row's logsumexp, which its backward reads);
+ * the caller gets the output columns. Under a compute dtype q, k, v are converted as a matmul's
+ * operands are (torch.autocast runs attention in bf16 too): its GEMMs read the 2-byte copies, and the
+ * backward keeps those instead of the f32 originals. Statistics, softmax and the output stay f32. */
 static pdde_tensor *attention_apart(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v, pdde_tensor *starts) {
     if (g && g->status == PDDE_OK && q && k && v) q = autocast(g, q), k = autocast(g, k), v = autocast(g, v);
     if (!attention_inputs_ok(g, q, k, v) || !attention_starts_ok(g, starts, q->shape[0], q->shape[2])) return NULL;

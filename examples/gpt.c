@@ -101,7 +101,9 @@ static void usage(FILE *f) {
             "                              q and k before RoPE: Qwen3's)\n"
             "           [--doc-mask [--doc-token ID]]   (packed documents kept apart: attention inside each document of a window,\n"
             "                              GPT's positions restarting at each; a document starts at the tokenizer.json's start token, or\n"
-            "                              ID; the unfused attention, T x T scores a row)\n"
+            "                              ID)\n"
+            "           [--window W]       (sliding-window attention: each token attends to itself and the W - 1 before it, as\n"
+            "                              Mistral's sliding_window; 0, the default: the whole context)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
             "                              blocks, scaled by A / R (default A = R), the pretrained weights frozen; --save-hf and\n"
             "                              --save-llmc write the weights merged, --save-peft DIR the adapters alone as PEFT does)\n"
@@ -234,12 +236,12 @@ static char *hf_dir(const char *path) {
  * value is refused naming both */
 static int adopt_model(int argc, char **argv, options *o, const gpt_config *file) {
     static const char *const flag[] = {"--arch", "--layers", "--heads", "--width", "--vocab", "--kv-heads", "--ffn", "--rope-base", "--norm-eps",
-                                       "--head-dim", "--qkv-bias", "--qk-norm", "--untied-head"}; /* (the last three: switches) */
+                                       "--head-dim", "--window", "--qkv-bias", "--qk-norm", "--untied-head"}; /* (the last three: switches) */
     gpt_config *m = &o->model;
     const double mine[] = {m->arch, m->layers, m->heads, m->width, m->vocab, gpt_kv_heads(m), (double)gpt_ffn(m), gpt_rope_base(m), gpt_norm_eps(m),
-                           gpt_head_dim(m), m->qkv_bias, m->qk_norm, m->untied_head};
+                           gpt_head_dim(m), m->window, m->qkv_bias, m->qk_norm, m->untied_head};
     const double theirs[] = {file->arch, file->layers, file->heads, file->width, file->vocab, gpt_kv_heads(file), (double)gpt_ffn(file),
-                             gpt_rope_base(file), gpt_norm_eps(file), gpt_head_dim(file), file->qkv_bias, file->qk_norm, file->untied_head};
+                             gpt_rope_base(file), gpt_norm_eps(file), gpt_head_dim(file), file->window, file->qkv_bias, file->qk_norm, file->untied_head};
     char a[160], b[160];
     rope_scaling_str(m, a), rope_scaling_str(file, b);
     if (flag_given(argc, argv, "--rope-scaling") && strcmp(a, b)) {
@@ -256,7 +258,7 @@ static int adopt_model(int argc, char **argv, options *o, const gpt_config *file
     }
     m->arch = file->arch, m->layers = file->layers, m->heads = file->heads, m->width = file->width, m->vocab = file->vocab;
     m->kv_heads = file->kv_heads, m->ffn = file->ffn, m->rope_base = file->rope_base, m->norm_eps = file->norm_eps, m->untied_head = file->untied_head;
-    m->qkv_bias = file->qkv_bias, m->head_dim = file->head_dim, m->qk_norm = file->qk_norm;
+    m->qkv_bias = file->qkv_bias, m->head_dim = file->head_dim, m->qk_norm = file->qk_norm, m->window = file->window;
     memcpy(m->rope_scaling, file->rope_scaling, sizeof m->rope_scaling);
     return 0;
 }
@@ -311,6 +313,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
         else if (!strcmp(a, "--kv-heads")) iv = &o->model.kv_heads;
         else if (!strcmp(a, "--head-dim")) iv = &o->model.head_dim;
+        else if (!strcmp(a, "--window")) iv = &o->model.window;
         else if (!strcmp(a, "--doc-token")) iv = &o->doc_token;
         else if (!strcmp(a, "--rope-base")) fv = &o->model.rope_base, o->rope_base_given = 1;
         else if (!strcmp(a, "--ffn")) iv = &o->model.ffn;
@@ -932,7 +935,7 @@ static pdde_status sampler_grow(sampler *z, pdde_session *from, pdde_graph *tg, 
     float *buf = NULL;
     for (int i = 0; !st && i < pdde_graph_tensor_count(z->g); i++) {
         pdde_tensor *t = pdde_graph_tensor(z->g, i), *was = pdde_graph_find(tg, t->name);
-        if (!was || t == z->m.ids || t == z->m.targets || t == z->m.doc_mask || t == z->m.positions || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT)))
+        if (!was || t == z->m.ids || t == z->m.targets || t == z->m.starts || t == z->m.positions || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_INPUT)))
             continue;
         size_t whole = pdde_tensor_nbytes(was);
         float *more = realloc(buf, whole);
@@ -1056,15 +1059,15 @@ static int world_too_large(pdde_context *ctx, const options *o) {
 
 /* The model flags that the tensors' shapes do not show, kept beside the checkpoint in --ckpt-dir (the
  * file MODEL_FLAGS_FILE): a resume with other heads, kv heads, rope base or scaling, top-k, capacity,
- * norm epsilon or LoRA alpha would load the tensors silently and train another function. The training
+ * norm epsilon, LoRA alpha or window would load the tensors silently and train another function. The training
  * data (--data and its token count) is kept there too: the checkpoint's data position means nothing in
  * other data. */
 #define MODEL_FLAGS_FILE "gpt-model-flags.txt"
-enum { MODEL_FLAGS = 9 };
+enum { MODEL_FLAGS = 10 };
 /* Each model flag's name and value as --help writes it */
 static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char value[MODEL_FLAGS][160]) {
     static const char *const names[MODEL_FLAGS] = {"--arch", "--heads", "--kv-heads", "--rope-base", "--moe-topk", "--moe-capacity", "--norm-eps",
-                                                   "--rope-scaling", "--lora-alpha"};
+                                                   "--rope-scaling", "--lora-alpha", "--window"};
     int moe = c->moe_experts > 1; /* (without experts the MoE flags change nothing: 0) */
     for (int k = 0; k < MODEL_FLAGS; k++) name[k] = names[k];
     snprintf(value[0], 160, "%s", gpt_arch_name(c->arch));
@@ -1074,6 +1077,7 @@ static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char
     gpt_hf_float(value[6], gpt_norm_eps(c));
     rope_scaling_str(c, value[7]);
     snprintf(value[8], 160, "%.9g", c->lora_rank > 0 ? gpt_lora_alpha(c) : 0.0f);
+    snprintf(value[9], 160, "%d", gpt_window(c));
 }
 
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
@@ -1122,7 +1126,7 @@ static int check_model_flags(const char *dir, const gpt_config *c, int say, cons
     FILE *f = fopen(path, "r");
     if (!f) {
         if (say) printf("gpt: %s has no %s (a checkpoint of an older gpt): --heads, --kv-heads, --rope-base, --rope-scaling, --moe-topk, "
-                        "--moe-capacity, --norm-eps and --lora-alpha are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
+                        "--moe-capacity, --norm-eps, --lora-alpha and --window are taken as given, unchecked\n", dir, MODEL_FLAGS_FILE);
         return 0;
     }
     const char *name[MODEL_FLAGS];
@@ -1443,6 +1447,7 @@ elastic_rebuild:
     if (o.model.lora_rank > 0)
         printf("gpt: LoRA rank %d, alpha %g: %.2fM parameters trained, the pretrained weights frozen\n", o.model.lora_rank, gpt_lora_alpha(&o.model),
                (double)gpt_n_lora_params(&o.model) / 1e6);
+    if (gpt_window(&o.model)) printf("gpt: sliding-window attention: each token sees itself and the %d before it\n", gpt_window(&o.model) - 1);
     if (o.model.untied_head || gpt_norm_eps(&o.model) != 1e-5f || (o.model.arch != GPT_ARCH_LLAMA && gpt_ffn(&o.model) != 4LL * o.model.width))
         printf("gpt: %s head, norm epsilon %g, ffn %lld\n", o.model.untied_head ? "an untied" : "a tied", gpt_norm_eps(&o.model), (long long)gpt_ffn(&o.model));
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d thread%s",

@@ -62,11 +62,13 @@ typedef struct {
      * 1 / sqrt(in)) and <w>.lora_b [r, out] (zeros): x W + (x A) B lora_alpha / r */
     int lora_rank;
     float lora_alpha; /* 0 = lora_rank (a scale of 1) */
-    /* Packed documents kept apart (gpt_doc_inputs): doc_mask 1: a document of a window starts at token doc_token, and
-     * attention stays inside each (an input "doc_mask" [B, 1, T, T] added to the scores, the unfused attention); GPT's
-     * positions restart at each document (an input "positions" [B, T]; RoPE's scores depend on distances only) */
+    /* Packed documents kept apart (gpt_starts_inputs): doc_mask 1: a document of a window starts at token doc_token, and
+     * attention stays inside each; GPT's positions restart at each document (an input "positions" [B, T]; RoPE's
+     * scores depend on distances only) */
     int doc_mask;
     int32_t doc_token;
+    /* Sliding-window attention (Mistral's): window > 0: a token attends to itself and the window - 1 before it */
+    int window;
 } gpt_config;
 
 static inline const char *gpt_arch_name(gpt_arch a) { return a == GPT_ARCH_LLAMA ? "llama" : "gpt"; }
@@ -162,7 +164,8 @@ static inline int gpt_separate_qkv(const char *device) {
 typedef struct {
     gpt_config cfg;
     pdde_tensor *ids, *targets;   /* i32 [B, T] inputs */
-    pdde_tensor *doc_mask, *positions; /* cfg.doc_mask: f32 [B, 1, T, T] and (GPT) i32 [B, T] inputs, from the ids */
+    pdde_tensor *starts;          /* cfg.doc_mask or cfg.window: i32 [B, T], each token's first key (gpt_starts_inputs) */
+    pdde_tensor *positions;       /* cfg.doc_mask (GPT): i32 [B, T], each token's position in its document */
     pdde_tensor *logits;          /* [B*T, V] */
     pdde_tensor *loss;
     pdde_tensor *moe_balance;     /* MoE: the balance loss, averaged over the MoE blocks (NULL without) */
@@ -250,23 +253,27 @@ static inline pdde_tensor *gpt_linear_nobias(pdde_graph *g, const gpt_config *c,
     return gpt_lora(g, c, prefix, x, pdde_matmul(g, x, gpt_weight(g, c, name, 2, (int64_t[]){in, out}, std), 0, 0), in, out);
 }
 
-/* Causal attention of q, k, v [B, H, T, D]: fused, or the reference's unfused form; under cfg.doc_mask the unfused
- * form with the input "doc_mask" added to the scaled scores */
+/* The attention window in effect: cfg.window where it is shorter than the context, else 0 (none) */
+static inline int gpt_window(const gpt_config *c) { return c->window > 0 && c->window < c->ctx ? c->window : 0; }
+/* Whether the attention takes each token's first key (the input "starts"): documents kept apart, or a window */
+static inline int gpt_attends_from_starts(const gpt_config *c) { return c->doc_mask || gpt_window(c); }
+
+/* Causal attention of q, k, v [B, H, T, D]: fused, or the reference's unfused form; from each token's first key (the
+ * input "starts") under cfg.doc_mask or cfg.window */
 static inline pdde_tensor *gpt_attend(pdde_graph *g, const gpt_config *c, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
-    if (!c->doc_mask) return (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, k, v);
-    pdde_tensor *scores = pdde_scale(g, pdde_matmul(g, q, k, 0, 1), 1.0f / sqrtf((float)q->shape[3]));
-    return pdde_matmul(g, pdde_softmax(g, pdde_add(g, scores, pdde_graph_find(g, "doc_mask")), 1), v, 0, 0);
+    if (gpt_attends_from_starts(c)) return pdde_attention_docs(g, q, k, v, pdde_graph_find(g, "starts"));
+    return (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, q, k, v);
 }
 
-/* The doc_mask inputs of `rows` windows of ids x [rows, T] (cfg.doc_mask): mask [rows, T, T] 0 where query t may see key
- * u (u <= t, no doc_token in (u, t]), -inf elsewhere; positions [rows, T] (NULL: none) t less its document's start */
-static inline void gpt_doc_inputs(const gpt_config *c, const int32_t *x, size_t rows, float *mask, int32_t *positions) {
-    size_t T = (size_t)c->ctx;
+/* The inputs the ids x [rows, T] of `rows` windows give: starts [rows, T] each token's first key (where its document
+ * starts: the last doc_token at or before it, else 0; in a window, at most window - 1 before it) and positions [rows, T]
+ * each token's distance from its document's start */
+static inline void gpt_starts_inputs(const gpt_config *c, const int32_t *x, size_t rows, int32_t *starts, int32_t *positions) {
+    size_t T = (size_t)c->ctx, W = c->window > 0 ? (size_t)c->window : T;
     for (size_t r = 0; r < rows; r++)
         for (size_t t = 0, start = 0; t < T; t++) {
-            if (x[r * T + t] == c->doc_token) start = t;
-            for (size_t u = 0; u < T; u++) mask[(r * T + t) * T + u] = u >= start && u <= t ? 0.0f : -INFINITY;
-            if (positions) positions[r * T + t] = (int32_t)(t - start);
+            if (c->doc_mask && x[r * T + t] == c->doc_token) start = t;
+            starts[r * T + t] = (int32_t)(t - start >= W ? t - W + 1 : start), positions[r * T + t] = (int32_t)(t - start);
         }
 }
 
@@ -277,14 +284,14 @@ static inline pdde_tensor *gpt_attention_gpt(pdde_graph *g, const gpt_config *c,
     char p[32];
     snprintf(p, sizeof p, "h%d.attn", l);
     pdde_tensor *qkv = gpt_linear(g, c, p, a, C, 3 * C, 0.02f), *part[3], *y;
-    if (c->unfused_attention || c->separate_qkv || c->doc_mask) {
+    if (c->unfused_attention || c->separate_qkv) {
         pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
         for (int i = 0; i < 3; i++)
             part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
         y = gpt_attend(g, c, part[0], part[1], part[2]); /* [B, H, T, D] */
         y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
-    } else {
-        y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
+    } else { /* [B, T, C]: q, k, v read in place, no slices or permutes */
+        y = gpt_attends_from_starts(c) ? pdde_attention_qkv_docs(g, qkv, (int)H, pdde_graph_find(g, "starts")) : pdde_attention_qkv(g, qkv, (int)H);
     }
     snprintf(p, sizeof p, "h%d.proj", l);
     return gpt_linear(g, c, p, y, C, C, proj_std);
@@ -374,6 +381,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: norm epsilon %g: 0 (1e-5) or a number in (0, 1] expected", c->norm_eps);
     if (c->doc_mask && (c->doc_token < 0 || c->doc_token >= c->vocab))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: the documents' start token %d is no token of the vocabulary of %d", c->doc_token, c->vocab);
+    if (c->window < 0) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: attention window %d: 0 (the whole context) or more expected", c->window);
+    if (gpt_attends_from_starts(c) && c->unfused_attention)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "gpt: documents kept apart and attention windows take the fused attention, not the unfused one");
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     int n_moe = 0;
@@ -383,7 +393,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
-    if (c->doc_mask) m->doc_mask = pdde_input(g, "doc_mask", PDDE_F32, 4, (int64_t[]){B, 1, T, T});
+    if (gpt_attends_from_starts(c)) m->starts = pdde_input(g, "starts", PDDE_I32, 2, (int64_t[]){B, T});
     if (c->doc_mask && !llama) m->positions = pdde_input(g, "positions", PDDE_I32, 2, (int64_t[]){B, T});
     pdde_tensor *wte = gpt_weight(g, c, "wte", 2, (int64_t[]){V, C}, 0.02f);
     pdde_tensor *wpe = llama ? NULL : gpt_weight(g, c, "wpe", 2, (int64_t[]){T, C}, 0.02f);
@@ -565,19 +575,18 @@ static inline int gpt_plan_units(const gpt_plan *p) {
 }
 
 /* Writes micro-batch i of model m from x (and y, may be NULL) [rows, ctx], the graph's rows: the ids, the targets and
- * under cfg.doc_mask the inputs the ids give (gpt_doc_inputs) */
+ * the inputs the ids give (gpt_starts_inputs) */
 static inline pdde_status gpt_write_micro(pdde_session *s, const gpt_model *m, int i, const int32_t *x, const int32_t *y, size_t rows) {
     size_t n = rows * (size_t)m->cfg.ctx;
     pdde_status st = pdde_session_write_micro(s, m->ids, i, x, n * sizeof *x);
     if (!st && y) st = pdde_session_write_micro(s, m->targets, i, y, n * sizeof *y);
-    if (st || !m->doc_mask) return st;
-    float *mask = (float *)malloc(n * (size_t)m->cfg.ctx * sizeof *mask);
-    int32_t *positions = (int32_t *)malloc(n * sizeof *positions);
-    st = mask && positions ? PDDE_OK : PDDE_ERR_OOM;
-    if (!st) gpt_doc_inputs(&m->cfg, x, rows, mask, positions);
-    if (!st) st = pdde_session_write_micro(s, m->doc_mask, i, mask, n * (size_t)m->cfg.ctx * sizeof *mask);
+    if (st || !m->starts) return st;
+    int32_t *starts = (int32_t *)malloc(2 * n * sizeof *starts), *positions = starts ? starts + n : NULL;
+    st = starts ? PDDE_OK : PDDE_ERR_OOM;
+    if (!st) gpt_starts_inputs(&m->cfg, x, rows, starts, positions);
+    if (!st) st = pdde_session_write_micro(s, m->starts, i, starts, n * sizeof *starts);
     if (!st && m->positions) st = pdde_session_write_micro(s, m->positions, i, positions, n * sizeof *positions);
-    free(mask), free(positions);
+    free(starts);
     return st;
 }
 

@@ -40,13 +40,14 @@ typedef struct {
 } gpt_hf_fields;
 
 enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS,
-       HF_WINDOW, HF_USE_WINDOW, HF_N };
+       HF_WINDOW, HF_USE_WINDOW, HF_WINDOW_LAYERS, HF_N };
 /* each field under GPT-2's name and LLaMA's */
 static const char *const gpt_hf_names[HF_N][2] = {
     {"vocab_size", "vocab_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"}, {"", "num_key_value_heads"},
     {"n_embd", "hidden_size"}, {"n_inner", "intermediate_size"}, {"n_positions", "max_position_embeddings"}, {"", "head_dim"},
     {"layer_norm_epsilon", "rms_norm_eps"}, {"", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
-    {"", "attention_bias"}, {"", "mlp_bias"}, {"", "sliding_window"}, {"", "use_sliding_window"}};
+    {"", "attention_bias"}, {"", "mlp_bias"}, {"", "sliding_window"}, {"", "use_sliding_window"},
+    {"", "max_window_layers"}};
 
 static inline int gpt_hf_field(void *user, const json_value *v) {
     gpt_hf_fields *f = user;
@@ -83,16 +84,21 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     for (int i = 0; i < HF_N; i++) f.num[i] = -1; /* (not given) */
     for (int i = 0; i < 4; i++) f.scaling[i] = -1;
     if (json_scan_file(path, 1 << 24, gpt_hf_field, &f, why, why_size)) return st_prefix(why, why_size, dir, "/config.json"), -1;
-    /* (Mistral's: LLaMA's layers, attention in a window; Qwen2's: LLaMA's with biases on q, k and v, a window only if it says so;
-     * Qwen3's: Qwen2's window, no biases, q and k normed per head) */
-    int qwen2 = !strcmp(f.model_type, "qwen2"), qwen3 = !strcmp(f.model_type, "qwen3");
-    int llama = !strcmp(f.model_type, "llama") || !strcmp(f.model_type, "mistral") || qwen2 || qwen3;
+    /* (Mistral's: LLaMA's layers, attention in a window; Qwen2's: LLaMA's with biases on q, k and v, a window only if it says so,
+     * on the layers from max_window_layers on; Qwen3's: Qwen2's window, no biases, q and k normed per head) */
+    int qwen2 = !strcmp(f.model_type, "qwen2"), qwen3 = !strcmp(f.model_type, "qwen3"), mistral = !strcmp(f.model_type, "mistral");
+    int llama = !strcmp(f.model_type, "llama") || mistral || qwen2 || qwen3;
     if (!llama && strcmp(f.model_type, "gpt2"))
         return snprintf(why, why_size, "%s/config.json: model_type \"%s\" (%s): gpt builds \"gpt2\" (GPT2LMHeadModel), \"llama\" (LlamaForCausalLM), "
                         "\"mistral\", \"qwen2\" and \"qwen3\"", dir, f.model_type, f.architecture[0] ? f.architecture : "no architectures"), -1;
-    if (llama && f.num[HF_WINDOW] >= 0 && f.num[HF_WINDOW] < c->ctx && (!(qwen2 || qwen3) || f.num[HF_USE_WINDOW] > 0))
-        return snprintf(why, why_size, "%s/config.json: sliding_window %g: gpt attends to the whole context, the same only while --ctx %d is at most "
-                        "the window", dir, f.num[HF_WINDOW], c->ctx), -1;
+    double window = (mistral || ((qwen2 || qwen3) && f.num[HF_USE_WINDOW] > 0)) && f.num[HF_WINDOW] >= 0 ? f.num[HF_WINDOW] : 0;
+    if (window && !(window >= 1 && window <= INT32_MAX && window == (int)window))
+        return snprintf(why, why_size, "%s/config.json: sliding_window %g: an integer >= 1 expected", dir, window), -1;
+    double window_from = f.num[HF_WINDOW_LAYERS] >= 0 ? f.num[HF_WINDOW_LAYERS] : 28; /* (Qwen's first windowed layer; 28 its classes' default) */
+    if (window && (qwen2 || qwen3) && window_from > 0 && window_from < f.num[HF_LAYERS])
+        return snprintf(why, why_size, "%s/config.json: max_window_layers %g: the layers before it attend to the whole context, the rest in a "
+                        "window: gpt windows every layer or none", dir, window_from), -1;
+    if ((qwen2 || qwen3) && window_from >= f.num[HF_LAYERS]) window = 0; /* (no layer is past it) */
     if (f.bad[0]) return snprintf(why, why_size, "%s/config.json: %s", dir, f.bad), -1;
     const char *act = llama ? "silu" : "gelu_new";
     if (f.activation[0] && strcmp(f.activation, act) && !(!llama && !strcmp(f.activation, "gelu_pytorch_tanh")))
@@ -123,7 +129,7 @@ static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, ch
     for (int i = 0; i < 4; i++) m.rope_scaling[i] = llama3 ? (float)r[i] : 0;
     m.norm_eps = (float)(f.num[HF_EPS] > 0 ? f.num[HF_EPS] : llama ? 1e-6 : 1e-5); /* (each class's default) */
     m.untied_head = f.num[HF_TIED] >= 0 ? f.num[HF_TIED] == 0 : llama && !qwen2; /* (LlamaConfig and Qwen3Config untie by default, GPT2Config and Qwen2Config tie) */
-    m.qkv_bias = qwen2, m.qk_norm = qwen3;
+    m.qkv_bias = qwen2, m.qk_norm = qwen3, m.window = (int)window;
     double head_dim = f.num[HF_HEAD_DIM] > 0 ? f.num[HF_HEAD_DIM] : qwen3 ? 128 : 0; /* (Qwen3Config's default; LLaMA's: width / heads) */
     m.head_dim = llama && head_dim > 0 && head_dim != (double)m.width / m.heads ? (int)head_dim : 0;
     if (m.ffn < 1) return snprintf(why, why_size, "%s/config.json: no intermediate_size", dir), -1;
@@ -394,6 +400,8 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     if (c->moe_experts > 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)", dir);
     if (c->qkv_bias && c->qk_norm)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: biases on q, k and v (Qwen2's) with q and k norms (Qwen3's): no Hugging Face class has both", dir);
+    int window = gpt_window(c); /* (Mistral's sliding_window; Qwen's on every layer) */
+    if (window && !llama) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: an attention window of %d: GPT-2's class has none", dir, window);
     char name[64];
     if (gpt_partial(s, g, name, sizeof name))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: this rank holds a part of parameter %s, or none: save from a rank that holds every "
@@ -409,15 +417,23 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
     if (c->rope_scaling[0] > 0)
         snprintf(scaling, sizeof scaling, "{\"rope_type\": \"llama3\", \"%s\": %s, \"%s\": %s, \"%s\": %s, \"%s\": %s}", gpt_hf_scaling_names[0], v[0],
                  gpt_hf_scaling_names[1], v[1], gpt_hf_scaling_names[2], v[2], gpt_hf_scaling_names[3], v[3]);
-    if (llama) /* (LLaMA's, Qwen2's or Qwen3's class: the layers differ by the q, k, v biases or the q and k norms) */
+    char layers[200];
+    if (c->qkv_bias || c->qk_norm) /* (Qwen's window: on the layers from max_window_layers on) */
+        snprintf(layers, sizeof layers, "%s\"use_sliding_window\": %s,\n  \"sliding_window\": %d,\n  \"max_window_layers\": 0",
+                 c->qk_norm ? "\"attention_bias\": false,\n  " : "", window ? "true" : "false", window ? window : c->ctx);
+    else if (window)
+        snprintf(layers, sizeof layers, "\"sliding_window\": %d", window);
+    else
+        snprintf(layers, sizeof layers, "\"attention_bias\": false,\n  \"mlp_bias\": false");
+    if (llama) /* (LLaMA's, Mistral's, Qwen2's or Qwen3's class: the layers differ by a window, the q, k, v biases or the q and k norms) */
         fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
                 "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                 "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n"
                 "  \"hidden_act\": \"silu\",\n  %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
-                c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama",
+                c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : window ? "MistralForCausalLM" : "LlamaForCausalLM",
+                c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : window ? "mistral" : "llama",
                 c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), gpt_head_dim(c), c->ctx, eps, theta, scaling,
-                c->qk_norm ? "\"attention_bias\": false,\n  \"use_sliding_window\": false"
-                : c->qkv_bias ? "\"use_sliding_window\": false" : "\"attention_bias\": false,\n  \"mlp_bias\": false", c->untied_head ? "false" : "true");
+                layers, c->untied_head ? "false" : "true");
     else
         fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
                 "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %lld,\n  \"activation_function\": \"gelu_new\",\n"

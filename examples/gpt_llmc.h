@@ -167,9 +167,10 @@ static inline pdde_status gpt_llmc_load(pdde_session *s, pdde_graph *g, const gp
  * ZeRO-3); written to path.tmp, then renamed. */
 static inline pdde_status gpt_llmc_save(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *path) {
     pdde_context *ctx = pdde_graph_context(g);
-    if (c->arch != GPT_ARCH_GPT || c->moe_experts > 1 || gpt_ffn(c) != 4 * (int64_t)c->width || c->untied_head || gpt_norm_eps(c) != 1e-5f)
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: llm.c's file holds a dense GPT-2 (no --arch llama, --moe-experts, --ffn, --untied-head "
-                          "or --norm-eps)", path);
+    if (c->arch != GPT_ARCH_GPT || c->moe_experts > 1 || gpt_ffn(c) != 4 * (int64_t)c->width || c->untied_head || gpt_norm_eps(c) != 1e-5f ||
+        gpt_window(c))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: llm.c's file holds a dense GPT-2 (no --arch llama, --moe-experts, --ffn, --untied-head, "
+                          "--norm-eps or --window)", path);
     gpt_llmc_header h = {.version = 3, .max_ctx = c->ctx, .vocab = c->vocab, .layers = c->layers, .heads = c->heads, .width = c->width,
                          .padded_vocab = (c->vocab + 127) / 128 * 128};
     int32_t head[256] = {GPT_LLMC_MAGIC, 3, h.max_ctx, h.vocab, h.layers, h.heads, h.width, h.padded_vocab};

@@ -312,12 +312,14 @@ static void spmd_rule_softmax_back(spmd_ctx *c) {
 }
 
 /* attention (q, k, v [B,H,T,D]) -> [B,H,T,D+1]: batch and heads are independent (data and head
- * parallel); a row needs every key and the whole head dim, so T and D stay whole. */
+ * parallel); a row needs every key and the whole head dim, so T and D stay whole. The starts of
+ * pdde_attention_docs (the last source, [B,T]) follow the batch's split. */
 /* The packed form (pdde_attention_qkv): qkv [B,T,H*3D] -> [B,T,H*D], head-major, so a split of the last
  * dim is a split over whole heads in both (the strategy splits on head boundaries) */
 static bool spmd_attention_packed(spmd_ctx *c) {
     if (pdde_op_i32(c->node, PDDE_P_ATTENTION_QKV_D) <= 0) return false;
     for (int k = 0; k < c->node->nsrc; k++) strcpy(c->dims[k], "bth");
+    if (pdde_attention_starts(c->node)) strcpy(c->dims[c->node->nsrc - 1], "bt");
     strcpy(c->out_dims, "bth");
     spmd_pin(c, 't');
     if (c->node->op == PDDE_OP_ATTENTION_BACK) c->linear = 1u << 2; /* linear in dy */
@@ -328,16 +330,18 @@ static bool spmd_attention_packed(spmd_ctx *c) {
 static void spmd_rule_attention(spmd_ctx *c) {
     if (spmd_attention_packed(c)) return;
     for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
+    if (pdde_attention_starts(c->node)) strcpy(c->dims[3], "bt");
     strcpy(c->out_dims, "bhte");
     spmd_pin(c, 't'), spmd_pin(c, 'd');
     spmd_einsum(c, NULL);
 }
 
-/* attention_back (q, k, v, y, dy) -> [3,B,H,T,D] (dq, dk, dv): as the forward; linear in dy */
+/* attention_back (q, k, v, y, dy[, starts]) -> [3,B,H,T,D] (dq, dk, dv): as the forward; linear in dy */
 static void spmd_rule_attention_back(spmd_ctx *c) {
     if (spmd_attention_packed(c)) return;
     for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
     strcpy(c->dims[3], "bhte"), strcpy(c->dims[4], "bhte");
+    if (pdde_attention_starts(c->node)) strcpy(c->dims[5], "bt");
     strcpy(c->out_dims, "xbhtd");
     spmd_pin(c, 't'), spmd_pin(c, 'd'), spmd_pin(c, 'e');
     c->linear = 1u << 4;

@@ -27,6 +27,7 @@ refused_each gpt "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 <<'BAD'
 --batch 0|--batch must be >= 1, got 0
 --layers 0|--layers must be >= 1, got 0
 --ctx 1|--ctx must be >= 2
+--window -1|--window wants a non-negative integer, got '-1'
 --vocab 100|--vocab must be >= 256
 --micro 3|--dp 1 x --micro 3 = 3 must divide --batch 8
 --pp 5|--pp 5: at most --layers + 2 = 4 pipeline stages
@@ -620,6 +621,34 @@ end=$(val_at "$tmp/dm1.log" 3)
     [ $rc7 = 2 ] && grep -qF -- "--doc-mask needs the token each document starts with" "$tmp/dm7.log"
 ok=$?
 check "--doc-mask trains ($end, without: $(val_at "$tmp/dm0.log" 3)); --micro 2, --dp 2, --tp 2, --pp 2, the OpenCL device the same ($(val_at "$tmp/dm2.log" 3), $(val_at "$tmp/dm3.log" 3), $(val_at "$tmp/dm4.log" 3), $(val_at "$tmp/dm8.log" 3), $(val_at "$tmp/dm9.log" 3)); LLaMA --tp 2 ($(val_at "$tmp/dm6.log" 3) = $(val_at "$tmp/dm5.log" 3)); no start token refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6/$rc7)" $ok
+# Mistral's sliding window (hf_llama's model as Mistral's class with "sliding_window": 4: each token sees itself and the
+# 3 before it): trains otherwise than LLaMA's; --tp 2 and --dp 2 give the one process's validation losses; --save-hf
+# writes Mistral's class with its window, which --init-from reads back (validating at the loss training ended with) and
+# keeps against another --window; GPT-2's class has no window to save
+mkdir -p "$tmp/mis" && cp tests/data/hf_llama/* "$tmp/mis/" &&
+    sed -i 's/"model_type": "llama"/"model_type": "mistral", "sliding_window": 4/' "$tmp/mis/config.json"
+"$build/gpt" "${dm[@]}" --init-from tests/data/hf_llama >"$tmp/win0.log" 2>&1
+"$build/gpt" "${dm[@]}" --init-from "$tmp/mis" --save-hf "$tmp/win" >"$tmp/win1.log" 2>&1
+rc=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${dm[@]}" --init-from "$tmp/mis" --tp 2 >"$tmp/win2.log" 2>&1
+rc2=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${dm[@]}" --init-from "$tmp/mis" --dp 2 >"$tmp/win3.log" 2>&1
+rc3=$?
+"$build/gpt" "${dm[@]}" --init-from "$tmp/win" --steps 0 >"$tmp/win4.log" 2>&1
+rc4=$?
+"$build/gpt" "${dm[@]}" --init-from "$tmp/win" --window 8 --steps 0 >"$tmp/win5.log" 2>&1
+rc5=$?
+"$build/gpt" "${gpt[@]}" --window 4 --steps 1 --save-hf "$tmp/win6" >"$tmp/win6.log" 2>&1
+rc6=$?
+end=$(val_at "$tmp/win1.log" 3)
+[ $rc = 0 ] && [ -n "$end" ] && [ "$end" != "$(val_at "$tmp/win0.log" 3)" ] && grep -q "each token sees itself and the 3 before it" "$tmp/win1.log" &&
+    [ $rc2 = 0 ] && near "$(val_at "$tmp/win2.log" 3)" "$end" 0.0002 && [ $rc3 = 0 ] && near "$(val_at "$tmp/win3.log" 3)" "$end" 0.0002 &&
+    grep -q '"MistralForCausalLM"' "$tmp/win/config.json" && grep -q '"sliding_window": 4' "$tmp/win/config.json" &&
+    [ $rc4 = 0 ] && near "$(val_at "$tmp/win4.log" 0)" "$end" 0.0002 &&
+    [ $rc5 != 0 ] && grep -qF -- "--window 8, but the file's model has 4" "$tmp/win5.log" &&
+    [ $rc6 != 0 ] && grep -qF "an attention window of 4: GPT-2's class has none" "$tmp/win6.log"
+ok=$?
+check "Mistral's window of 4 trains ($end, LLaMA's: $(val_at "$tmp/win0.log" 3)); --tp 2, --dp 2 the same ($(val_at "$tmp/win2.log" 3), $(val_at "$tmp/win3.log" 3)); --save-hf writes Mistral's window, read back at $(val_at "$tmp/win4.log" 0), kept against --window 8; GPT-2 refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
 mkdir -p "$tmp/hfnone" && cp tests/data/hf_gpt2/config.json "$tmp/hfnone/"
 refused_each gpt "$build/gpt" "${llmc[@]}" --steps 2 <<BAD
 --init-from tests/data/hf_llama --heads 8|--init-from tests/data/hf_llama: --heads 8, but the file's model has 4 (leave the flag out

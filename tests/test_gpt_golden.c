@@ -186,6 +186,57 @@ static void check_doc_mask(gpt_arch arch) {
     free(lp), free(la), free(lb);
 }
 
+/* A one-block LLaMA of window W (cfg.window): the logits at position t >= W - 1 are the plain model's at position W - 1
+ * given tokens t - W + 1 .. t (RoPE's scores depend on distances alone; one block: nothing reaches further back). With
+ * --doc-mask too, a document that starts inside the window cuts it shorter. */
+static void check_window(void) {
+    enum { T = 16, W = 5, V = 64, DOC = 11 };
+    gpt_config c = {.vocab = V, .ctx = T, .layers = 1, .heads = 2, .width = 32, .batch = 1, .arch = GPT_ARCH_LLAMA, .window = W, .doc_token = 5};
+    int32_t ids[T], part[T];
+    for (int t = 0; t < T; t++) ids[t] = t == DOC ? 5 : (t * 13 + 7) % V == 5 ? 6 : (t * 13 + 7) % V;
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_graph *g = NULL, *g2 = NULL, *g3 = NULL;
+    pdde_session *s = NULL, *s2 = NULL, *s3 = NULL;
+    gpt_model m, m2, m3;
+    float *lw = malloc(T * V * sizeof *lw), *ld = malloc(T * V * sizeof *ld), *lp = malloc(T * V * sizeof *lp);
+    double worst = 0, worst_doc = 0;
+    pdde_status st = doc_session(ctx, &c, NULL, NULL, &g, &m, &s);
+    if (!st) st = gpt_write_micro(s, &m, 0, ids, NULL, 1);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s, m.logits, lw, T * V * sizeof *lw);
+    gpt_config docs = c, plain = c;
+    docs.doc_mask = 1, plain.window = 0;
+    if (!st) st = doc_session(ctx, &docs, s, g, &g3, &m3, &s3);
+    if (!st) st = gpt_write_micro(s3, &m3, 0, ids, NULL, 1);
+    if (!st) st = pdde_session_run(s3, PDDE_RUN_FORWARD);
+    if (!st) st = pdde_session_read(s3, m3.logits, ld, T * V * sizeof *ld);
+    if (!st) st = doc_session(ctx, &plain, s, g, &g2, &m2, &s2);
+    for (int t = W - 1; t < T && !st; t++) {
+        int from = t >= DOC && t - DOC < W ? DOC : t - W + 1; /* (under the doc mask: the window or the document, the shorter) */
+        for (int pass = 0; pass < 2 && !st; pass++) {
+            int first = pass ? from : t - W + 1, n = t - first + 1;
+            for (int i = 0; i < T; i++) part[i] = i < n ? ids[first + i] : 9;
+            st = gpt_write_micro(s2, &m2, 0, part, NULL, 1);
+            if (!st) st = pdde_session_run(s2, PDDE_RUN_FORWARD);
+            if (!st) st = pdde_session_read(s2, m2.logits, lp, T * V * sizeof *lp);
+            const float *got = (pass ? ld : lw) + t * V, *want = lp + (n - 1) * V;
+            for (int v = 0; v < V && !st; v++) {
+                double e = fabs(got[v] - want[v]) / (fabs(want[v]) > 1 ? fabs(want[v]) : 1);
+                if (pass) worst_doc = e > worst_doc ? e : worst_doc;
+                else worst = e > worst ? e : worst;
+            }
+        }
+    }
+    CHECK(!st, "window sessions: %s", pdde_last_error(ctx));
+    CHECK(!st && worst < 1e-5 && worst_doc < 1e-5, "window %d: the logits are the plain model's on the window's tokens (rel err %.2g; with "
+          "documents %.2g)", W, worst, worst_doc);
+    printf("llama window %d: vs the plain model on the window alone: rel err %.2g; with documents: %.2g\n", W, worst, worst_doc);
+    pdde_session_free(s), pdde_session_free(s2), pdde_session_free(s3), pdde_graph_free(g), pdde_graph_free(g2), pdde_graph_free(g3);
+    pdde_context_free(ctx);
+    free(lw), free(ld), free(lp);
+}
+
 /* The llm.c fixture's model read into a session of cfg (batch B, context T) with ids and targets written */
 static pdde_status llmc_session(pdde_context *ctx, const char *path, int B, int T, const int32_t *ids, const int32_t *targets, pdde_graph **g,
                                 gpt_model *m, pdde_session **s) {
@@ -325,6 +376,7 @@ int main(int argc, char **argv) {
               (long long)gpt_ffn(&llama));
         check_doc_mask(GPT_ARCH_GPT);
         check_doc_mask(GPT_ARCH_LLAMA);
+        check_window();
         gpt_config qwen3 = llama;
         qwen3.head_dim = 24, qwen3.qk_norm = 1; /* (heads wider than width / heads, each with its norms) */
         check_n_params("LLaMA with heads of 24 (Qwen3's q and k norms)", &qwen3);

@@ -90,7 +90,8 @@ done:
 }
 
 /* The config of tests/data/hf_llama with the JSON text `from` replaced by `to` (in build/test_gpt_hf_cfg):
- * refused saying `says` (NULL: whether it is refused) */
+ * refused saying `says` (NULL: whether it is refused); the model read in config_read */
+static gpt_config config_read;
 static int config_refused(const char *from, const char *to, const char *says) {
     char text[4096], why[400] = "", *at;
     FILE *f = fopen("tests/data/hf_llama/config.json", "rb");
@@ -106,6 +107,7 @@ static int config_refused(const char *from, const char *to, const char *says) {
     fclose(f);
     gpt_config c = {.ctx = 16, .batch = 1};
     int max_ctx, refused = gpt_hf_config("build/test_gpt_hf_cfg", &c, &max_ctx, why, sizeof why) != 0;
+    config_read = c;
     if (says) CHECK(refused && strstr(why, says), "config.json with %s refused saying '%s': %s", to, says, refused ? why : "accepted");
     return refused;
 }
@@ -457,10 +459,20 @@ int main(void) {
     CHECK(!gpt_hf_config("tests/data/hf_qwen2", &c, &max_ctx, why, sizeof why) && c.arch == GPT_ARCH_LLAMA && c.qkv_bias && !c.untied_head &&
               c.kv_heads == 2 && c.rope_base == 1e6f,
           "hf_qwen2's config: llama with a qkv bias, tied, 2 kv heads, theta 1e6; its window of 8 unused (%s)", why);
-    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 8",
-                   "sliding_window 8: gpt attends to the whole context");
-    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 8",
-                   "sliding_window 8: gpt attends to the whole context, the same only while --ctx 16 is at most the window");
+    /* sliding windows: Mistral's on every layer; Qwen's on the layers from max_window_layers (default 28) on: every layer (0) or
+     * none (2 of these 2 layers before it) read, some refused */
+    CHECK(!config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 8", NULL) && config_read.window == 8,
+          "Mistral with a window of 8: window %d", config_read.window);
+    CHECK(!config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 8, "
+                          "\"max_window_layers\": 0", NULL) && config_read.window == 8,
+          "Qwen2 windowed from layer 0: window %d", config_read.window);
+    CHECK(!config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 8", NULL) &&
+              config_read.window == 0 && !config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\", \"sliding_window\": 8, "
+                                                         "\"max_window_layers\": 0", NULL) && config_read.window == 0,
+          "Qwen2 windowed from layer 28 (its default) of 2, or not using its window: no window (%d)", config_read.window);
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1",
+                   "max_window_layers 1: the layers before it attend to the whole context, the rest in a window");
+    config_refused("\"model_type\": \"llama\"", "\"model_type\": \"mistral\", \"sliding_window\": 8.5", "sliding_window 8.5: an integer >= 1 expected");
     config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 8.0}", "rope_scaling \"yarn\": gpt's RoPE scales as LLaMA 3.1's");
     config_refused("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
                    "rope_scaling llama3: factor 8 (>= 1), low_freq_factor -1");

@@ -280,6 +280,31 @@ static void test_zero_and_absurd_shapes(void) {
     pdde_tensor *q = pdde_input(g, "q", PDDE_F32, 4, (int64_t[]){1, 2, 3, 0});
     CHECK(!pdde_attention(g, q, q, q) && pdde_graph_status(g) == PDDE_ERR_SHAPE, "attention with D = 0 is refused: %s", pdde_last_error(ctx));
     pdde_graph_free(g);
+    /* a document attention's starts: i32 [B, T] of its q, named with what is expected */
+    const int64_t bt[][2] = {{1, 3}, {2, 3}, {1, 4}};
+    for (int i = 0; i < 4; i++) {
+        pdde_graph_init(ctx, &g);
+        q = pdde_input(g, "q", PDDE_F32, 4, (int64_t[]){2, 2, 3, 4});
+        pdde_tensor *qkv = pdde_input(g, "qkv", PDDE_F32, 3, (int64_t[]){2, 3, 24});
+        pdde_tensor *st = i < 3 ? pdde_input(g, "st", PDDE_I32, 2, bt[i]) : pdde_input(g, "st", PDDE_F32, 2, bt[1]);
+        bool refused = i == 1 ? pdde_attention_docs(g, q, q, q, st) && pdde_attention_qkv_docs(g, qkv, 2, st) && pdde_graph_status(g) == PDDE_OK
+                              : !pdde_attention_docs(g, q, q, q, st) && pdde_graph_status(g) == PDDE_ERR_SHAPE &&
+                                    contains(pdde_last_error(ctx), "starts st must be i32 [B, T] = [2, 3]");
+        CHECK(refused, "attention starts case %d (%s [%lld, %lld]): %s", i, i < 3 ? "i32" : "f32", (long long)st->shape[0],
+              (long long)st->shape[1], i == 1 ? "taken" : pdde_last_error(ctx));
+        pdde_graph_free(g);
+    }
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *qkv = pdde_input(g, "qkv", PDDE_F32, 3, (int64_t[]){2, 3, 24});
+    CHECK(!pdde_attention_qkv_docs(g, qkv, 2, pdde_input(g, "st", PDDE_I32, 2, (int64_t[]){2, 4})) && pdde_graph_status(g) == PDDE_ERR_SHAPE &&
+              !pdde_attention_qkv_docs(g, qkv, 2, NULL),
+          "the packed form's starts of another T refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    q = pdde_input(g, "q", PDDE_F32, 4, (int64_t[]){2, 2, 3, 4});
+    CHECK(!pdde_attention_docs(g, q, q, q, NULL) && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(ctx), "NULL starts"),
+          "NULL starts refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
 
     /* sizes whose byte count overflows, NULL arguments, non-finite constants */
     pdde_graph_init(ctx, &g);

@@ -1,6 +1,6 @@
 /* bench_cuda — throughput of pdde's CUDA backend next to cuBLAS called directly, on the first CUDA device.
  *
- *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]
+ *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed] [--doc-every N]]
  *   bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]
  *              [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps N]
  *   bench_cuda --gpt [--dtype f32|bf16] --cluster cluster.json   PDDE_PROFILE=device's peaks from a measured cluster
@@ -23,7 +23,8 @@
  * peaks the profile's bound takes where it measured the device (else PDDE_PROFILE_PEAKS).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
  * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line. --packed:
- * one f32 leaf qkv [B, T, H*3*D] and pdde_attention_qkv (the GPT block's layout) instead.
+ * one f32 leaf qkv [B, T, H*3*D] and pdde_attention_qkv (the GPT block's layout) instead; --doc-every N: documents of N
+ * tokens packed in each row kept apart (pdde_attention_docs: key tiles before a query tile's documents skipped).
  * --predict FILE: before the steps, the cost model's step time for the same graph on FILE's device of
  * that backend (pdde-bench's calibration; the session's program as it lowers it, simulated), printed
  * as a "PREDICT ms=.." line with the time by op class; --predict-only stops there (no device needed).
@@ -376,7 +377,7 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
 /* Attention alone, forward and backward, as in a training graph: f32 q, k, v leaves converted under the
  * compute dtype, y = attention(q, k, v), loss = sum(y * w); tools/bench/attention_torch.py times the same
  * in PyTorch (SDPA). */
-static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packed) {
+static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packed, int doc_every) {
     int64_t s[4] = {8, 12, 1024, 64}, sy[3] = {8, 1024, 12 * 64};
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
@@ -384,8 +385,10 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packe
     if (packed) qkv = pdde_param(g, "qkv", 3, (int64_t[]){8, 1024, 12 * 3 * 64}, 1.0f);
     else q = pdde_param(g, "q", 4, s, 1.0f), k = pdde_param(g, "k", 4, s, 1.0f), v = pdde_param(g, "v", 4, s, 1.0f);
     pdde_tensor *w = packed ? pdde_input(g, "w", PDDE_F32, 3, sy) : pdde_input(g, "w", PDDE_F32, 4, s);
+    pdde_tensor *starts = doc_every > 0 ? pdde_input(g, "starts", PDDE_I32, 2, (int64_t[]){8, 1024}) : NULL;
     pdde_graph_set_compute_dtype(g, dt);
-    y = packed ? pdde_attention_qkv(g, qkv, 12) : pdde_attention(g, q, k, v);
+    if (starts) y = packed ? pdde_attention_qkv_docs(g, qkv, 12, starts) : pdde_attention_docs(g, q, k, v, starts);
+    else y = packed ? pdde_attention_qkv(g, qkv, 12) : pdde_attention(g, q, k, v);
     pdde_graph_set_compute_dtype(g, PDDE_F32);
     pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
     if (!loss || pdde_backward(g, loss) != PDDE_OK) {
@@ -404,6 +407,11 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packe
     pdde_tensor *in[1] = {w};
     fill_inputs(&o, 1, in);
     o.ok = 1;
+    if (starts) { /* (document b * 1024 + t: it starts at t - t % doc_every) */
+        int32_t st[8 * 1024];
+        for (int i = 0; i < 8 * 1024; i++) st[i] = i % 1024 / doc_every * doc_every;
+        o.ok = pdde_session_write(o.s, starts, st, sizeof st) == PDDE_OK;
+    }
     double t[32];
     int reps = 20;
     for (int i = 0; i < reps + 3 && o.ok; i++) {
@@ -415,15 +423,15 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packe
     else {
         qsort(t, (size_t)reps, sizeof *t, bench_cmp);
         const char *path = getenv("PDDE_CUDA_ATTENTION"), *variant = getenv("PDDE_FLASH2_VARIANT"); /* (both read by the backend) */
-        printf("ATTENTION dtype=%s attention=%s flash2_variant=%s layout=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n",
+        printf("ATTENTION dtype=%s attention=%s flash2_variant=%s layout=%s B=8 H=12 T=1024 D=64 doc_every=%d fwd_bwd_ms=%.3f loss=%.6g\n",
                pdde_dtype_name(dt), path && *path ? path : "default", variant && *variant ? variant : "none", packed ? "packed" : "apart",
-               t[reps / 2] * 1e3, pdde_session_loss(o.s));
+               doc_every, t[reps / 2] * 1e3, pdde_session_loss(o.s));
     }
     session_close(&o);
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0, packed = 0, gemm_only = 0;
+    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0, packed = 0, gemm_only = 0, doc_every = 0;
     pdde_dtype dt = PDDE_F32;
     gpt_options o = {.backend = "cuda"}; /* (o.model: GPT-2 124M, where --model changes what it names) */
     o.model = (gpt_config){.vocab = 50304, .ctx = 1024, .layers = 12, .heads = 12, .width = 768, .batch = 8};
@@ -433,6 +441,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attention")) attention_only = 1;
         else if (!strcmp(argv[i], "--unfused-graph")) unfused_graph = 1;
         else if (!strcmp(argv[i], "--packed")) packed = 1;
+        else if (!strcmp(argv[i], "--doc-every") && i + 1 < argc && atoi(argv[i + 1]) > 0) doc_every = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dt = !strcmp(argv[++i], "bf16") ? PDDE_BF16 : PDDE_F32;
         else if (!strcmp(argv[i], "--predict") && i + 1 < argc) o.predict = argv[++i];
         else if (!strcmp(argv[i], "--predict-only")) o.predict_only = 1;
@@ -443,7 +452,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc && atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 64) o.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc && !parse_model(argv[i + 1], &o.model)) i++;
         else {
-            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]\n"
+            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed] [--doc-every N]]\n"
                             "       bench_cuda --gemm [--device cuda|opencl] [--model ...]\n"
                             "       bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]\n"
                             "       bench_cuda --gpt ... --cluster cluster.json   (PDDE_PROFILE=device: the bound at its measured peaks)\n"
@@ -472,7 +481,7 @@ int main(int argc, char **argv) {
     }
     if (gpt_only || attention_only) { /* PDDE_PROFILE=1 or =device adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
         if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph, &o);
-        else bench_attention(ctx, dev, dt, packed);
+        else bench_attention(ctx, dev, dt, packed, doc_every);
         pdde_context_free(ctx);
         return 0;
     }

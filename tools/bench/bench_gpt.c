@@ -9,7 +9,7 @@
  * --clip sets AdamW's clip_norm (default 0: none); --separate-qkv 1 slices and permutes q, k, v around the
  * attention (gpt_config.separate_qkv) instead of the packed form, to compare the two; --arch llama
  * builds the LLaMA-style model (examples/gpt.h), --kv-heads its key/value heads; --doc-every N packs documents of N
- * tokens (id 0 starts each) kept apart by cfg.doc_mask (the unfused attention with its mask). */
+ * tokens (id 0 starts each) kept apart by cfg.doc_mask (pdde_attention_docs). */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>

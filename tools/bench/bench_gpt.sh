@@ -32,4 +32,7 @@ run bf16 5 1 --vocab 50257 --layers 12 --heads 12 --width 768 --ctx 64 --batch 4
 run llama 30 5 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --arch llama --kv-heads 2
 # packed documents kept apart (gpt --doc-mask): 4 documents of 16 tokens a row, each attending inside itself
 run docs 30 5 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --doc-every 16
-echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio bf16_ratio=$bf16_ratio llama_ratio=$llama_ratio docs_ratio=$docs_ratio small_cpu_ratio=$small_cpu_ratio gpt2_cpu_ratio=$gpt2_cpu_ratio bf16_cpu_ratio=$bf16_cpu_ratio llama_cpu_ratio=$llama_cpu_ratio docs_cpu_ratio=$docs_cpu_ratio small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb bf16_peak_mb=$bf16_pdde_mb torch_bf16_peak_mb=$bf16_torch_mb"
+# the same at T 1024: 8 documents of 128 tokens a row (pdde skips the key tiles no query of a tile sees; PyTorch masks
+# a T x T score matrix)
+run longdocs 5 1 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 1024 --batch 2 --doc-every 128
+echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio bf16_ratio=$bf16_ratio llama_ratio=$llama_ratio docs_ratio=$docs_ratio longdocs_ratio=$longdocs_ratio small_cpu_ratio=$small_cpu_ratio gpt2_cpu_ratio=$gpt2_cpu_ratio bf16_cpu_ratio=$bf16_cpu_ratio llama_cpu_ratio=$llama_cpu_ratio docs_cpu_ratio=$docs_cpu_ratio longdocs_cpu_ratio=$longdocs_cpu_ratio longdocs_peak_mb=$longdocs_pdde_mb torch_longdocs_peak_mb=$longdocs_torch_mb small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb bf16_peak_mb=$bf16_pdde_mb torch_bf16_peak_mb=$bf16_torch_mb"
