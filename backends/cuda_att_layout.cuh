@@ -22,4 +22,11 @@ __device__ __forceinline__ long long att_lse(long long r, long long rows, long l
 __device__ __forceinline__ long long att_out(long long r, int which, long long rows, long long T, long long D, long long H) {
     return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;
 }
+/* The first key row r sees (pdde_attention_docs): starts [B, T] at its batch row bh / heads (heads: the node's heads
+ * in either layout) and query t, clamped to [0, t]; 0 without starts (nullptr: plain causal attention) */
+__device__ __forceinline__ long long att_lo(const int *starts, long long r, long long T, long long heads) {
+    if (!starts) return 0;
+    long long t = r % T, s = starts[(r / T / heads) * T + t];
+    return s < 0 ? 0 : s > t ? t : s;
+}
 #endif

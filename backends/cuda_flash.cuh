@@ -7,7 +7,10 @@
  * tiles whose rows are padded by 16 bytes (no bank conflicts). A block of 4 warps takes 64 rows (16 a
  * warp) of one head; head sizes 64 and 128 are compiled in. The m16n8 accumulator layout of S is the
  * A-fragment layout of the next product, so P and dS go from registers to the tensor cores as bf16.
- * Row statistics use base-2 exponentials with log2(e) folded into the scale. */
+ * Row statistics use base-2 exponentials with log2(e) folded into the scale. With starts (pdde_attention_docs:
+ * each query's first key, att_lo) the pairs before a query's first key are masked too, and the tiles no row of
+ * the block sees are skipped: key tiles before the block's least first key (forward, dq), query tiles whose
+ * first keys all lie past the block's keys (dk, dv). */
 #define FL_WARPS 4
 #define FL_ROWS 64 /* rows a block: pgd_ctx.flash_rows of the CUDA backend (flash_threads = 32 * FL_WARPS) */
 #define FL_LOG2E 1.4426950408889634f
@@ -116,10 +119,12 @@ __device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, lo
 /* One key tile of the forward for a warp's 16 query rows (this thread's: row0, row0 + 8), flash's and flash2's:
  * S = Q K^T on the tensor cores (qf: Q's fragments), scaled to base 2 and masked causally (every key past T is past
  * the row), the running max m and sum l and the output o rescaled to the new max, P = exp2(S - m) summed into l, and
- * o += P V. ks, vs: the tile's BK keys and values in shared memory (rows of D + 8); kt: the tile's index. */
-template <int D, int BK>
+ * o += P V. ks, vs: the tile's BK keys and values in shared memory (rows of D + 8); kt: the tile's index. DOCS (flash):
+ * keys before the rows' first keys lo0, lo1 masked too, so a row may have seen no key yet (its max still -inf). */
+template <int D, int BK, bool DOCS = false>
 __device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2], const uint32_t (&qf)[D / 16][4],
-                                                const uint16_t *ks, const uint16_t *vs, long long kt, long long row0, float sl2, int lane) {
+                                                const uint16_t *ks, const uint16_t *vs, long long kt, long long row0, float sl2, int lane,
+                                                int lo0 = 0, int lo1 = 0) {
     constexpr int LD = D + 8, NT = BK / 8, DT = D / 8, KS = D / 16;
     int t4 = lane & 3;
     float s[NT][4];
@@ -141,14 +146,17 @@ __device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)
         for (int e = 0; e < 4; e++) {
             long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
             float x = s[n][e] * sl2;
-            s[n][e] = col > row ? -INFINITY : x;
+            s[n][e] = col > row || (DOCS && col < (e >> 1 ? lo1 : lo0)) ? -INFINITY : x;
             mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
         }
+    float mb[2]; /* the max the exponentials subtract: 0 while a row has seen no key (-inf - -inf would be NaN) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
+        float mn = fmaxf(m[r], mx[r]);
+        mb[r] = DOCS && mn == -INFINITY ? 0.0f : mn;
+        float alpha = exp2f(m[r] - mb[r]); /* (m = -inf at first: alpha 0) */
         m[r] = mn;
         l[r] *= alpha;
 #pragma unroll
@@ -158,15 +166,31 @@ __device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            s[n][e] = exp2f(s[n][e] - m[e >> 1]);
+            s[n][e] = exp2f(s[n][e] - mb[e >> 1]);
             l[e >> 1] += s[n][e];
         }
     fl_acc_sb(o, s, vs, LD, lane);
 }
 
+/* The first keys (att_lo) of a block's FL_ROWS query rows from row0 of head bh into lo_s (rows past T: T), written by
+ * its first FL_ROWS threads; read after the next barrier */
+__device__ __forceinline__ void fl_row_los(int *lo_s, const int *starts, long long bh, long long row0, long long T, long long heads) {
+    if (threadIdx.x < FL_ROWS) {
+        long long row = row0 + threadIdx.x;
+        lo_s[threadIdx.x] = row < T ? (int)att_lo(starts, bh * T + row, T, heads) : (int)T;
+    }
+}
+/* after it: the least of them (the block's first key) */
+__device__ __forceinline__ int fl_least_lo(const int *lo_s) {
+    int least = lo_s[0];
+    for (int r = 1; r < FL_ROWS; r++) least = lo_s[r] < least ? lo_s[r] : least;
+    return least;
+}
+
 template <int D>
 __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                          long long BH, long long T, float scale, long long H, uint16_t *ycp = nullptr) {
+                                          long long BH, long long T, float scale, long long H, uint16_t *ycp = nullptr,
+                                          const int *starts = nullptr, long long heads = 1) {
     constexpr int LD = D + 8, BK = 64, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + BK * LD;
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
@@ -174,7 +198,9 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
     long long ldi = H ? 3 * H * D : D, hb = att_in(bh * T, T, D, H);
     const uint16_t *qb = q + hb, *kb = k + hb, *vb = v + hb;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    __shared__ int lo_s[FL_ROWS];
     fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS, ldi); /* Q through the K tile, into registers */
+    if (starts) fl_row_los(lo_s, starts, bh, qt * FL_ROWS, T, heads);
     __syncthreads();
     uint32_t qf[KS][4];
 #pragma unroll
@@ -184,11 +210,12 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     long long row0 = qt * FL_ROWS + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
-    for (long long kt = 0; kt <= qt; kt++) {
+    int lo0 = starts ? lo_s[warp * 16 + g] : 0, lo1 = starts ? lo_s[warp * 16 + g + 8] : 0;
+    for (long long kt = starts ? fl_least_lo(lo_s) / BK : 0; kt <= qt; kt++) {
         fl_load<D>(ks, kb, kt * BK, T, BK, ldi);
         fl_load<D>(vs, vb, kt * BK, T, BK, ldi);
         __syncthreads();
-        fl_fwd_key_tile<D, BK>(o, m, l, qf, ks, vs, kt, row0, sl2, lane);
+        fl_fwd_key_tile<D, BK, true>(o, m, l, qf, ks, vs, kt, row0, sl2, lane, lo0, lo1);
         __syncthreads();
     }
 #pragma unroll
@@ -214,15 +241,17 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
 template <int D>
 __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
                                          const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale,
-                                         long long H, uint16_t *cp = nullptr) {
+                                         long long H, uint16_t *cp = nullptr, const int *starts = nullptr, long long heads = 1) {
     constexpr int LD = D + 8, BK = 32, NT = BK / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + FL_ROWS * LD; /* (Q and dO pass through these first) */
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
     long long ldi = H ? 3 * H * D : D, ldy = H ? H * D : D + 1, hb = att_in(bh * T, T, D, H);
     const uint16_t *qb = q + hb, *kb = k + hb, *vb = v + hb;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    __shared__ int lo_s[FL_ROWS];
     fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS, ldi);
     fl_load_f32<D>(vs, dy + att_y(bh * T, T, D, H), qt * FL_ROWS, T, FL_ROWS, ldy);
+    if (starts) fl_row_los(lo_s, starts, bh, qt * FL_ROWS, T, heads);
     __syncthreads();
     uint32_t qf[KS][4], df[KS][4];
 #pragma unroll
@@ -239,7 +268,8 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
 #pragma unroll
     for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     long long kend = qt * FL_ROWS + FL_ROWS < T ? qt * FL_ROWS + FL_ROWS : T;
-    for (long long k0 = 0; k0 < kend; k0 += BK) {
+    int lo[2] = {starts ? lo_s[warp * 16 + g] : 0, starts ? lo_s[warp * 16 + g + 8] : 0};
+    for (long long k0 = starts ? fl_least_lo(lo_s) / BK * BK : 0; k0 < kend; k0 += BK) {
         fl_load<D>(ks, kb, k0, T, BK, ldi);
         fl_load<D>(vs, vb, k0, T, BK, ldi);
         __syncthreads();
@@ -250,12 +280,15 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) fl_s_dp(s, dp, qf[kk], df[kk], ks, vs, LD, kk, lane);
+        /* the rows' last and first keys from the tile's first: 32-bit compares of the column in the tile (64-bit
+         * ones of the column took 32 more registers: 3 blocks an SM, not 4) */
+        int last[2] = {(int)(row0 - k0), (int)(row0 + 8 - k0)}, first[2] = {lo[0] - (int)k0, lo[1] - (int)k0};
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                long long col = k0 + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
-                float p = col > row ? 0.0f : exp2f(s[n][e] * sl2 - lse2[e >> 1]);
+                int c = n * 8 + t4 * 2 + (e & 1);
+                float p = c > last[e >> 1] || c < first[e >> 1] ? 0.0f : exp2f(s[n][e] * sl2 - lse2[e >> 1]);
                 s[n][e] = p * (dp[n][e] - dot[e >> 1]); /* dS / scale */
             }
         fl_acc_sb(dq, s, ks, LD, lane);
@@ -282,10 +315,11 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
 template <int D>
 __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
                                           const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale,
-                                          long long H, uint16_t *cp = nullptr) {
+                                          long long H, uint16_t *cp = nullptr, const int *starts = nullptr, long long heads = 1) {
     constexpr int LD = D + 8, BQ = D == 64 ? 32 : 16, NT = BQ / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + FL_ROWS * LD, *qs = vs + FL_ROWS * LD, *dos = qs + BQ * LD;
     __shared__ float lse_s[BQ], dot_s[BQ];
+    __shared__ int lo_s[BQ]; /* the query tile's first keys */
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, kt = tiles - 1 - blockIdx.x % tiles;
     long long ldi = H ? 3 * H * D : D, ldy = H ? H * D : D + 1, hb = att_in(bh * T, T, D, H);
     const uint16_t *qb = q + hb, *kb = k + hb, *vb = v + hb;
@@ -299,8 +333,17 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
     for (int d = 0; d < DT; d++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    long long klast = (kt * FL_ROWS + FL_ROWS < T ? kt * FL_ROWS + FL_ROWS : T) - 1;
     for (long long i0 = kt * FL_ROWS; i0 < T; i0 += BQ) {
         __syncthreads(); /* (the previous tile's readers are done) */
+        if (starts) { /* (a query tile none of whose rows sees the block's keys is skipped, by every thread alike) */
+            int lo = (int)T;
+            if (threadIdx.x < BQ && i0 + threadIdx.x < T) lo = (int)att_lo(starts, bh * T + i0 + threadIdx.x, T, heads);
+            if (threadIdx.x < BQ) lo_s[threadIdx.x] = lo;
+            if (!__syncthreads_or(lo <= klast)) continue;
+        } else if (threadIdx.x < BQ) {
+            lo_s[threadIdx.x] = 0;
+        }
         fl_load<D>(qs, qb, i0, T, BQ, ldi);
         fl_load_f32<D>(dos, dyb, i0, T, BQ, ldy);
         if (threadIdx.x < BQ) {
@@ -327,7 +370,7 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
             for (int e = 0; e < 4; e++) {
                 int ci = n * 8 + t4 * 2 + (e & 1);
                 long long col = i0 + ci, key = key0 + (e >> 1) * 8;
-                float p = col < key || col >= T ? 0.0f : exp2f(s[n][e] * sl2 - lse_s[ci]);
+                float p = col < key || col >= T || lo_s[ci] > key ? 0.0f : exp2f(s[n][e] * sl2 - lse_s[ci]);
                 s[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - dot_s[ci]); /* dS^T / scale */
             }

@@ -703,13 +703,13 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict
 
 extern "C" __global__ void k_attention(const float *__restrict__ q, const float *__restrict__ k,
                                        const float *__restrict__ v, float *__restrict__ y, long long BH, long long T,
-                                       long long D, float scale, long long H) {
+                                       long long D, float scale, long long H, const int *__restrict__ starts, long long heads) {
     GRID_STRIDE(r, BH * T) {
         long long i = r % T;
         float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
         for (long long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;
         float m = -INFINITY, l = 0.0f;
-        for (long long j = 0; j <= i; j++) {
+        for (long long j = att_lo(starts, r, T, heads); j <= i; j++) {
             const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f;
             for (long long d = 0; d < D; d++) s += qr[d] * kj[d];
@@ -734,7 +734,7 @@ extern "C" __global__ void k_attention_back_q(const float *__restrict__ q, const
                                               const float *__restrict__ v, const float *__restrict__ y,
                                               const float *__restrict__ dy, float *__restrict__ rowdot,
                                               float *__restrict__ out, long long BH, long long T, long long D, float scale,
-                                              long long H) {
+                                              long long H, const int *__restrict__ starts, long long heads) {
     GRID_STRIDE(r, BH * T) {
         long long i = r % T, yo = att_y(r, T, D, H);
         float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
@@ -745,7 +745,7 @@ extern "C" __global__ void k_attention_back_q(const float *__restrict__ q, const
         }
         rowdot[r] = dot;
         float lse = y[att_lse(r, BH * T, D, H)];
-        for (long long j = 0; j <= i; j++) {
+        for (long long j = att_lo(starts, r, T, heads); j <= i; j++) {
             const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long long d = 0; d < D; d++) s += qr[d] * kj[d], dp += dor[d] * vj[d];
@@ -760,12 +760,13 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
                                                const float *__restrict__ v, const float *__restrict__ y,
                                                const float *__restrict__ dy, float *__restrict__ rowdot,
                                                float *__restrict__ out, long long BH, long long T, long long D,
-                                               float scale, long long H) {
+                                               float scale, long long H, const int *__restrict__ starts, long long heads) {
     GRID_STRIDE(r, BH * T) {
         long long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);
         float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
         for (long long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;
         for (long long ri = r; ri < r - j + T; ri++) {
+            if (att_lo(starts, ri, T, heads) > j) continue;
             const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
@@ -822,48 +823,51 @@ extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float 
 
 /* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
 
-/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the
- * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P
- * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */
+/* Rows of S [rows, T] (row r is query r % T of its head; the attention's row r0 + r): P = causal softmax(scale *
+ * S) over the row's keys lo .. t (att_lo of starts; lo 0 without), 0 elsewhere, as f32 or bf16 (pdt: the dtype
+ * enum) and each row's logsumexp over those keys into lse[r * ls]; from_lse: P = exp(scale * S - lse) from a saved
+ * logsumexp (one pass). Reads S only over those keys. */
 extern "C" __global__ void k_att_softmax(const float *__restrict__ s, void *__restrict__ p, float *__restrict__ lse,
-                                         long long rows, long long T, float scale, long long ls, int from_lse, int pdt) {
+                                         long long rows, long long T, float scale, long long ls, int from_lse, int pdt,
+                                         const int *__restrict__ starts, long long r0, long long heads) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *sr = s + r * T;
-        long long lim = r % T + 1;
+        long long lim = r % T + 1, lo = att_lo(starts, r0 + r, T, heads);
         float m, inv = 1.0f;
         if (from_lse) {
             m = lse[r * ls];
         } else {
             m = -INFINITY;
-            for (long long j = threadIdx.x; j < lim; j += blockDim.x) m = fmaxf(m, scale * sr[j]);
+            for (long long j = lo + threadIdx.x; j < lim; j += blockDim.x) m = fmaxf(m, scale * sr[j]);
             m = block_max(m);
             float z = 0.0f;
-            for (long long j = threadIdx.x; j < lim; j += blockDim.x) z += expf(scale * sr[j] - m);
+            for (long long j = lo + threadIdx.x; j < lim; j += blockDim.x) z += expf(scale * sr[j] - m);
             z = block_sum(z);
             inv = 1.0f / z;
             if (threadIdx.x == 0) lse[r * ls] = m + logf(z);
         }
         for (long long j = threadIdx.x; j < T; j += blockDim.x) {
-            float v = j < lim ? expf(scale * sr[j] - m) * inv : 0.0f;
+            float v = j < lim && j >= lo ? expf(scale * sr[j] - m) * inv : 0.0f;
             if (pdt == DT_BF16) ((unsigned short *)p)[r * T + j] = f32_to_bf16(v);
             else ((float *)p)[r * T + j] = v;
         }
     }
 }
 
-/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of
- * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
+/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the keys each row sees
+ * (k_att_softmax's; 0 elsewhere), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
  * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */
 extern "C" __global__ void k_att_dsoftmax(const float *__restrict__ s, const float *__restrict__ dp, const float *__restrict__ lse,
-                                          void *__restrict__ ds, long long rows, long long T, float scale, long long ls, int dsdt) {
+                                          void *__restrict__ ds, long long rows, long long T, float scale, long long ls, int dsdt,
+                                          const int *__restrict__ starts, long long r0, long long heads) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *sr = s + r * T, *dr = dp + r * T;
-        long long lim = r % T + 1;
+        long long lim = r % T + 1, lo = att_lo(starts, r0 + r, T, heads);
         float m = lse[r * ls], t = 0.0f;
-        for (long long j = threadIdx.x; j < lim; j += blockDim.x) t += expf(scale * sr[j] - m) * dr[j];
+        for (long long j = lo + threadIdx.x; j < lim; j += blockDim.x) t += expf(scale * sr[j] - m) * dr[j];
         t = block_sum(t);
         for (long long j = threadIdx.x; j < T; j += blockDim.x) {
-            float v = j < lim ? scale * (expf(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
+            float v = j < lim && j >= lo ? scale * (expf(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
             if (dsdt == DT_BF16) ((unsigned short *)ds)[r * T + j] = f32_to_bf16(v);
             else ((float *)ds)[r * T + j] = v;
         }
@@ -897,37 +901,41 @@ extern "C" __global__ void k_att_repack(void *packed, void *flat, long long r0, 
 #include "cuda_flash_f32.cuh"
 
 /* f32 q, k, v (backends/cuda_flash_f32.cuh; the dispatcher sends them only where a tiled path is named:
- * PGD_FLASH_F32_NAMED): the arguments of k_flash_* (D, bf16 and cp unused), a kernel per head size, in
+ * PGD_FLASH_F32_NAMED, and never a node with starts): the arguments of k_flash_* (D, bf16, starts, heads and cp
+ * unused), a kernel per head size, in
  * both modules (SIMT FMAs only: no compute capability 8.0 instruction); k_flash_f32_back2: flash2's
  * one-pass backward (dk, dv and dq by atomics) */
 #define FF_MINBLOCKS 3 /* (the registers of three blocks an SM; without it ptxas caps sm_90's forward at 128 and spills) */
 #define FF_KERNELS(D, sfx)                                                                                             \
     extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_fwd##sfx(                                          \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
-        int bf16, long long H, void *cp) {                                                                             \
+        int bf16, long long H, const int *starts, long long heads, void *cp) {                                         \
         __shared__ __align__(16) float sm[FF_SMEM_FWD(D)];                                                             \
-        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        (void)Dn, (void)bf16, (void)starts, (void)heads, (void)cp;                                                                                \
         ff_fwd<D>(sm, (const float *)q, (const float *)k, (const float *)v, y, BH, T, scale, H);                       \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_back_dq##sfx(                                      \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, const int *starts, long long heads,  \
+        void *cp) {                                                                                                    \
         __shared__ __align__(16) float sm[FF_SMEM_DQ(D)];                                                              \
-        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        (void)Dn, (void)bf16, (void)starts, (void)heads, (void)cp;                                                                                \
         ff_dq<D>(sm, (const float *)q, (const float *)k, (const float *)v, y, dy, rowdot, out, BH, T, scale, H);       \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_back_dkv##sfx(                                     \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, const int *starts, long long heads,  \
+        void *cp) {                                                                                                    \
         __shared__ __align__(16) float sm[FF_SMEM_DKV(D)];                                                             \
-        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        (void)Dn, (void)bf16, (void)starts, (void)heads, (void)cp;                                                                                \
         ff_dkv<D, false>(sm, (const float *)q, (const float *)k, (const float *)v, y, dy, rowdot, out, BH, T, scale, H); \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(FF_T, FF_MINBLOCKS) k_flash_f32_back2##sfx(                          \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, const int *starts, long long heads,  \
+        void *cp) {                                                                                                    \
         __shared__ __align__(16) float sm[FF_SMEM_DKV(D)];                                                             \
-        (void)Dn, (void)bf16, (void)cp;                                                                                \
+        (void)Dn, (void)bf16, (void)starts, (void)heads, (void)cp;                                                                                \
         ff_dkv<D, true>(sm, (const float *)q, (const float *)k, (const float *)v, y, dy, rowdot, out, BH, T, scale, H);  \
     }
 FF_KERNELS(64, )
@@ -942,32 +950,35 @@ extern "C" __global__ void k_flash_f32_zero_dq(float *out, long long rows, long 
 
 /* bf16 q, k, v only (the dispatcher sends nothing else here: pgd_ctx.has_flash); a kernel per head size,
  * each with the registers and shared memory its own needs (D 64: about 135 registers, three blocks an SM).
+ * starts (nullptr: plain causal), each query's first key at batch row bh / heads (pdde_attention_docs).
  * cp (NULL: none; the CUDA kernels' last argument, PGD_FLASH_COPY): the output also stored rounded to bf16
  * there, at the output's indices (its node memory at pdde_lowp_copy_offset: lowering's PDDE_ATT_LOWP) */
 #define FL_KERNELS(D, sfx)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd##sfx(                                     \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
-        int bf16, long long H, void *cp) {                                                                             \
+        int bf16, long long H, const int *starts, long long heads, void *cp) {                                         \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H,            \
-                     (uint16_t *)cp);                                                                                  \
+                     (uint16_t *)cp, starts, heads);                                                                   \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq##sfx(                                 \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, const int *starts, long long heads,  \
+        void *cp) {                                                                                                    \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,      \
-                    scale, H, (uint16_t *)cp);                                                                         \
+                    scale, H, (uint16_t *)cp, starts, heads);                                                          \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv##sfx(                                \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, const int *starts, long long heads,  \
+        void *cp) {                                                                                                    \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_dkv<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,     \
-                     scale, H, (uint16_t *)cp);                                                                        \
+                     scale, H, (uint16_t *)cp, starts, heads);                                                         \
     }
 FL_KERNELS(64, )
 FL_KERNELS(128, _d128)
@@ -1052,15 +1063,15 @@ FL2_FWD_Q128(true, _qkv)
 #define FL_STUBS(sfx)                                                                                                  \
     extern "C" __global__ void k_flash_fwd##sfx(const void *q, const void *k, const void *v, float *y, long long BH,    \
                                                 long long T, long long D, float scale, int bf16, long long H,          \
-                                                void *cp) {}                                                           \
+                                                const int *starts, long long heads, void *cp) {}                                                           \
     extern "C" __global__ void k_flash_back_dq##sfx(const void *q, const void *k, const void *v, const float *y,        \
                                                     const float *dy, const float *rowdot, float *out, long long BH,    \
                                                     long long T, long long D, float scale, int bf16, long long H,      \
-                                                    void *cp) {}                                                       \
+                                                    const int *starts, long long heads, void *cp) {}                                                       \
     extern "C" __global__ void k_flash_back_dkv##sfx(const void *q, const void *k, const void *v, const float *y,       \
                                                      const float *dy, const float *rowdot, float *out, long long BH,   \
                                                      long long T, long long D, float scale, int bf16, long long H,     \
-                                                     void *cp) {}
+                                                     const int *starts, long long heads, void *cp) {}
 FL_STUBS()
 FL_STUBS(_d128)
 #define FL2_STUBS(sfx)                                                                                                 \

@@ -392,8 +392,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
         break;
     case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: {
         int64_t B, H, T, D;
-        int packed = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0;
-        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) - (packed ? 2 : 0) || a->ndim != (packed ? 3 : 4)) return 0;
+        int packed = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0, docs = pdde_attention_starts(node) != NULL; /* (starts last) */
+        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) - (packed ? 2 : 0) + docs || a->ndim != (packed ? 3 : 4)) return 0;
         pdde_attention_dims(node, &B, &H, &T, &D, &packed);
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         int32_t cdt = pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY); /* (a rounded copy of the output beside it: PDDE_ATT_LOWP) */
@@ -453,8 +453,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
     if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
-        int nin = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0 ? 1 : 3;
-        for (int i = 0; i < node->nsrc; i++) /* q, k, v (or qkv) of a->dtype (pgd_attention widens them); y, dy f32 */
+        int nin = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0 ? 1 : 3, nf = node->nsrc - (pdde_attention_starts(node) != NULL);
+        for (int i = 0; i < nf; i++) /* q, k, v (or qkv) of a->dtype (pgd_attention widens them); y, dy f32; [starts i32] */
             if (node->src[i]->dtype != (i < nin ? a->dtype : PDDE_F32)) return 0;
         return 1;
     }
@@ -468,6 +468,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     /* (the op's facts out of the loop: this runs at every op) */
     int ce = node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK;
     int ids = ce || node->op == PDDE_OP_EMBEDDING ? 1 : node->op == PDDE_OP_EMBEDDING_BACK ? node->nsrc - 2 : -1; /* [base,] ids, dy */
+    if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && pdde_attention_starts(node)) ids = node->nsrc - 1;
     int lowp_logits = ce && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
     for (int i = 0; i < nsrc; i++)
         if (node->src[i]->dtype != (i == ids ? PDDE_I32 : PDDE_F32) && !(i == 0 && lowp_logits)) return 0;
@@ -1147,12 +1148,14 @@ static const char *const pgd_att_names[PGD_ATT_COUNT] = {"rows", "unfused", "fla
 
 /* An attention node's geometry and buffers in either layout (pdde_attention_dims): q, k, v apart, or
  * packed in qkv (then k and v point D and 2D elements past q, and hk = H, the kernels' layout argument;
- * 0 for the other layout); y and dy are the forward's output and its gradient (backward only). */
+ * 0 for the other layout); y and dy are the forward's output and its gradient (backward only); starts, each
+ * query's first key (pdde_attention_docs, i32 [B, T]; null: plain causal), which the kernels find at batch row
+ * bh / H (their heads argument, H in both layouts). */
 typedef struct {
     int64_t B, H, T, D, BH, rows, hk;
     int packed;
     size_t esz; /* q, k, v's element size */
-    pgd_ptr q, k, v, y, dy, out;
+    pgd_ptr q, k, v, y, dy, out, starts;
 } pgd_att;
 
 static pgd_att pgd_att_of(const pdde_tensor *node) {
@@ -1167,13 +1170,18 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
     a.y = back ? pgd_ptr_of(node->src[yi]) : pgd_ptr_of(node);
     a.dy = back ? pgd_ptr_of(node->src[yi + 1]) : pgd_null;
     a.out = pgd_ptr_of(node);
+    const pdde_tensor *starts = pdde_attention_starts(node);
+    a.starts = starts ? pgd_ptr_of(starts) : pgd_null;
     return a;
 }
 
 /* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows, flash or flash2),
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
  * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
- * path (the unfused one where the default is the tiled one). Read at each node, so that one process can measure every path. */
+ * path (the unfused one where the default is the tiled one). A node with starts (pdde_attention_docs) runs
+ * on every path but flash2 and the f32 kernels of PGD_FLASH_F32_NAMED: there bf16 takes flash and f32
+ * the unfused path (said once where the path was named). Read at each node, so that one process can
+ * measure every path. */
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
     if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
@@ -1187,22 +1195,32 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     }
     /* (backends without flash2's kernels take flash, and so do f32 q, k, v without f32 kernels of their own) */
     const pdde_tensor *q = node->src[0];
+    int docs = pdde_attention_starts(node) != NULL;
     int f32_own = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
     if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own)))
         path = PGD_ATT_FLASH;
+    if (path == PGD_ATT_FLASH2 && docs) {
+        if (named && q->dtype == PDDE_BF16)
+            pgd_say_once(6, "%s: flash2 does not take starts (pdde_attention_docs): those nodes take the %s path", g->name,
+                         pgd_att_names[PGD_ATT_FLASH], "");
+        path = PGD_ATT_FLASH;
+    }
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         pgd_att at = pgd_att_of(node);
         int64_t D = at.D;
+        int f32_named = named && (g->has_flash & PGD_FLASH_F32_NAMED) && !docs; /* (those kernels do not take starts) */
         int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) ||
-                    (q->dtype == PDDE_F32 && ((g->has_flash & PGD_FLASH_F32) || (named && (g->has_flash & PGD_FLASH_F32_NAMED))));
+                    (q->dtype == PDDE_F32 && ((g->has_flash & PGD_FLASH_F32) || f32_named));
         /* (the CUDA kernels move 16 bytes at a time: packed rows start at multiples of D elements) */
         int aligned = at.q.off % 16 == 0 && at.k.off % 16 == 0 && at.v.off % 16 == 0 && (!at.packed || (D * (int64_t)at.esz) % 16 == 0);
         if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
             int fb = g->attention_default == PGD_ATT_FLASH || g->attention_default == PGD_ATT_FLASH2 ? PGD_ATT_UNFUSED
                                                                                                     : g->attention_default;
-            static const char *const why[4] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
-                                               "its head size is not 64 or 128", "its q, k or v is not 16-byte aligned"};
-            int r = !g->has_flash ? 0 : !dt_ok ? 1 : !(D == 64 || D == 128) ? 2 : 3;
+            static const char *const why[5] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
+                                               "its head size is not 64 or 128", "its q, k or v is not 16-byte aligned",
+                                               "its f32 q, k, v come with starts (pdde_attention_docs)"};
+            int f32_docs = q->dtype == PDDE_F32 && docs && named && (g->has_flash & PGD_FLASH_F32_NAMED) && !(g->has_flash & PGD_FLASH_F32);
+            int r = !g->has_flash ? 0 : f32_docs ? 4 : !dt_ok ? 1 : !(D == 64 || D == 128) ? 2 : 3;
             if (v && *v) /* (asked for by name: say why it does not run; the default falls back quietly) */
                 pgd_say_once(1 + r, "%s: the tiled attention does not run a node where %s: those take the %s path", g->name,
                              why[r], pgd_att_names[fb]);
@@ -1213,18 +1231,19 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
 }
 
 /* The row kernels: an item per query row (forward, dq) or key row (dk, dv), each walking the
- * keys (queries) its row meets with an online softmax (probabilities recomputed from the saved
- * logsumexp). dq's kernel also leaves rowsum(dO * O) per row in scratch for the dk, dv kernel.
+ * keys (queries) its row meets (with starts: from the query's first key) with an online softmax
+ * (probabilities recomputed from the saved logsumexp). dq's kernel also leaves rowsum(dO * O) per
+ * row in scratch for the dk, dv kernel.
  * bf16 / f16 q, k, v (mixed precision) are widened to f32 in that scratch first, as a low-precision
  * matmul's operands are: the kernels' products of rounded inputs are then exact in f32 and everything
  * after them is f32, the CPU's numerics. */
 static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
     pgd_att at = pgd_att_of(node);
-    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, n = rows * D, H = at.hk;
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, n = rows * D, H = at.hk, heads = at.H;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
-    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out, ps = at.starts;
     int64_t wide = q->dtype != PDDE_F32 ? 3 * n : 0, rowdot_n = node->op == PDDE_OP_ATTENTION_BACK ? rows : 0;
     pgd_ptr w = pgd_null;
     int e = wide + rowdot_n ? g->scratch(g->impl, g->stream, (size_t)(wide + rowdot_n) * sizeof(float), &w) : PDDE_OK;
@@ -1242,15 +1261,16 @@ static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     if (e) return e;
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch_1d(g, PGD_K_ATTENTION, rows,
-                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
+                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H),
+                                      PGD_P(ps), PGD_A(heads)));
     pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_at(w, wide * (int64_t)sizeof(float));
     e = pgd_launch_1d(g, PGD_K_ATTENTION_BACK_Q, rows,
                       PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                               PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
+                               PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H), PGD_P(ps), PGD_A(heads)));
     if (e) return e;
     return pgd_launch_1d(g, PGD_K_ATTENTION_BACK_KV, rows,
                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                  PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
+                                  PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H), PGD_P(ps), PGD_A(heads)));
 }
 
 /* Scratch of the unfused path, at most this many bytes (heads are taken in chunks that fit). */
@@ -1259,7 +1279,8 @@ static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
 static int64_t pgd_align256(int64_t bytes) { return (bytes + 255) & ~(int64_t)255; }
 
 /* The unfused form inside the node: per chunk of heads, S = Q K^T (a batched GEMM), P = causal
- * softmax(scale S) with each row's logsumexp into y's last column (k_att_softmax), O = P V; the backward
+ * softmax(scale S) (over each row's keys from its first: starts) with each row's logsumexp into y's last
+ * column (k_att_softmax), O = P V; the backward
  * recomputes S and P from the logsumexp, dV = P^T dO, dP = dO V^T, dS = scale P (dP - rowsum(P dP))
  * (k_att_dsoftmax), dQ = dS K, dK = dS^T Q. bf16 q, k, v: the GEMMs read bf16, P, dO and dS
  * written as bf16 for them (as autocast's matmuls round theirs); f16 ones are widened to f32 first (f16
@@ -1301,11 +1322,12 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     if (e) return e;
     pgd_ptr S = w, P = pgd_at(w, o_P), O = pgd_at(w, o_O), dP = pgd_at(w, o_dP), dOb = pgd_at(w, o_dOb),
             gw = gw_head ? pgd_at(w, o_gw) : pgd_null;
-    pgd_ptr py = at.y, po = at.out;
+    pgd_ptr py = at.y, po = at.out, ps = at.starts;
     int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt, e32 = (int32_t)esz, four = 4;
+    int64_t heads = at.H;
     int64_t Dy = D + 1, ls = at.packed ? 1 : Dy; /* the logsumexp's stride */
     for (int64_t h0 = 0; h0 < BH && !e; h0 += c) {
-        int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nO = ch * td;
+        int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nO = ch * td, r0 = h0 * T;
         pgd_ptr qc = pgd_at(at.q, h0 * td * esz), kc = pgd_at(at.k, h0 * td * esz), vc = pgd_at(at.v, h0 * td * esz);
         if (at.packed) { /* the chunk's heads of q, k, v contiguous, as the batched GEMMs read them */
             pgd_ptr *in[3] = {&qc, &kc, &vc};
@@ -1331,7 +1353,7 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, qc, td, kc, td, S, tt, ch, gw);
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_SOFTMAX, rows, T,
                                    PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(ls),
-                                            PGD_A(from_lse), PGD_A(pdt)));
+                                            PGD_A(from_lse), PGD_A(pdt), PGD_P(ps), PGD_A(r0), PGD_A(heads)));
         if (!back) {
             if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, vc, td, O, td, ch, gw);
             /* into y's first D columns of the chunk's rows */
@@ -1354,7 +1376,7 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, dO, td, vc, td, dP, tt, ch, gw);     /* dP = dO V^T */
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_DSOFTMAX, rows, T,                           /* dS, in P's place */
                                    PGD_ARGS(PGD_P(S), PGD_P(dP), PGD_P(lse), PGD_P(P), PGD_A(rows), PGD_A(T), PGD_A(scale),
-                                            PGD_A(ls), PGD_A(pdt)));
+                                            PGD_A(ls), PGD_A(pdt), PGD_P(ps), PGD_A(r0), PGD_A(heads)));
         if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, kc, td, dq, td, ch, gw);      /* dQ = dS K */
         if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 0, four, 0);
         if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, qc, td, dk, td, ch, gw);      /* dK = dS^T Q */
@@ -1368,14 +1390,15 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * backward rowsum(dO * O) per row first, then dq a group per query tile (over the key tiles it sees) and
  * dk, dv a group per key tile (over the query tiles that see it): no atomics, deterministic. q, k, v are
  * read as they are (bf16 or f32), everything after in f32 (a backend's tensor-core kernels round P and
- * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. f32 on a backend with
+ * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. With starts every pair
+ * is masked and the tiles no row of a group sees are skipped. f32 on a backend with
  * its own f32 kernels (PGD_FLASH_F32_NAMED: CUDA's k_flash_f32_*) takes those, with their own rows a
  * group and threads (backends/flash_f32_tiles.h) and the same arguments; onepass (its path flash2): the
  * backward zeroes dq, then k_flash_f32_back2 a group per key tile adds dq with atomics beside dk, dv. */
 static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied, int onepass) {
     const pdde_tensor *q = node->src[0];
     pgd_att at = pgd_att_of(node);
-    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk, heads = at.H;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
     int32_t bf16 = q->dtype == PDDE_BF16;
@@ -1386,7 +1409,7 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied,
     if (groups > (int64_t)UINT32_MAX / bx)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
-    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out, ps = at.starts; /* (the f32 kernels take starts unread: pgd_attention_path) */
     unsigned gx = (unsigned)groups;
     int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
     int k_fwd = f32k ? PGD_K_FLASH_F32_FWD : PGD_K_FLASH_FWD, k_dq = f32k ? PGD_K_FLASH_F32_BACK_DQ : PGD_K_FLASH_BACK_DQ,
@@ -1399,14 +1422,15 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied,
         cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
     pgd_arg cp_arg = PGD_P(cp);
     if (node->op == PDDE_OP_ATTENTION) {
-        pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
+        pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H),
+                          PGD_P(ps), PGD_A(heads), cp_arg};
         return pgd_launch(g, k_fwd + d128, gx, 1, 1, bx, 1, (int)(sizeof args / sizeof args[0]) - !with_cp, args);
     }
     pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
     if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
     pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D),
-                      PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
+                      PGD_A(scale), PGD_A(bf16), PGD_A(H), PGD_P(ps), PGD_A(heads), cp_arg};
     int nargs = (int)(sizeof args / sizeof args[0]) - !with_cp;
     if (f32k && onepass) {
         if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_F32_ZERO_DQ, rows * D, PGD_ARGS(PGD_P(po), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));

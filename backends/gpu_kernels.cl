@@ -1152,18 +1152,25 @@ static long att_lse(long r, long rows, long T, long D, long H) { return H ? rows
 static long att_out(long r, int which, long rows, long T, long D, long H) {
     return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;
 }
+/* The first key row r sees (pdde_attention_docs): starts [B, T] at its batch row b = bh / heads (heads: the node's
+ * heads in either layout) and query t, clamped to [0, t]; 0 without starts (NULL: plain causal attention) */
+static long att_lo(__global const int *starts, long r, long T, long heads) {
+    if (!starts) return 0;
+    long t = r % T, s = starts[(r / T / heads) * T + t];
+    return s < 0 ? 0 : s > t ? t : s;
+}
 
 /* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online
  * softmax (the running sum and output are rescaled when the running max grows). */
 __kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,
-                          long D, float scale, long H) {
-    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);
+                          long D, float scale, long H, PTR(const int, starts), long heads) {
+    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y); BIND(const int, starts);
     GRID_STRIDE(r, BH * T) {
         long i = r % T;
         float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
         for (long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;
         float m = -INFINITY, l = 0.0f;
-        for (long j = 0; j <= i; j++) {
+        for (long j = att_lo(starts, r, T, heads); j <= i; j++) {
             __global const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f;
             for (long d = 0; d < D; d++) s += qr[d] * kj[d];
@@ -1188,9 +1195,9 @@ __kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const fl
  * p recomputed from the saved logsumexp; rowdot_i = dO_i . O_i is left in rowdot for the dk, dv kernel. */
 __kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),
                                  PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,
-                                 float scale, long H) {
+                                 float scale, long H, PTR(const int, starts), long heads) {
     BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);
-    BIND(float, rowdot); BIND(float, out);
+    BIND(float, rowdot); BIND(float, out); BIND(const int, starts);
     GRID_STRIDE(r, BH * T) {
         long i = r % T, yo = att_y(r, T, D, H);
         float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
@@ -1201,7 +1208,7 @@ __kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(c
         }
         rowdot[r] = dot;
         float lse = y[att_lse(r, BH * T, T, D, H)];
-        for (long j = 0; j <= i; j++) {
+        for (long j = att_lo(starts, r, T, heads); j <= i; j++) {
             __global const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long d = 0; d < D; d++) s += qr[d] * kj[d], dp += dor[d] * vj[d];
@@ -1213,17 +1220,18 @@ __kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(c
 }
 
 /* Backward, dk and dv of key row r (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j
- * that see it; needs k_attention_back_q's rowdot. */
+ * that see it (and whose first key is at most j); needs k_attention_back_q's rowdot. */
 __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),
                                   PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,
-                                  float scale, long H) {
+                                  float scale, long H, PTR(const int, starts), long heads) {
     BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);
-    BIND(float, rowdot); BIND(float, out);
+    BIND(float, rowdot); BIND(float, out); BIND(const int, starts);
     GRID_STRIDE(r, BH * T) {
         long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);
         float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
         for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;
         for (long ri = r; ri < r - j + T; ri++) {
+            if (att_lo(starts, ri, T, heads) > j) continue;
             __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
@@ -1301,52 +1309,53 @@ __kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const
 
 /* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
 
-/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the
- * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P
- * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */
+/* Rows of S [rows, T] (row r is query r % T of its head; the attention's row r0 + r): P = causal softmax(scale *
+ * S) over the row's keys lo .. t (att_lo of starts; lo 0 without), 0 elsewhere, as f32 or bf16 (pdt: the dtype
+ * enum) and each row's logsumexp over those keys into lse[r * ls]; from_lse: P = exp(scale * S - lse) from a saved
+ * logsumexp (one pass). Reads S only over those keys. */
 __kernel void k_att_softmax(PTR(const float, s), PTR(void, p), PTR(float, lse), long rows, long T, float scale, long ls,
-                            int from_lse, int pdt) {
-    BIND(const float, s); BIND(void, p); BIND(float, lse);
+                            int from_lse, int pdt, PTR(const int, starts), long r0, long heads) {
+    BIND(const float, s); BIND(void, p); BIND(float, lse); BIND(const int, starts);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *sr = s + r * T;
-        long lim = r % T + 1;
+        long lim = r % T + 1, lo = att_lo(starts, r0 + r, T, heads);
         float m, inv = 1.0f;
         if (from_lse) {
             m = lse[r * ls];
         } else {
             m = -INFINITY;
-            COLS_LOOP(j, lim) m = fmax(m, scale * sr[j]);
+            COLS_LOOP(j, lim) if (j >= lo) m = fmax(m, scale * sr[j]);
             m = group_max(m, sh);
             float z = 0.0f;
-            COLS_LOOP(j, lim) z += exp(scale * sr[j] - m);
+            COLS_LOOP(j, lim) if (j >= lo) z += exp(scale * sr[j] - m);
             z = group_sum(z, sh);
             inv = 1.0f / z;
             if (get_local_id(0) == 0) lse[r * ls] = m + log(z);
         }
         COLS_LOOP(j, T) {
-            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;
+            float v = j < lim && j >= lo ? exp(scale * sr[j] - m) * inv : 0.0f;
             if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);
             else ((__global float *)p)[r * T + j] = v;
         }
     }
 }
 
-/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of
- * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
+/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the keys each row sees
+ * (k_att_softmax's; 0 elsewhere), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
  * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */
 __kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(const float, lse), PTR(void, ds), long rows,
-                             long T, float scale, long ls, int dsdt) {
-    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);
+                             long T, float scale, long ls, int dsdt, PTR(const int, starts), long r0, long heads) {
+    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds); BIND(const int, starts);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *sr = s + r * T, *dr = dp + r * T;
-        long lim = r % T + 1;
+        long lim = r % T + 1, lo = att_lo(starts, r0 + r, T, heads);
         float m = lse[r * ls], t = 0.0f;
-        COLS_LOOP(j, lim) t += exp(scale * sr[j] - m) * dr[j];
+        COLS_LOOP(j, lim) if (j >= lo) t += exp(scale * sr[j] - m) * dr[j];
         t = group_sum(t, sh);
         COLS_LOOP(j, T) {
-            float v = j < lim ? scale * (exp(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
+            float v = j < lim && j >= lo ? scale * (exp(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
             if (dsdt == DT_BF16) ((__global ushort *)ds)[r * T + j] = f32_to_bf16(v);
             else ((__global float *)ds)[r * T + j] = v;
         }
@@ -1371,7 +1380,9 @@ __kernel void k_att_repack(PTR(void, packed), PTR(void, flat), long r0, long n, 
  * A group of FR items takes FR query rows (forward, dq) or key rows (dk, dv) of one head, an item a row;
  * the other side's rows come through group memory FK at a time. q, k, v are bf16 (bf16 = 1) or f32,
  * read as they are; everything else is f32. Group g takes head g / tiles and, from the last, tile
- * tiles - 1 - g % tiles (the heavy causal tiles first). */
+ * tiles - 1 - g % tiles (the heavy causal tiles first). With starts (att_lo) each pair is masked, and the tiles
+ * no row of the group sees are skipped: key tiles before the group's least first key (forward, dq), query tiles
+ * whose first keys all lie past the group's keys (dk, dv). */
 #define FR 64 /* rows a group: pgd_ctx.flash_rows and flash_threads of the OpenCL backend */
 #define FK 16 /* rows a tile in group memory */
 
@@ -1392,18 +1403,32 @@ static void flash_load_kv(__global const void *k, __global const void *v, long b
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* This item's query row i's first key (att_lo; 0 past T), and the first key tile (a multiple of FK) any row of the
+ * group [i - l, i - l + FR) sees, through group memory los[FR] */
+static long flash_first_tile(__global const int *starts, long base, long i, long T, long heads, __local long *los, long *lo) {
+    *lo = i < T ? att_lo(starts, base + i, T, heads) : 0;
+    if (!starts) return 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    los[get_local_id(0)] = i < T ? *lo : T;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    long least = T;
+    for (int r = 0; r < FR; r++) least = min(least, los[r]);
+    return least / FK * FK;
+}
+
 static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,
-                      long T, long D, float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+                      long T, long D, float scale, int bf16, long H, __global const int *starts, long heads,
+                      __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX], __local long *los) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
-    long i = tile * FR + l, kend = min(T, tile * FR + FR);
+    long i = tile * FR + l, kend = min(T, tile * FR + FR), lo;
     int live = i < T;
     float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
     for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f, acc[d] = 0.0f;
     float m = -INFINITY, lsum = 0.0f;
-    for (long j0 = 0; j0 < kend; j0 += FK) {
+    for (long j0 = flash_first_tile(starts, base, i, T, heads, los, &lo); j0 < kend; j0 += FK) {
         flash_load_kv(k, v, base, j0, T, D, H, bf16, ks, vs);
-        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
+        for (long jj = j0 < lo ? lo - j0 : 0; live && jj < FK && j0 + jj <= i; jj++) {
             float s = 0.0f;
             for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d];
             s *= scale;
@@ -1435,14 +1460,15 @@ __kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(floa
     }
 }
 
-/* dq of the group's query rows (out[0 .. BH*T*D)): scale * sum over keys j <= i of p (dp - rowdot) k_j,
+/* dq of the group's query rows (out[0 .. BH*T*D)): scale * sum over keys lo <= j <= i of p (dp - rowdot) k_j,
  * p recomputed from the saved logsumexp, the keys' k and v rows through group memory. */
 static void flash_dq(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
-                     float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+                     float scale, int bf16, long H, __global const int *starts, long heads, __local float (*ks)[PGD_ATT_DMAX],
+                     __local float (*vs)[PGD_ATT_DMAX], __local long *los) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
-    long i = tile * FR + l, kend = min(T, tile * FR + FR), yo = att_y(base + i, T, D, H);
+    long i = tile * FR + l, kend = min(T, tile * FR + FR), yo = att_y(base + i, T, D, H), lo;
     int live = i < T;
     float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
     for (long d = 0; d < D; d++) {
@@ -1451,9 +1477,9 @@ static void flash_dq(__global const void *q, __global const void *k, __global co
         dq[d] = 0.0f;
     }
     float lse = live ? y[att_lse(base + i, BH * T, T, D, H)] : 0.0f, dot = live ? rowdot[base + i] : 0.0f;
-    for (long j0 = 0; j0 < kend; j0 += FK) {
+    for (long j0 = flash_first_tile(starts, base, i, T, heads, los, &lo); j0 < kend; j0 += FK) {
         flash_load_kv(k, v, base, j0, T, D, H, bf16, ks, vs);
-        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
+        for (long jj = j0 < lo ? lo - j0 : 0; live && jj < FK && j0 + jj <= i; jj++) {
             float s = 0.0f, dp = 0.0f;
             for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d], dp += dor[d] * vs[jj][d];
             float ds = exp(s * scale - lse) * (dp - dot);
@@ -1464,15 +1490,15 @@ static void flash_dq(__global const void *q, __global const void *k, __global co
     for (long d = 0; d < D; d++) out[att_out(base + i, 0, BH * T, T, D, H) + d] = scale * dq[d];
 }
 
-/* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose
- * q and dO rows, logsumexp and rowdot come through group memory. */
+/* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j whose first
+ * key is at most j, their q and dO rows, logsumexp, rowdot and first key through group memory. */
 static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
                       __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
-                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],
-                      __local float *lses, __local float *dots) {
+                      float scale, int bf16, long H, __global const int *starts, long heads, __local float (*qs)[PGD_ATT_DMAX],
+                      __local float (*dos)[PGD_ATT_DMAX], __local float *lses, __local float *dots, __local long *los) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
-    long j = tile * FR + l, rows = BH * T;
+    long j = tile * FR + l, rows = BH * T, jlast = min(T, tile * FR + FR) - 1;
     int live = j < T;
     float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
     for (long d = 0; d < D; d++) {
@@ -1482,6 +1508,13 @@ static void flash_dkv(__global const void *q, __global const void *k, __global c
     }
     for (long i0 = tile * FR; i0 < T; i0 += FK) {
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (starts) { /* (the tile's first keys before its rows: a tile none of whose queries sees the group's keys is skipped) */
+            if (l < FK) los[l] = i0 + l < T ? att_lo(starts, base + i0 + l, T, heads) : T;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            long least = T;
+            for (int ii = 0; ii < FK; ii++) least = min(least, los[ii]);
+            if (least > jlast) continue; /* (the same in every item) */
+        }
         for (long e = l; e < FK * D; e += FR) {
             long ii = e / D, d = e % D, i = i0 + ii;
             qs[ii][d] = i < T ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;
@@ -1494,7 +1527,7 @@ static void flash_dkv(__global const void *q, __global const void *k, __global c
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (long ii = 0; live && ii < FK && i0 + ii < T; ii++) {
-            if (i0 + ii < j) continue; /* query i sees keys j <= i only */
+            if (i0 + ii < j || (starts && los[ii] > j)) continue; /* query i sees keys lo <= j <= i only */
             float s = 0.0f, dp = 0.0f;
             for (long d = 0; d < D; d++) s += qs[ii][d] * kr[d], dp += dos[ii][d] * vr[d];
             float p = exp(s * scale - lses[ii]), ds = p * (dp - dots[ii]);
@@ -1511,10 +1544,11 @@ static void flash_dkv(__global const void *q, __global const void *k, __global c
 #define FLASH_FWD_KERNEL(name)                                                                                             \
     __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void                                                          \
     name(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale,  \
-         int bf16, long H) {                                                                                                \
-        BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);                                      \
+         int bf16, long H, PTR(const int, starts), long heads) {                                                            \
+        BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y); BIND(const int, starts);              \
         __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                           \
-        flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);                                                            \
+        __local long los[FR];                                                                                               \
+        flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, starts, heads, ks, vs, los);                                        \
     }
 FLASH_FWD_KERNEL(k_flash_fwd)
 FLASH_FWD_KERNEL(k_flash_fwd_d128)
@@ -1522,16 +1556,18 @@ FLASH_FWD_KERNEL(k_flash_fwd_d128)
 /* (the two backward kernels' arguments) */
 #define FLASH_BACK_PARAMS                                                                                                  \
     PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),                 \
-        PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H
+        PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H,                 \
+        PTR(const int, starts), long heads
 #define FLASH_BACK_BIND                                                                                                    \
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);            \
-    BIND(const float, rowdot); BIND(float, out)
+    BIND(const float, rowdot); BIND(float, out); BIND(const int, starts)
 
 #define FLASH_BACK_DQ_KERNEL(name)                                                                                         \
     __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void name(FLASH_BACK_PARAMS) {                                \
         FLASH_BACK_BIND;                                                                                                   \
         __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];                                                          \
-        flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);                                           \
+        __local long los[FR];                                                                                              \
+        flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, starts, heads, ks, vs, los);                       \
     }
 FLASH_BACK_DQ_KERNEL(k_flash_back_dq)
 FLASH_BACK_DQ_KERNEL(k_flash_back_dq_d128)
@@ -1540,7 +1576,8 @@ FLASH_BACK_DQ_KERNEL(k_flash_back_dq_d128)
     __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void name(FLASH_BACK_PARAMS) {                                \
         FLASH_BACK_BIND;                                                                                                   \
         __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];                                     \
-        flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);                             \
+        __local long los[FK];                                                                                              \
+        flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, starts, heads, qs, dos, lses, dots, los);         \
     }
 FLASH_BACK_DKV_KERNEL(k_flash_back_dkv)
 FLASH_BACK_DKV_KERNEL(k_flash_back_dkv_d128)

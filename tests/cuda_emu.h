@@ -78,6 +78,15 @@ static inline float block_sum(float v) {
     emu_yield();
     return s;
 }
+/* __syncthreads_or: a barrier that also tells every thread whether any thread's p was nonzero */
+static inline int __syncthreads_or(int p) {
+    emu_part[emu_cur] = p ? 1.0f : 0.0f;
+    emu_yield();
+    int any = 0;
+    for (unsigned t = 0; t < blockDim.x; t++) any |= emu_part[t] != 0.0f;
+    emu_yield();
+    return any;
+}
 static inline float block_max(float v) {
     emu_part[emu_cur] = v;
     emu_yield();

@@ -162,18 +162,20 @@ static struct {
     long long BH, T, H; /* H: the layout (0: heads apart; > 0: packed qkv, cuda_att_layout.cuh) */
     int D;
     float scale;
+    const int *starts; /* each query's first key (pdde_attention_docs; NULL: plain causal) at batch row bh / heads */
+    long long heads;
 } L;
 static void body_fwd() {
-    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
-    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
+    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp, L.starts, L.heads);
+    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp, L.starts, L.heads);
 }
 static void body_dq() {
-    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
-    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
+    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp, L.starts, L.heads);
+    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp, L.starts, L.heads);
 }
 static void body_dkv() {
-    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
-    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
+    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp, L.starts, L.heads);
+    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp, L.starts, L.heads);
 }
 static void launch(void (*body)(void)) {
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
@@ -560,6 +562,98 @@ static void run_case_f32(long long BH, long long T, int D, long long H) {
     delete[] ry, delete[] rlse, delete[] rg, delete[] p, delete[] qkv, delete[] pdy;
 }
 
+/* Document-masked attention (pdde_attention_docs) on flash: B batch rows of `heads` heads, q, k, v apart or packed
+ * (the kernels' H), each query t seeing keys lo .. t, lo = starts[b, t] clamped to [0, t]: packed documents of random
+ * lengths (some of one token; one row a single document from t = 0) or, window > 0, a sliding window (t - window + 1).
+ * y, lse, dq, dk, dv against float64 from the same bf16 values, the bounds of run_case. */
+static void run_case_docs(long long B, long long heads, long long T, int D, int packed, int window) {
+    long long BH = B * heads, rows = BH * T, n = rows * D, H = packed ? heads : 0;
+    float scale = 1.0f / sqrtf((float)D);
+    int *starts = new int[B * T];
+    for (long long b = 0; b < B; b++)
+        for (long long t = 0, begin = 0, left = 0; t < T; t++) {
+            if (window) {
+                starts[b * T + t] = (int)(t - window + 1);
+                continue;
+            }
+            if (b > 0 && !left) left = (rng >> 3) % 4 == 0 ? 1 : 1 + (long long)((urand() + 1) * 20), begin = t; /* (row 0: one document) */
+            if (b > 0) left--;
+            starts[b * T + t] = (int)begin;
+        }
+    float *lq = new float[n], *lk = new float[n], *lv = new float[n], *ldy = new float[n];
+    for (long long i = 0; i < n; i++)
+        lq[i] = bf16_f(f_bf16(urand() * 2)), lk[i] = bf16_f(f_bf16(urand() * 2)), lv[i] = bf16_f(f_bf16(urand())), ldy[i] = urand();
+    long long nin = packed ? 3 * n : n, ny = packed ? n + rows : rows * (D + 1);
+    uint16_t *bq = new uint16_t[nin], *bk = packed ? bq + D : new uint16_t[n], *bv = packed ? bq + 2 * D : new uint16_t[n];
+    float *y = new float[ny], *dy = new float[ny], *out = new float[3 * n], *rowdot = new float[rows];
+    for (long long i = 0; i < ny; i++) y[i] = NAN, dy[i] = 0.0f;
+    for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
+    for (long long r = 0; r < rows; r++)
+        for (int d = 0; d < D; d++) {
+            long long o = att_in(r, T, D, H) + d;
+            bq[o] = f_bf16(lq[r * D + d]), bk[o] = f_bf16(lk[r * D + d]), bv[o] = f_bf16(lv[r * D + d]);
+            dy[att_y(r, T, D, H) + d] = ldy[r * D + d];
+        }
+    L.q = bq, L.k = bk, L.v = bv, L.y = y, L.dy = dy, L.out = out, L.rowdot = rowdot, L.BH = BH, L.T = T, L.D = D, L.scale = scale;
+    L.H = H, L.ycp = L.cp = NULL, L.starts = starts, L.heads = heads;
+    launch(body_fwd);
+    for (long long r = 0; r < rows; r++) { /* k_flash_rowdot */
+        float dot = 0.0f;
+        for (int d = 0; d < D; d++) dot += dy[att_y(r, T, D, H) + d] * y[att_y(r, T, D, H) + d];
+        rowdot[r] = dot;
+    }
+    launch(body_dq);
+    launch(body_dkv);
+    L.starts = NULL, L.heads = 1;
+    double *ry = new double[n], *rlse = new double[rows], *rg = new double[3 * n], *p = new double[T];
+    float *gy = new float[n], *glse = new float[rows], *gg = new float[3 * n];
+    for (long long i = 0; i < 3 * n; i++) rg[i] = 0;
+    for (long long r = 0; r < rows; r++) {
+        long long t = r % T, h0 = r - t, b = r / T / heads, lo = starts[b * T + t] < 0 ? 0 : starts[b * T + t] > t ? t : starts[b * T + t];
+        double m = -INFINITY, z = 0, dot = 0;
+        for (long long j = lo; j <= t; j++) {
+            double sc = 0;
+            for (int d = 0; d < D; d++) sc += (double)lq[r * D + d] * lk[(h0 + j) * D + d];
+            p[j] = sc * scale, m = fmax(m, p[j]);
+        }
+        for (long long j = lo; j <= t; j++) p[j] = exp(p[j] - m), z += p[j];
+        for (int d = 0; d < D; d++) {
+            double o = 0;
+            for (long long j = lo; j <= t; j++) o += p[j] / z * lv[(h0 + j) * D + d];
+            ry[r * D + d] = o, dot += o * ldy[r * D + d];
+        }
+        rlse[r] = m + log(z);
+        for (long long j = lo; j <= t; j++) {
+            double pj = p[j] / z, dp = 0;
+            for (int d = 0; d < D; d++) dp += ldy[r * D + d] * (double)lv[(h0 + j) * D + d];
+            double ds = pj * (dp - dot) * scale;
+            for (int d = 0; d < D; d++) {
+                rg[r * D + d] += ds * lk[(h0 + j) * D + d];
+                rg[n + (h0 + j) * D + d] += ds * lq[r * D + d];
+                rg[2 * n + (h0 + j) * D + d] += pj * ldy[r * D + d];
+            }
+        }
+    }
+    for (long long r = 0; r < rows; r++) {
+        glse[r] = y[att_lse(r, rows, D, H)];
+        for (int d = 0; d < D; d++) {
+            gy[r * D + d] = y[att_y(r, T, D, H) + d];
+            for (int w = 0; w < 3; w++) gg[w * n + r * D + d] = out[att_out(r, w, rows, T, D, H) + d];
+        }
+    }
+    char label[96];
+    snprintf(label, sizeof label, "docs B %lld H %lld T %lld D %d%s%s", B, heads, T, D, packed ? " packed" : "", window ? " window" : "");
+    double u = 1.0 / 256;
+    check("output", nmse(gy, ry, n), (2 * u) * (2 * u), label);
+    check("lse", nmse(glse, rlse, rows), 1e-10, label);
+    check("dq", nmse(gg, rg, n), (3 * u) * (3 * u), label);
+    check("dk", nmse(gg + n, rg + n, n), (3 * u) * (3 * u), label);
+    check("dv", nmse(gg + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), label);
+    if (!packed) delete[] bk, delete[] bv;
+    delete[] bq, delete[] starts, delete[] lq, delete[] lk, delete[] lv, delete[] ldy, delete[] y, delete[] dy, delete[] out;
+    delete[] rowdot, delete[] ry, delete[] rlse, delete[] rg, delete[] p, delete[] gy, delete[] glse, delete[] gg;
+}
+
 int main(int argc, char **argv) {
     (void)argv;
     run_case(1, 67, 64, 0);   /* one head, T not a multiple of the tiles */
@@ -573,6 +667,11 @@ int main(int argc, char **argv) {
     run_case_f32(1, 67, 64, 0);   /* f32: one head, T not a multiple of the tiles */
     run_case_f32(6, 150, 64, 3);  /* f32 packed (and apart): 2 batch rows of 3 heads, three forward tiles */
     run_case_f32(2, 75, 128, 2);  /* f32 D 128, packed (and apart) */
+    run_case_docs(3, 1, 200, 64, 0, 0);  /* documents: one row a single one, two of random lengths (some 1) */
+    run_case_docs(2, 2, 150, 64, 1, 0);  /* documents, packed qkv: 2 batch rows of 2 heads */
+    run_case_docs(2, 1, 135, 128, 0, 0); /* documents at D 128 */
+    run_case_docs(1, 2, 200, 64, 1, 40); /* a sliding window of 40 keys (whole key tiles skipped), packed */
+    run_case_docs(1, 1, 75, 128, 0, 20); /* a window at D 128 */
     if (argc > 1) run_case(1, 300, 128, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -11,7 +11,9 @@
  * warp-per-row kernels' instances, rows up to 768, 1024, 1664, 2048 wide; wider rows the group-per-row kernels). And rope:
  * CUDA takes it only under PDDE_CUDA_ROPE=1 (pgd_cuda_takes_rope; pgd_supports_op, which every GPU backend asks, never),
  * its forward and backward launch k_rope, heads up to D 256. Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
- * many parameters as the launch passes, each of the launch's size. */
+ * many parameters as the launch passes, each of the launch's size. Nodes with starts (pdde_attention_docs,
+ * pdde_attention_qkv_docs): bf16 takes flash where flash2 is the default or named (said once where named), f32 the
+ * unfused path where flash or flash2 is named (said once), and the tiled kernels get the starts. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
 #include "tests/test_util.h"
@@ -27,6 +29,8 @@ static int launched[MAX_LAUNCHES], n_launched;
 static unsigned flash2_variant; /* the recording pgd_ctx's (PGD_FLASH2_*, as backends/cuda.c reads PDDE_FLASH2_VARIANT) */
 static unsigned launched_gx[MAX_LAUNCHES], launched_bx[MAX_LAUNCHES];
 static char *ptx, *ptx75;
+static int with_starts; /* attention() builds the nodes with starts (pdde_attention_docs, pdde_attention_qkv_docs) */
+static int starts_passed; /* launches of tiled kernels given a non-null starts */
 
 /* The parameter sizes (bytes) of PTX entry name, in order; their count, or -1 where there is no such entry. */
 static int ptx_params(const char *text, const char *name, int *sizes, int max) {
@@ -63,6 +67,10 @@ static int rec_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy,
     (void)impl, (void)stream, (void)gy, (void)gz, (void)by;
     if (n_launched < MAX_LAUNCHES) launched_gx[n_launched] = gx, launched_bx[n_launched] = bx, launched[n_launched++] = k;
     const char *name = pgd_kernel_name(k);
+    if (!strncmp(name, "k_flash_fwd", 11) || !strncmp(name, "k_flash_back", 12)) { /* (starts: the argument after H) */
+        int at = !strncmp(name, "k_flash_fwd", 11) ? 10 : 13;
+        starts_passed += nargs > at && args[at].is_ptr && ((const pgd_ptr *)args[at].p)->base != 0;
+    }
     unsigned most = ptx_maxntid(ptx, name); /* (a group larger than the kernel's launch bounds fails to launch) */
     CHECK(!most || bx * by <= most, "%s: launched with groups of %u items, its launch bounds allow %u", name, bx * by, most);
     for (int m = 0; m < 2; m++) { /* (the compute_75 module has every kernel too: the backend looks each up there) */
@@ -107,15 +115,16 @@ static pdde_graph *attention(pdde_context *ctx, int D, pdde_dtype dt, int packed
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
     int64_t B = 2, H = 3, T = 100, s[4] = {B, H, T, D};
-    pdde_tensor *y;
+    pdde_tensor *y, *starts = with_starts ? pdde_input(g, "starts", PDDE_I32, 2, (int64_t[]){B, T}) : NULL;
+    if (starts) starts->data = (void *)(uintptr_t)8192; /* (a device address the launches pass on) */
     if (packed) {
         pdde_tensor *qkv = pdde_param(g, "qkv", 3, (int64_t[]){B, T, H * 3 * D}, 0.0f);
         pdde_graph_set_compute_dtype(g, dt);
-        y = pdde_attention_qkv(g, qkv, (int)H);
+        y = starts ? pdde_attention_qkv_docs(g, qkv, (int)H, starts) : pdde_attention_qkv(g, qkv, (int)H);
     } else {
         pdde_tensor *q = pdde_param(g, "q", 4, s, 0.0f), *k = pdde_param(g, "k", 4, s, 0.0f), *v = pdde_param(g, "v", 4, s, 0.0f);
         pdde_graph_set_compute_dtype(g, dt);
-        y = pdde_attention(g, q, k, v);
+        y = starts ? pdde_attention_docs(g, q, k, v, starts) : pdde_attention(g, q, k, v);
     }
     pdde_graph_set_compute_dtype(g, PDDE_F32);
     pdde_backward(g, pdde_sum(g, y, -1, 0));
@@ -301,6 +310,31 @@ int main(void) {
     expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs");
     flash2_variant = 0;
     unsetenv("PDDE_CUDA_ATTENTION");
+    /* nodes with starts: flash where flash2 would run (bf16), the unfused path for f32 (its tiled kernels do not take
+     * them), each said once where a path is named (on stderr, caught in a file here); the tiled kernels get the starts */
+    with_starts = 1, starts_passed = 0;
+    FILE *said_docs = tmpfile();
+    int saved_err = dup(2);
+    fflush(stderr), dup2(fileno(said_docs), 2);
+    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash_fwd", flash_b);
+    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", flash_b128);
+    expect(ctx, "flash", 64, PDDE_BF16, 1, "k_flash_fwd", flash_b);
+    expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash_fwd", flash_b);
+    expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", flash_b128);
+    expect(ctx, NULL, 64, PDDE_F32, 0, NULL, NULL);
+    expect(ctx, "flash", 64, PDDE_F32, 1, NULL, NULL);
+    expect(ctx, "flash2", 128, PDDE_F32, 0, NULL, NULL);
+    fflush(stderr), dup2(saved_err, 2), close(saved_err);
+    CHECK(starts_passed == 15, "the tiled kernels of 5 nodes with starts: %d of their 15 launches got the starts", starts_passed);
+    char docs_text[512] = "";
+    rewind(said_docs);
+    docs_text[fread(docs_text, 1, sizeof docs_text - 1, said_docs)] = 0;
+    fclose(said_docs);
+    CHECK(!strcmp(docs_text, "pdde: cuda: flash2 does not take starts (pdde_attention_docs): those nodes take the flash path\n"
+                             "pdde: cuda: the tiled attention does not run a node where its f32 q, k, v come with starts "
+                             "(pdde_attention_docs): those take the unfused path\n"),
+          "nodes with starts on a named path they do not take: each said once: '%s'", docs_text);
+    with_starts = 0;
     /* layernorm: the warp-per-row kernels under PGD_MEM_LN2 (rows up to 2048 wide), their launches' arguments the PTX's */
     char got[512];
     layernorm_kernels(ctx, 8192, 768, PGD_CUDA_MEM_KERNELS | PGD_MEM_LN2, got, sizeof got);

@@ -49,6 +49,10 @@ struct op_case {
 };
 
 static int64_t g_vocab; /* range of the "ids" / "tgt" leaves of the case being built */
+/* The document-masked attention case being run (pdde_attention_docs): its starts [B, T], the "att_starts" leaf, and
+ * the f32 mask [B, 1, T, T] of its reference ("att_mask": 0 where query t sees key j, -1e9 before its first key) */
+static const int32_t *g_att_starts;
+static int64_t g_att_T;
 static int64_t g_loss_tokens; /* the case's pdde_session_set_loss_tokens (0: none) */
 
 static double now_s(void) {
@@ -851,7 +855,15 @@ static void fill_leaf(const pdde_tensor *t, uint64_t seed, void *buf) {
         float f = (float)(2.0 * u - 1.0);
         if (round_bias) f = g_bias_rounded == PDDE_BF16 ? pdde_bf16_to_f32(pdde_f32_to_bf16(f)) : pdde_f16_to_f32(pdde_f32_to_f16(f));
         switch (t->dtype) {
-        case PDDE_F32: ((float *)buf)[i] = strcmp(t->name, "moe_skew") ? f : i == 0 ? 200.0f : i == 1 ? 100.0f : 0.0f; break;
+        case PDDE_F32:
+            if (!strcmp(t->name, "att_mask")) { /* (element (b, 0, t, j)) */
+                int64_t T = g_att_T, row = i / T, tq = row % T, j = i % T, lo = g_att_starts[row];
+                lo = lo < 0 ? 0 : lo > tq ? tq : lo;
+                ((float *)buf)[i] = j < lo ? -1e9f : 0.0f;
+                break;
+            }
+            ((float *)buf)[i] = strcmp(t->name, "moe_skew") ? f : i == 0 ? 200.0f : i == 1 ? 100.0f : 0.0f;
+            break;
         case PDDE_F16: ((uint16_t *)buf)[i] = pdde_f32_to_f16(f * 100.0f); break;
         case PDDE_BF16: ((uint16_t *)buf)[i] = pdde_f32_to_bf16(f * 100.0f); break;
         case PDDE_I64: ((int64_t *)buf)[i] = (int64_t)(r % 200001) - 100000; break;
@@ -859,6 +871,7 @@ static void fill_leaf(const pdde_tensor *t, uint64_t seed, void *buf) {
             if (!strncmp(t->name, "tgt_none", 8)) ((int32_t *)buf)[i] = -1;
             else if (!strncmp(t->name, "tgt", 3)) ((int32_t *)buf)[i] = (r % 7 == 0) ? -1 : (int32_t)((r >> 8) % (uint64_t)g_vocab);
             else if (!strncmp(t->name, "ids", 3)) ((int32_t *)buf)[i] = (int32_t)((r >> 8) % (uint64_t)g_vocab);
+            else if (!strcmp(t->name, "att_starts")) ((int32_t *)buf)[i] = g_att_starts[i];
             else ((int32_t *)buf)[i] = (int32_t)(r % 2001) - 1000;
             break;
         default: break;
@@ -1441,6 +1454,112 @@ static void packed_attention_case(const options *o, int device, const int64_t *s
 }
 
 static void test_packed_attention(const options *o, int device) { each_attention_case(o, device, "packed", packed_attention_case); }
+
+/* Document-masked attention (pdde_attention_docs, pdde_attention_qkv_docs) against the f32 unfused graph with the
+ * mask added before its causal softmax (the "att_mask" input built from the same starts), both layouts, f32 and
+ * bf16, every path: starts of documents packed in each batch row (random lengths, some of one token; the first
+ * row, where there are several, one document from t = 0) or of a sliding window t - W + 1 (its first starts
+ * negative: clamped to 0). */
+enum { DOCS_PACKED, DOCS_WINDOW };
+static int32_t *docs_starts(int64_t B, int64_t T, int pattern, uint64_t seed) {
+    int32_t *st = malloc((size_t)(B * T) * sizeof *st);
+    int64_t W = T / 3 + 1;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0, begin = 0, left = 0; t < T; t++) {
+            if (pattern == DOCS_WINDOW) {
+                st[b * T + t] = (int32_t)(t - W + 1);
+                continue;
+            }
+            if (b == 0 && B > 1) { /* (a document from t = 0 only: plain causal) */
+                st[b * T + t] = 0;
+                continue;
+            }
+            if (!left) { /* (a new document: one token in four, else up to T / 2) */
+                uint64_t r = mix(&seed);
+                left = r % 4 == 0 ? 1 : 1 + (int64_t)((r >> 8) % (uint64_t)(T / 2 + 1));
+                begin = t;
+            }
+            left--;
+            st[b * T + t] = (int32_t)begin;
+        }
+    return st;
+}
+
+/* softmax(q k^T scale + mask, causal) v: pdde_attention_unfused's pieces with the mask added */
+static pdde_tensor *masked_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v, pdde_tensor *mask) {
+    pdde_tensor *att = pdde_scale(g, pdde_matmul(g, q, k, 0, 1), 1.0f / sqrtf((float)q->shape[3]));
+    return pdde_matmul(g, pdde_softmax(g, pdde_add(g, att, mask), 1), v, 0, 0);
+}
+
+/* The docs case's graph: q, k, v apart (checks: y and the gradients of q, k, v) or packed in qkv (y and qkv's
+ * gradient); fused under compute dtype dt, or the masked unfused reference */
+static void docs_graph(pdde_graph *g, const int64_t *s, bool packed, bool fused, pdde_dtype dt, const pdde_tensor **checks) {
+    int64_t B = s[0], H = s[1], T = s[2], D = s[3], C = H * D;
+    pdde_tensor *starts = fused ? pdde_input(g, "att_starts", PDDE_I32, 2, (int64_t[]){B, T}) : NULL;
+    pdde_tensor *mask = fused ? NULL : pdde_input(g, "att_mask", PDDE_F32, 4, (int64_t[]){B, 1, T, T});
+    pdde_tensor *y, *qkv = NULL, *q = NULL, *k = NULL, *v = NULL;
+    if (packed) {
+        qkv = pdde_param(g, "qkv", 3, (int64_t[]){B, T, 3 * C}, 0.0f);
+        pdde_graph_set_compute_dtype(g, dt);
+        if (fused) {
+            y = pdde_attention_qkv_docs(g, qkv, (int)H, starts);
+        } else {
+            pdde_tensor *part[3];
+            pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
+            for (int i = 0; i < 3; i++) part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+            y = pdde_reshape(g, pdde_permute(g, masked_unfused(g, part[0], part[1], part[2], mask), (int[]){0, 2, 1, 3}), 3,
+                             (int64_t[]){B, T, C});
+        }
+    } else {
+        q = pdde_param(g, "q", 4, s, 0.0f), k = pdde_param(g, "k", 4, s, 0.0f), v = pdde_param(g, "v", 4, s, 0.0f);
+        pdde_graph_set_compute_dtype(g, dt);
+        y = fused ? pdde_attention_docs(g, q, k, v, starts) : masked_unfused(g, q, k, v, mask);
+    }
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
+    pdde_tensor *loss = checking_loss(g, y);
+    pdde_mark_output(y);
+    pdde_backward(g, loss);
+    checks[0] = y;
+    if (packed) checks[1] = qkv->grad;
+    else checks[1] = q->grad, checks[2] = k->grad, checks[3] = v->grad;
+}
+
+static void docs_case(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label, bool packed) {
+    if (dt == PDDE_F16) return; /* (f32 and bf16: f16 takes no path of its own) */
+    int pattern = (si + packed) % 2 ? DOCS_WINDOW : DOCS_PACKED; /* (each shape sees both, one in each layout) */
+    int32_t *starts = docs_starts(s[0], s[2], pattern, 7000 + (uint64_t)si);
+    g_att_starts = starts, g_att_T = s[2];
+    char what[192];
+    snprintf(what, sizeof what, "%s (%s)", label, pattern == DOCS_WINDOW ? "window" : "documents");
+    pdde_graph *gf, *gu;
+    const pdde_tensor *cf[4], *cu[4];
+    int n = packed ? 2 : 4;
+    pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+    docs_graph(gf, s, packed, true, dt, cf), docs_graph(gu, s, packed, false, PDDE_F32, cu);
+    bool has_fused = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax");
+    CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && has_fused, "%s: graphs: %s", what, pdde_last_error(o->ctx));
+    results got, ref;
+    pdde_status st = run_fused_and_reference(o, gf, gu, device, (packed ? 4000 : 3000) + si, "attention", cf, cu, n, &got, &ref);
+    if (!fused_case_declined(o, st, what, &got, &ref, gf, gu)) { /* (a plugin without attention: it ran on the CPU) */
+        CHECK(st == PDDE_OK, "%s: %s (%s)", what, pdde_status_str(st), pdde_last_error(o->ctx));
+        const char *names[4] = {"output", packed ? "qkv.grad" : "q.grad", "k.grad", "v.grad"};
+        if (st == PDDE_OK) check_attention_results(o, what, &got, &ref, names, n, packed ? 2 : 3, s, dt);
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+    }
+    g_att_starts = NULL;
+    free(starts);
+}
+static void docs_apart_case(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label) {
+    docs_case(o, device, s, si, dt, label, false);
+}
+static void docs_packed_case(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label) {
+    docs_case(o, device, s, si, dt, label, true);
+}
+static void test_docs_attention(const options *o, int device) {
+    each_attention_case(o, device, "docs", docs_apart_case);
+    each_attention_case(o, device, "docs packed", docs_packed_case);
+}
 
 /* ------------------------------------------------------------------------------------------------
  * Multi-tensor AdamW: the update nodes of a device run as one launch (one threaded loop on the CPU,
@@ -2258,7 +2377,8 @@ int main(int argc, char **argv) {
             }
         }
         if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
-        if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]), test_packed_attention(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "attention")))
+            test_fused_attention(&o, devs[k]), test_packed_attention(&o, devs[k]), test_docs_attention(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update"))) test_update_nonfinite_norm(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
@@ -2271,7 +2391,8 @@ int main(int argc, char **argv) {
     }
     o.strict = 1; /* (the CPU's own checks below) */
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
-    if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0), test_packed_attention(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend)
+        test_fused_attention(&o, 0), test_packed_attention(&o, 0), test_docs_attention(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update")) && !o.backend) test_update_nonfinite_norm(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);
