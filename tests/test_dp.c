@@ -207,6 +207,19 @@ static void compare(const char *name, const char *ref_name, const run_result *re
            got->optimizer_bytes);
 }
 
+/* Runs each of the n configs on ranks (those on the device only where there is one) against the reference ref */
+static void run_each(const char *addr, const dp_config *configs, size_t n, const char *ref_name, const run_result *ref, int has_device) {
+    for (size_t i = 0; i < n; i++) {
+        run_result res = {0};
+        if (configs[i].on_device && !has_device) {
+            test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", configs[i].name);
+            continue;
+        }
+        run_ranks(addr, &configs[i], &res);
+        compare(configs[i].name, ref_name, ref, &res);
+    }
+}
+
 /* Asked in a child process, so this one never starts a device runtime before forking ranks. */
 static int other_device_exists(void) {
     pid_t pid = fork();
@@ -308,15 +321,7 @@ int main(void) {
     train(ctx, NULL, &masked_micro_ref, &mmref); /* (one process, 4 micro-batches: the same as a whole batch) */
     CHECK(mref.ok && mmref.ok, "masked references: %s%s", mref.error, mmref.error);
     compare(masked_micro_ref.name, masked_ref.name, &mref, &mmref);
-    for (size_t i = 0; i < sizeof masked / sizeof *masked; i++) {
-        run_result mres = {0};
-        if (masked[i].on_device && !has_device) {
-            test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", masked[i].name);
-            continue;
-        }
-        run_ranks(addr, &masked[i], &mres);
-        compare(masked[i].name, masked_ref.name, &mref, &mres);
-    }
+    run_each(addr, masked, sizeof masked / sizeof *masked, masked_ref.name, &mref, has_device);
     /* packed documents kept apart: each rank's rows attend inside their own documents (the starts split with the batch) */
     static const dp_config docs[] = {
         {"docs_micro", 0, 2, 0, 0, 1, 0, {0}, 0, 0, 0, 1},  /* 2 micro-batches on each of 2 ranks */
@@ -326,15 +331,7 @@ int main(void) {
     run_result dref = {0};
     train(ctx, NULL, &docs_ref, &dref);
     CHECK(dref.ok, "documents' reference: %s", dref.error);
-    for (size_t i = 0; i < sizeof docs / sizeof *docs && dref.ok; i++) {
-        run_result dres = {0};
-        if (docs[i].on_device && !has_device) {
-            test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", docs[i].name);
-            continue;
-        }
-        run_ranks(addr, &docs[i], &dres);
-        compare(docs[i].name, docs_ref.name, &dref, &dres);
-    }
+    if (dref.ok) run_each(addr, docs, sizeof docs / sizeof *docs, docs_ref.name, &dref, has_device);
     /* gradient buckets at the update too (no overlap), ZeRO-1 and -2 without buckets and in buckets of
      * 512 bytes (many), the same numbers as one process */
     static const dp_config bucketed[] = {
