@@ -118,7 +118,9 @@ static void one_op(fuzz_state *f, reader *r) {
     case 28: pdde_mark_output(a); break;
     case 29: pdde_graph_set_recompute(g, i0, 1); break;
     case 30: y = pdde_bias_gelu(g, a, b); break;
-    case 31: y = i0 & 1 ? pdde_attention_unfused(g, a, b, c) : pdde_attention_qkv(g, a, i1 + 1); break;
+    case 31: /* (the packed form with b as its starts where i0 says so) */
+        y = i0 & 1 ? pdde_attention_unfused(g, a, b, c) : i0 & 2 ? pdde_attention_qkv_docs(g, a, i1 + 1, b) : pdde_attention_qkv(g, a, i1 + 1);
+        break;
     /* Mixture-of-Experts: routing (k, experts and capacity small, zero or negative; flags any) and the expert path */
     case 32: y = pdde_moe_topk(g, a, i0 & 1 ? b : NULL, i1, next_u8(r)); break;
     case 33: y = pdde_moe_gate(g, a, b, next_u8(r)); break;
