@@ -802,6 +802,11 @@ int32_t pdde_data_max_token(pdde_data *d);
 /* Fills x and y (next-token targets; -1 where the next token is no target) [batch, T] with windows at
  * positions shuffled by seed (a new permutation each epoch); advances the position by batch. */
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);
+/* From now on the windows start only where a document does (token start_token, the last of a run of them: an end
+ * token of the same id before it belongs to the document before; each file's positions found by reading it once,
+ * 8 bytes a document), so a short document is never cut from its start (the end of one longer than a window is
+ * never read); the position goes back to 0. */
+pdde_status pdde_data_align_windows(pdde_data *d, int32_t start_token);
 uint64_t pdde_data_position(const pdde_data *d);
 void pdde_data_set_position(pdde_data *d, uint64_t pos);
 /* Writes a text file's tokens as a token file. */

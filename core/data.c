@@ -26,6 +26,7 @@ typedef struct {
     const char *kind;     /* "text", "a pdde token file", an llm.c format's */
     int64_t header;       /* bytes before the first token */
     int64_t first, n;     /* this part's tokens: [first, first + n) of the file's */
+    int64_t *starts, n_starts; /* pdde_data_align_windows: where the part's documents start, ascending */
 } data_file;
 
 struct pdde_data {
@@ -35,6 +36,7 @@ struct pdde_data {
     int64_t n;            /* tokens of the part, over all its files */
     int32_t max_token;    /* -1 until pdde_data_max_token reads them */
     uint64_t position;    /* windows handed out so far */
+    bool aligned;         /* windows only at the files' starts (pdde_data_align_windows) */
     uint8_t *buf;         /* a window's bytes as read */
     size_t buf_cap;
     int fd;               /* the file read last (-1: none): one open at a time, as a glob may match thousands */
@@ -129,7 +131,7 @@ static pdde_status data_file_open(pdde_context *ctx, const char *path, data_file
 
 void pdde_data_close(pdde_data *d) {
     if (!d) return;
-    for (int i = 0; i < d->n_files; i++) free(d->files[i].path);
+    for (int i = 0; i < d->n_files; i++) free(d->files[i].path), free(d->files[i].starts);
     if (d->fd >= 0) close(d->fd);
     free(d->files), free(d->buf), free(d);
 }
@@ -250,13 +252,59 @@ static uint64_t permute_index(uint64_t k, uint64_t n, uint64_t seed) {
     return x;
 }
 
-/* The windows of T + 1 tokens inside file f's part. */
-static uint64_t file_windows(const data_file *f, int T) { return f->n > T ? (uint64_t)(f->n - T) : 0; }
+/* The windows of T + 1 tokens inside file f's part: at every token, or (aligned) at the documents' starts that
+ * have T tokens after them */
+static uint64_t file_windows(const pdde_data *d, const data_file *f, int T) {
+    if (!d->aligned) return f->n > T ? (uint64_t)(f->n - T) : 0;
+    int64_t lo = 0, hi = f->n_starts; /* (the starts at or before n - T - 1: a binary search of the ascending starts) */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (f->starts[mid] + T < f->n) lo = mid + 1;
+        else hi = mid;
+    }
+    return (uint64_t)lo;
+}
+
+pdde_status pdde_data_align_windows(pdde_data *d, int32_t start_token) {
+    if (!d) return PDDE_ERR_INVALID_ARG;
+    if (start_token < 0) return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data_align_windows: start token %d: an id >= 0 expected", start_token);
+    enum { CHUNK = 1 << 16 };
+    int32_t *chunk = malloc(CHUNK * sizeof *chunk);
+    pdde_status st = chunk ? PDDE_OK : pdde_error(d->ctx, PDDE_ERR_OOM, "data: out of memory");
+    for (int i = 0; i < d->n_files && !st; i++) {
+        data_file *f = &d->files[i];
+        int64_t cap = 0, pending = -1; /* (a run of start tokens, as one document's end token and the next's start token of
+                                          the same id: the document starts at the last of them) */
+        free(f->starts), f->starts = NULL, f->n_starts = 0;
+        for (int64_t at = 0; at < f->n && !st; at += CHUNK) {
+            int64_t count = f->n - at < CHUNK ? f->n - at : CHUNK;
+            st = data_read(d, f, at, count, chunk);
+            for (int64_t k = 0; k < count && !st; k++) {
+                if (data_id(chunk[k]) == start_token) { pending = at + k; continue; }
+                if (pending < 0) continue;
+                if (f->n_starts == cap) {
+                    int64_t *grown = realloc(f->starts, (size_t)(cap = cap ? 2 * cap : 1024) * sizeof *grown);
+                    if (!grown) { st = pdde_error(d->ctx, PDDE_ERR_OOM, "data: out of memory for %s's document starts", f->path); break; }
+                    f->starts = grown;
+                }
+                f->starts[f->n_starts++] = pending, pending = -1;
+            }
+        }
+    }
+    free(chunk);
+    if (!st) d->aligned = true, d->position = 0;
+    return st;
+}
 
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y) {
     if (!d || batch < 1 || T < 1 || !x || !y) return PDDE_ERR_INVALID_ARG;
     uint64_t windows = 0;
-    for (int i = 0; i < d->n_files; i++) windows += file_windows(&d->files[i], T);
+    for (int i = 0; i < d->n_files; i++) windows += file_windows(d, &d->files[i], T);
+    int64_t starts = 0;
+    for (int i = 0; i < d->n_files; i++) starts += d->files[i].n_starts;
+    if (!windows && d->aligned)
+        return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: windows at documents' starts: none of the %lld starts in %s%s has %d + 1 tokens "
+                          "after it in its file", (long long)starts, d->files[0].path, d->n_files > 1 ? " and the files after it" : "", T);
     if (!windows)
         return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: %lld tokens %sare fewer than one window of %d + 1", (long long)d->n,
                           d->n_files > 1 ? "(no file holds more) " : "", T);
@@ -266,8 +314,8 @@ pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, 
         uint64_t k = d->position, epoch = k / windows;
         uint64_t w = permute_index(k % windows, windows, seed + epoch * 0x632BE59BD9B4E019ull);
         int i = 0;
-        while (w >= file_windows(&d->files[i], T)) w -= file_windows(&d->files[i++], T);
-        if ((st = data_read(d, &d->files[i], (int64_t)w, T + 1, window))) break;
+        while (w >= file_windows(d, &d->files[i], T)) w -= file_windows(d, &d->files[i++], T);
+        if ((st = data_read(d, &d->files[i], d->aligned ? d->files[i].starts[w] : (int64_t)w, T + 1, window))) break;
         for (int k = 0; k < T; k++) x[(size_t)b * T + k] = data_id(window[k]), y[(size_t)b * T + k] = data_target(window[k + 1]);
         d->position++;
     }

@@ -44,6 +44,7 @@ typedef struct {
     int rope_base_given;   /* --rope-base was given (0 is refused, not taken as the default) */
     int32_t sample_from;   /* a token file's ids (not bytes): the sample's first token; -1 for text */
     int doc_token;         /* --doc-token: the token --doc-mask's documents start with (-1: the tokenizer.json's) */
+    int doc_windows;       /* --doc-windows: every window starts where a document does (pdde_data_align_windows) */
     const char *prompt;    /* --prompt: what the sample goes on from (text, or a token file's ids) */
     int32_t *prompt_ids;   /* ... as tokens, n_prompt of them */
     int n_prompt;
@@ -102,6 +103,8 @@ static void usage(FILE *f) {
             "           [--doc-mask [--doc-token ID]]   (packed documents kept apart: attention inside each document of a window,\n"
             "                              GPT's positions restarting at each; a document starts at the tokenizer.json's start token, or\n"
             "                              ID)\n"
+            "           [--doc-windows]    (every window starts where a document does: a short document, as a prompt and its completion,\n"
+            "                              is never cut from its start; the rest of one longer than --ctx is never trained)\n"
             "           [--window W]       (sliding-window attention: each token attends to itself and the W - 1 before it, as\n"
             "                              Mistral's sliding_window; 0, the default: the whole context)\n"
             "           [--lora-rank R [--lora-alpha A]]   (with --init-from: train rank-R adapters beside every linear of the\n"
@@ -307,6 +310,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--qkv-bias")) { o->model.qkv_bias = 1; continue; }
         if (!strcmp(a, "--qk-norm")) { o->model.qk_norm = 1; continue; }
         if (!strcmp(a, "--doc-mask")) { o->model.doc_mask = 1; continue; }
+        if (!strcmp(a, "--doc-windows")) { o->doc_windows = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s: no value after it, or no such flag (--help lists them)\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -1246,10 +1250,15 @@ int main(int argc, char **argv) {
     }
     if (o.prompt && prompt_tokens(&o, &tok)) return 2;
     o.model.doc_token = o.doc_token >= 0 ? o.doc_token : tok.hf ? hf_tokenizer_doc_start(tok.hf) : -1;
-    if (o.model.doc_mask && (o.model.doc_token < 0 || o.model.doc_token >= o.model.vocab)) {
-        fprintf(stderr, "gpt: --doc-mask needs the token each document starts with, below --vocab %d: a tokenizer.json's (--tokenizer, or "
-                "--init-from's) or --doc-token ID (llm.c's GPT-2 shards: 50256), got %d\n", o.model.vocab, o.model.doc_token);
+    if ((o.model.doc_mask || o.doc_windows) && (o.model.doc_token < 0 || o.model.doc_token >= o.model.vocab)) {
+        fprintf(stderr, "gpt: %s needs the token each document starts with, below --vocab %d: a tokenizer.json's (--tokenizer, or "
+                "--init-from's) or --doc-token ID (llm.c's GPT-2 shards: 50256), got %d\n", o.model.doc_mask ? "--doc-mask" : "--doc-windows",
+                o.model.vocab, o.model.doc_token);
         return 2;
+    }
+    if (o.doc_windows && (pdde_data_align_windows(train, o.model.doc_token) || pdde_data_align_windows(val, o.model.doc_token))) {
+        fprintf(stderr, "gpt: --doc-windows: %s\n", pdde_last_error(ctx));
+        return 1;
     }
     if (o.val_data && pdde_data_token_count(val) <= o.model.ctx) {
         fprintf(stderr, "gpt: --val-data %s: %lld tokens, must be longer than --ctx %d\n", o.val_data, (long long)pdde_data_token_count(val), o.model.ctx);

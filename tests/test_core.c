@@ -705,10 +705,51 @@ static void test_data_token_files(void) {
     CHECK(pdde_data_open_part(ctx, pattern, 0.9, 1.0, &d) == PDDE_OK && pdde_data_token_count(d) == 20 && pdde_data_max_token(d) == 1099,
           "the last 10%% of a glob is the last shard's last 20 tokens: %s", pdde_last_error(ctx));
     pdde_data_close(d), d = NULL;
+    /* windows aligned to documents' starts (pdde_data_align_windows): two token files of documents 1 to 13 tokens
+     * long, each starting with id 1 (a prompt's start stored as ~1 in the second); every window starts at one whose
+     * window fits its file (of a run of starts, as a one-token document's, the last), each such start once an epoch;
+     * another start token, or none fitting, refused by name */
+    char docs_glob[512], docs_path[2][512];
+    snprintf(docs_glob, sizeof docs_glob, "%s/docs_*.bin", tmpdir);
+    int n_eligible = 0, doc_at[2][100] = {{0}};
+    for (int k = 0; k < 2; k++) {
+        int32_t docs[100];
+        for (int i = 0, next = 0, len = 1; i < 100; i++) {
+            if (i == next) doc_at[k][i] = 1, len = len % 11 + 2 * k + 1, next = i + len;
+            docs[i] = doc_at[k][i] ? (k && i % 2 ? ~1 : 1) : 1000 * (k + 1) + i;
+        }
+        for (int i = 0; i + W < 100; i++) n_eligible += doc_at[k][i] && !doc_at[k][i + 1];
+        snprintf(docs_path[k], sizeof docs_path[k], "%s/docs_%d.bin", tmpdir, k);
+        FILE *tf = fopen(docs_path[k], "wb");
+        uint64_t count = 100;
+        fwrite("PDDETOK1", 1, 8, tf), fwrite(&count, 8, 1, tf), fwrite(docs, 4, 100, tf);
+        fclose(tf);
+    }
+    int aligned = pdde_data_open(ctx, docs_glob, &d) == PDDE_OK && pdde_data_next_batch(d, 1, W, 5, x, y) == PDDE_OK &&
+                  pdde_data_align_windows(d, 1) == PDDE_OK && pdde_data_position(d) == 0, starts_seen = 0;
+    memset(seen, 0, sizeof seen), repeats = 0;
+    for (int k = 0; aligned && k < n_eligible; k++) {
+        int32_t wx[W], wy[W], file = -1, at = -1;
+        aligned = pdde_data_next_batch(d, 1, W, 5, wx, wy) == PDDE_OK && wx[0] == 1;
+        for (int j = 1; j < W && file < 0; j++) /* (where the window is: its first token that starts no document) */
+            if (wx[j] != 1) file = wx[j] / 1000 - 1, at = wx[j] % 1000 - j;
+        aligned &= file >= 0 && file < 2 && at >= 0 && at + W < 100 && doc_at[file][at] && !doc_at[file][at + 1];
+        if (aligned) repeats += seen[file][at]++ != 0, starts_seen++;
+    }
+    CHECK(aligned && repeats == 0 && starts_seen == n_eligible, "aligned windows start at the %d documents' starts that fit, each once an "
+          "epoch (%d seen, %d repeats): %s", n_eligible, starts_seen, repeats, pdde_last_error(ctx));
+    pdde_status st = pdde_data_align_windows(d, 7);
+    if (st == PDDE_OK) st = pdde_data_next_batch(d, 1, W, 5, x, y);
+    CHECK(st == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "none of the 0 starts in") && strstr(pdde_last_error(ctx), "docs_0.bin and the files after"),
+          "aligned to a token no document starts with: %s", pdde_last_error(ctx));
+    CHECK(pdde_data_align_windows(d, -1) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "start token -1"), "a negative start token: %s",
+          pdde_last_error(ctx));
+    pdde_data_close(d), d = NULL;
+    unlink(docs_path[0]), unlink(docs_path[1]);
     f = fopen(second, "w"); /* (the second shard is text now) */
     fputs("some text of more than sixteen bytes\n", f);
     fclose(f);
-    pdde_status st = pdde_data_open(ctx, pattern, &d);
+    st = pdde_data_open(ctx, pattern, &d);
     CHECK(st == PDDE_ERR_INVALID_ARG && !d && strstr(pdde_last_error(ctx), "is an llm.c shard of GPT-2 tokens but") &&
               strstr(pdde_last_error(ctx), "is text"), "a glob of two formats is refused: %s", pdde_last_error(ctx));
     unlink(second);

@@ -580,6 +580,22 @@ end=$(val_at "$tmp/sft3.log" 3)
     [ $rc5 = 0 ] && near "$(val_at "$tmp/sft4.log" 3)" "$end" 0.0002 && [ $rc6 = 0 ] && near "$(val_at "$tmp/sft5.log" 3)" "$end" 0.0002
 ok=$?
 check "prompts and completions: the prompts stored as no targets ($(tail -1 "$tmp/sftpy.log")), gpt trains on the completions ($(val_at "$tmp/sft3.log" 0) -> $end), --micro 2 and --dp 2 the same ($(val_at "$tmp/sft4.log" 3), $(val_at "$tmp/sft5.log" 3)); a completion without a prompt refused (rc $rc/$rc2/$rc3/$rc4/$rc5/$rc6)" $ok
+# --doc-windows: every window starts at a record's start (the last of a run of start tokens: GPT-2's end token is its
+# start token too), so each completion sees its whole prompt: other losses from the first validation on; --dp 2 the
+# same; without a start token refused
+"$build/gpt" "${sft[@]}" --ctx 32 >"$tmp/dw0.log" 2>&1
+"$build/gpt" "${sft[@]}" --ctx 32 --doc-windows >"$tmp/dw1.log" 2>&1
+rc=$?
+timeout 180 "$build/pdde-run" -n 2 "$build/gpt" "${sft[@]}" --ctx 32 --doc-windows --dp 2 >"$tmp/dw2.log" 2>&1
+rc2=$?
+"$build/gpt" "${gpt[@]}" --steps 2 --doc-windows >"$tmp/dw3.log" 2>&1
+rc3=$?
+end=$(val_at "$tmp/dw1.log" 3)
+[ $rc = 0 ] && [ -n "$end" ] && [ "$(val_at "$tmp/dw1.log" 0)" != "$(val_at "$tmp/dw0.log" 0)" ] && [ "$end" != "$(val_at "$tmp/dw0.log" 3)" ] &&
+    [ $rc2 = 0 ] && near "$(val_at "$tmp/dw2.log" 3)" "$end" 0.0002 &&
+    [ $rc3 = 2 ] && grep -qF -- "--doc-windows needs the token each document starts with" "$tmp/dw3.log"
+ok=$?
+check "--doc-windows: windows at the records' starts ($(val_at "$tmp/dw1.log" 0) -> $end; at any token $(val_at "$tmp/dw0.log" 0) -> $(val_at "$tmp/dw0.log" 3)), --dp 2 the same ($(val_at "$tmp/dw2.log" 3)); no start token refused (rc $rc/$rc2/$rc3)" $ok
 # trained longer, it answers a prompt (the likeliest token each time) and stops at the end token it learned
 "$build/gpt" "${sft[@]}" --steps 150 --val-every 150 --batch 8 --temperature 0 --sample-len 12 --prompt "the cat sat on the mat ?" >"$tmp/sft6.log" 2>&1
 rc7=$?
