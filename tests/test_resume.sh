@@ -58,6 +58,12 @@ after=$(cd "$tmp/ck_heads" && find . -type f | sort | xargs md5sum)
     ! grep -q 'step *[0-9]*/20' "$tmp/heads.log" && [ "$before" = "$after" ]
 ok=$?
 check "resumed with --heads 4 from a --heads 2 checkpoint: refused naming both, nothing trained or written (rc $rc: $(grep -m1 'cannot resume' "$tmp/heads.log" | cut -c1-150))" $ok
+# an attention window is such a flag too
+"$build/gpt" "${gpt[@]}" --window 4 --steps 20 --resume --ckpt-dir "$tmp/ck_heads" >"$tmp/window.log" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q "cannot resume: .*saved with --window 0, this run has --window 4" "$tmp/window.log" && ! grep -q 'step *[0-9]*/20' "$tmp/window.log"
+ok=$?
+check "resumed with --window 4 from a checkpoint without a window: refused naming both (rc $rc: $(grep -m1 'cannot resume' "$tmp/window.log" | cut -c1-150))" $ok
 rm -f "$tmp/ck_heads/gpt-model-flags.txt"
 "$build/gpt" "${gpt[@]}" --steps 20 --resume --ckpt-dir "$tmp/ck_heads" >"$tmp/old.log" 2>&1
 rc=$?
