@@ -1525,7 +1525,6 @@ static void docs_graph(pdde_graph *g, const int64_t *s, bool packed, bool fused,
 }
 
 static void docs_case(const options *o, int device, const int64_t *s, int si, pdde_dtype dt, const char *label, bool packed) {
-    if (dt == PDDE_F16) return; /* (f32 and bf16: f16 takes no path of its own) */
     int pattern = (si + packed) % 2 ? DOCS_WINDOW : DOCS_PACKED; /* (each shape sees both, one in each layout) */
     int32_t *starts = docs_starts(s[0], s[2], pattern, 7000 + (uint64_t)si);
     g_att_starts = starts, g_att_T = s[2];
