@@ -33,14 +33,14 @@
 
 /* config.json: the fields gpt.h needs, read by name at the top level (rope_scaling's one down) */
 static const char *const gpt_hf_scaling_names[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS,
+       HF_WINDOW, HF_USE_WINDOW, HF_WINDOW_LAYERS, HF_N };
 typedef struct {
     char model_type[32], architecture[64], activation[32], rope_scaling[32];
-    double num[16], scaling[4];
+    double num[HF_N], scaling[4];
     char bad[200];
 } gpt_hf_fields;
 
-enum { HF_VOCAB, HF_LAYERS, HF_HEADS, HF_KV_HEADS, HF_WIDTH, HF_FFN, HF_MAX_POS, HF_HEAD_DIM, HF_EPS, HF_THETA, HF_TIED, HF_ATT_BIAS, HF_MLP_BIAS,
-       HF_WINDOW, HF_USE_WINDOW, HF_WINDOW_LAYERS, HF_N };
 /* each field under GPT-2's name and LLaMA's */
 static const char *const gpt_hf_names[HF_N][2] = {
     {"vocab_size", "vocab_size"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"}, {"", "num_key_value_heads"},
@@ -75,7 +75,7 @@ static inline int gpt_hf_field(void *user, const json_value *v) {
 }
 
 /* The model of dir/config.json as gpt.h's config (arch, layers, heads, kv heads, width, vocab, ffn, rope
- * base and scaling, norm eps, untied head; the run's fields of c untouched) and its positions (*max_ctx); 0, or -1
+ * base and scaling, norm eps, untied head, attention window; the run's fields of c untouched) and its positions (*max_ctx); 0, or -1
  * with why[] naming the field */
 static inline int gpt_hf_config(const char *dir, gpt_config *c, int *max_ctx, char *why, size_t why_size) {
     char path[4200];
