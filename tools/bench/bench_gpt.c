@@ -1,7 +1,7 @@
 /* bench_gpt — one training step (forward, backward, AdamW) of a GPT in pdde: median step time and
  * peak memory. tools/bench/bench_gpt.sh runs it next to PyTorch on the same shapes.
  *   bench_gpt --vocab V --layers L --heads H --width C --ctx T --batch B --steps N --warmup W --threads P
- *             [--clip X] [--backend NAME] [--separate-qkv 1] [--arch gpt|llama] [--kv-heads N]
+ *             [--clip X] [--backend NAME] [--separate-qkv 1] [--arch gpt|llama] [--kv-heads N] [--doc-every N] [--window W]
  * Prints: PDDE tokens_per_s=<> step_ms=<> cpu_ms=<> peak_mb=<> (cpu_ms: the CPU time of the process per
  * step, all threads, median; on a machine shared with other work it moves much less than step_ms does;
  * peak_mb: peak RSS growth from before the model is built). --backend opencl runs the whole step on that
@@ -9,7 +9,7 @@
  * --clip sets AdamW's clip_norm (default 0: none); --separate-qkv 1 slices and permutes q, k, v around the
  * attention (gpt_config.separate_qkv) instead of the packed form, to compare the two; --arch llama
  * builds the LLaMA-style model (examples/gpt.h), --kv-heads its key/value heads; --doc-every N packs documents of N
- * tokens (id 0 starts each) kept apart by cfg.doc_mask (pdde_attention_docs). */
+ * tokens (id 0 starts each) kept apart by cfg.doc_mask (pdde_attention_docs); --window W attends in windows of W. */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>
@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--kv-heads")) c.kv_heads = v;
         else if (!strcmp(argv[i], "--doc-every")) doc_every = v, c.doc_mask = v > 0, c.doc_token = 0;
+        else if (!strcmp(argv[i], "--window")) c.window = v;
         else if (!strcmp(argv[i], "--vocab")) c.vocab = v;
         else if (!strcmp(argv[i], "--layers")) c.layers = v;
         else if (!strcmp(argv[i], "--heads")) c.heads = v;
