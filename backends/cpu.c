@@ -732,13 +732,6 @@ CPU_KERNEL static void softmax_back_task(void *arg, int64_t begin, int64_t end) 
     }
 }
 
-/* What cross-entropy t divides its summed loss by: the count of its valid targets, or the step's
- * divisor (PDDE_P_CE_DIVISOR, pdde_session_set_loss_tokens) */
-static double ce_divisor(const pdde_tensor *t, int64_t count) {
-    float d = pdde_op_f32(t, PDDE_P_CE_DIVISOR);
-    return d > 0 ? (double)d : (double)count;
-}
-
 /* cross-entropy: per-row losses into extra, summed by the caller (deterministic order); the backward's
  * dlogits, or both where the forward writes dlogits into its source 3 (lowering's PDDE_FUSE_CE: the same values) */
 CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end) {
@@ -752,7 +745,7 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
     bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK, fused = !backward && pdde_op_i32(t, PDDE_P_CE_DLOGITS) != 0;
     char *dbase = backward ? (char *)F32(t) : fused ? (char *)F32(t->src[3]) : NULL; /* dlogits, of dtype ddt */
     pdde_dtype ddt = backward ? t->dtype : fused ? t->src[3]->dtype : PDDE_F32;
-    float dscale = dbase ? F32(t->src[2])[0] / (float)ce_divisor(t, j->a) : 0.0f; /* dloss / count */
+    float dscale = dbase ? F32(t->src[2])[0] / (float)pdde_ce_divisor(t, j->a) : 0.0f; /* dloss / count */
     /* bf16 / f16 logits (PDDE_BF16_LOGITS): each row widened to f32 first (out of memory: NaN results, which
      * the step's non-finite check reports) */
     float *wide = lt->dtype != PDDE_F32 ? malloc((size_t)(V ? V : 1) * sizeof *wide) : NULL;
@@ -1259,7 +1252,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         if (row_loss) {
             double s = 0;
             for (int64_t r = 0; r < R; r++) s += row_loss[r];
-            F32(t)[0] = (float)(s / ce_divisor(t, job.a));
+            F32(t)[0] = (float)(s / pdde_ce_divisor(t, job.a));
             free(row_loss);
         }
         return PDDE_OK;

@@ -108,6 +108,13 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
     else *B = q->shape[0], *H = q->shape[1], *T = q->shape[2], *D = q->shape[3];
 }
 
+/* What cross-entropy t divides its summed loss by: count (its valid targets), or the step's divisor
+ * (PDDE_P_CE_DIVISOR, pdde_session_set_loss_tokens) */
+static inline double pdde_ce_divisor(const pdde_tensor *t, int64_t count) {
+    float d = pdde_op_f32(t, PDDE_P_CE_DIVISOR);
+    return d > 0 ? (double)d : (double)count;
+}
+
 /* A document-masked attention node's starts (pdde_attention_docs; forward or backward): its last source, i32 [B, T];
  * NULL for plain causal attention */
 static inline const pdde_tensor *pdde_attention_starts(const pdde_tensor *t) {

@@ -917,7 +917,6 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
     const float *logits = (const float *)((const char *)lt->data + lt->offset);
     const int32_t *tg = (const int32_t *)((const char *)t->src[1]->data + t->src[1]->offset);
     pdde_comm *c = s->axis_comm[node_info(s, t)->vocab_axis];
-    float divisor = pdde_op_f32(t, PDDE_P_CE_DIVISOR); /* (0: count's) */
     for (int64_t r = 0; t->op == PDDE_OP_CROSS_ENTROPY && r < N; r++) /* (every rank of the axis holds these targets) */
         if (tg[r] >= vocab)
             return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: target %d at position %lld is outside the %lld classes of %s [0, %lld)",
@@ -950,10 +949,10 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
         double loss = 0;
         for (int64_t r = 0; r < N; r++)
             if (tg[r] >= 0 && tg[r] < vocab) loss += logf(sum[r]) + mx[r] - target[r];
-        out[0] = (float)(loss / (divisor > 0 ? divisor : (double)(count ? count : 1)));
+        out[0] = (float)(loss / pdde_ce_divisor(t, count ? count : 1));
     } else { /* dlogits = (softmax - onehot) * dloss / count, on this rank's columns */
         const pdde_tensor *dl = t->src[2];
-        float dscale = ((const float *)((const char *)dl->data + dl->offset))[0] / (divisor > 0 ? divisor : (float)(count ? count : 1));
+        float dscale = ((const float *)((const char *)dl->data + dl->offset))[0] / (float)pdde_ce_divisor(t, count ? count : 1);
         for (int64_t r = 0; r < N; r++) {
             float *d = out + r * V;
             const float *row = logits + r * V;
