@@ -300,11 +300,12 @@ pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, 
     if (!d || batch < 1 || T < 1 || !x || !y) return PDDE_ERR_INVALID_ARG;
     uint64_t windows = 0;
     for (int i = 0; i < d->n_files; i++) windows += file_windows(d, &d->files[i], T);
-    int64_t starts = 0;
-    for (int i = 0; i < d->n_files; i++) starts += d->files[i].n_starts;
-    if (!windows && d->aligned)
+    if (!windows && d->aligned) {
+        int64_t starts = 0;
+        for (int i = 0; i < d->n_files; i++) starts += d->files[i].n_starts;
         return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: windows at documents' starts: none of the %lld starts in %s%s has %d + 1 tokens "
                           "after it in its file", (long long)starts, d->files[0].path, d->n_files > 1 ? " and the files after it" : "", T);
+    }
     if (!windows)
         return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: %lld tokens %sare fewer than one window of %d + 1", (long long)d->n,
                           d->n_files > 1 ? "(no file holds more) " : "", T);
