@@ -1084,9 +1084,17 @@ static void model_flags(const gpt_config *c, const char *name[MODEL_FLAGS], char
     snprintf(value[9], 160, "%d", gpt_window(c));
 }
 
+/* The training data as the flags file keeps it: "PATH (N tokens)", and with --doc-windows ", windows at
+ * token T" (the windows are other ones: the checkpoint's data position means nothing in them) */
+static void data_said(char *out, size_t size, const char *data, int64_t tokens, int windows_at) {
+    int n = snprintf(out, size, "%s (%lld tokens", data, (long long)tokens);
+    if (n > 0 && (size_t)n < size) snprintf(out + n, size - n, windows_at >= 0 ? ", windows at token %d)" : ")", windows_at);
+}
+
 /* Writes dir/MODEL_FLAGS_FILE (through a temporary file: a crash leaves the old one), after a save: a
- * crash between leaves the flags of the run before, which refuses a resume rather than passing one. */
-static int save_model_flags(const char *dir, const gpt_config *c, const char *data, int64_t tokens) {
+ * crash between leaves the flags of the run before, which refuses a resume rather than passing one.
+ * windows_at: --doc-windows' start token, -1 without. */
+static int save_model_flags(const char *dir, const gpt_config *c, const char *data, int64_t tokens, int windows_at) {
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE), snprintf(tmp, sizeof tmp, "%s.tmp", path);
     const char *name[MODEL_FLAGS];
@@ -1096,6 +1104,7 @@ static int save_model_flags(const char *dir, const gpt_config *c, const char *da
     if (!f) { fprintf(stderr, "gpt: cannot write %s: %s\n", tmp, strerror(errno)); return 1; }
     fprintf(f, "# the model flags of the checkpoint here that its tensors' shapes do not show (gpt --resume checks them)\n");
     for (int k = 0; k < MODEL_FLAGS; k++) fprintf(f, "%s %s\n", name[k] + 2, value[k]);
+    fprintf(f, "windows-at %d\n", windows_at);
     fprintf(f, "data %lld %s\n", (long long)tokens, data); /* (last: the path may hold spaces) */
     int bad = fflush(f) || fsync(fileno(f));
     bad |= fclose(f) != 0;
@@ -1103,20 +1112,22 @@ static int save_model_flags(const char *dir, const gpt_config *c, const char *da
     return 0;
 }
 
-/* The training data the checkpoint in dir was saved from (its --data and token count, was[]): 1 when
- * it is not `data` of `tokens` tokens, 0 when it is or the flags file does not say */
-static int data_changed(const char *dir, const char *data, int64_t tokens, char *was, size_t was_size) {
+/* The training data the checkpoint in dir was saved from (was[], as data_said writes it): 1 when it is
+ * not this run's (now[]), 0 when it is or the flags file does not say. A file without a windows-at line
+ * was saved by a gpt without --doc-windows: windows at any token. */
+static int data_changed(const char *dir, const char *now, char *was, size_t was_size) {
     char path[4200], line[4200];
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
     FILE *f = fopen(path, "r");
-    int changed = 0;
+    int changed = 0, windows_at = -1;
     long long n = 0;
     int at = 0;
     while (f && !changed && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "windows-at %d", &windows_at) == 1) continue;
         if (sscanf(line, "data %lld %n", &n, &at) != 1 || !at) continue;
         line[strcspn(line, "\n")] = 0;
-        snprintf(was, was_size, "%s (%lld tokens)", line + at, n);
-        changed = n != tokens || strcmp(line + at, data);
+        data_said(was, was_size, line + at, n, windows_at);
+        changed = strcmp(was, now) != 0;
     }
     if (f) fclose(f);
     return changed;
@@ -1260,6 +1271,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt: --doc-windows: %s\n", pdde_last_error(ctx));
         return 1;
     }
+    int windows_at = o.doc_windows ? o.model.doc_token : -1;
+    char data_now[4300];
+    data_said(data_now, sizeof data_now, o.data, pdde_data_token_count(train), windows_at);
     if (o.val_data && pdde_data_token_count(val) <= o.model.ctx) {
         fprintf(stderr, "gpt: --val-data %s: %lld tokens, must be longer than --ctx %d\n", o.val_data, (long long)pdde_data_token_count(val), o.model.ctx);
         return 1;
@@ -1500,11 +1514,10 @@ elastic_rebuild:
             if (st == PDDE_OK) {
                 restored = 1;
                 char trained_on[4300] = "";
-                if (data_changed(o.ckpt_dir, o.data, pdde_data_token_count(train), trained_on, sizeof trained_on)) {
+                if (data_changed(o.ckpt_dir, data_now, trained_on, sizeof trained_on)) {
                     if (rank == 0)
-                        printf("gpt: --resume: the checkpoint's run trained on %s; this one on %s (%lld tokens): its batches start at the "
-                               "beginning of this data (weights, optimizer state, step and schedule are the checkpoint's)\n", trained_on, o.data,
-                               (long long)pdde_data_token_count(train));
+                        printf("gpt: --resume: the checkpoint's run trained on %s; this one on %s: its batches start at the beginning of "
+                               "this data (weights, optimizer state, step and schedule are the checkpoint's)\n", trained_on, data_now);
                     ex.data_position = 0;
                 }
                 pdde_data_set_position(train, ex.data_position);
@@ -1630,13 +1643,13 @@ elastic_rebuild:
             double c0 = now();
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
-            if (was && rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train))) return 1;
+            if (was && rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train), windows_at)) return 1;
             if (step + 1 == last && rank == 0 && n_ckpt) /* (the last one is written before the program ends, either way) */
                 printf("gpt: the %d checkpoint%s before the last held the training loop %.3f s\n", n_ckpt, n_ckpt > 1 ? "s" : "", ckpt_s + now() - c0);
             if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
             else {
                 TRY(pdde_checkpoint_save(s, ckpt, &ex));
-                if (rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train))) return 1;
+                if (rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train), windows_at)) return 1;
             }
             ckpt_s += now() - c0, n_ckpt++;
         }

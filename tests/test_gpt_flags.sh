@@ -596,6 +596,23 @@ end=$(val_at "$tmp/dw1.log" 3)
     [ $rc3 = 2 ] && grep -qF -- "--doc-windows needs the token each document starts with" "$tmp/dw3.log"
 ok=$?
 check "--doc-windows: windows at the records' starts ($(val_at "$tmp/dw1.log" 0) -> $end; at any token $(val_at "$tmp/dw0.log" 0) -> $(val_at "$tmp/dw0.log" 3)), --dp 2 the same ($(val_at "$tmp/dw2.log" 3)); no start token refused (rc $rc/$rc2/$rc3)" $ok
+# a resume that windows the data otherwise (--doc-windows given or left out) is said and starts at the data's
+# beginning: the checkpoint's data position counts other windows; the same windows go on silently
+for second in plain aligned; do
+    rm -rf "$tmp/ckw"
+    "$build/gpt" "${sft[@]}" --ctx 32 --doc-windows --steps 3 --ckpt-dir "$tmp/ckw" --stop-after 2 >"$tmp/dw4.log" 2>&1
+    rc=$?
+    "$build/gpt" "${sft[@]}" --ctx 32 $([ $second = aligned ] && echo --doc-windows) --steps 3 --ckpt-dir "$tmp/ckw" --resume >"$tmp/dw5.log" 2>&1
+    rc2=$?
+    pos=$("$build/pdde-ckpt" info "$tmp/ckw" | sed -n 's/.*data position \([0-9]*\).*/\1/p')
+    if [ $second = plain ]; then
+        grep -qF "tokens, windows at token 300); this one on $tmp/sft.jsonl" "$tmp/dw5.log" && [ "$pos" = 4 ]
+    else
+        ! grep -q "trained on" "$tmp/dw5.log" && [ "$pos" = 12 ]
+    fi
+    ok=$?
+    check "gpt --resume $([ $second = aligned ] && echo "with" || echo "without") --doc-windows after a run with: $([ $second = plain ] && echo "said, from the data's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/dw5.log" | cut -c1-90))" $((rc || rc2 || ok))
+done
 # trained longer, it answers a prompt (the likeliest token each time) and stops at the end token it learned
 "$build/gpt" "${sft[@]}" --steps 150 --val-every 150 --batch 8 --temperature 0 --sample-len 12 --prompt "the cat sat on the mat ?" >"$tmp/sft6.log" 2>&1
 rc7=$?
