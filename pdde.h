@@ -469,6 +469,10 @@ pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads);
  * memory; key tiles no query of a tile sees are skipped. */
 pdde_tensor *pdde_attention_docs(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v, pdde_tensor *starts);
 pdde_tensor *pdde_attention_qkv_docs(pdde_graph *g, pdde_tensor *qkv, int heads, pdde_tensor *starts);
+/* Says that starts (an i32 leaf given to the two above) lets no query see more than its last `window` keys (a
+ * sliding window): the cost model and the planner price the pairs the attention keeps, about T * window, not
+ * the causal triangle. Changes no result. */
+pdde_status pdde_attention_window(pdde_graph *g, pdde_tensor *starts, int window);
 /* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). A
  * target >= V fails the run with PDDE_ERR_INVALID_ARG naming the op, the target and its position (on a
  * device, found when the step checks its loss, which such a target makes NaN). */
@@ -1393,7 +1397,8 @@ const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row"
 /* The class the cost model times a node with (communication ops, and node NULL: elementwise). */
 pdde_op_class pdde_op_class_of(const pdde_tensor *node);
 /* Floating-point operations of a fused attention node (its causal half of the score and value
- * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward), 0 for other ops. */
+ * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward; under a window W, pdde_attention_window, about
+ * T*W pairs instead of T*T/2), 0 for other ops. */
 double pdde_attention_flops(const pdde_tensor *node);
 
 #define PDDE_CLUSTER_MAX_GEMM 96   /* measured GEMM shapes per device spec */

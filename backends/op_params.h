@@ -57,6 +57,8 @@ typedef enum {
     PDDE_P_ATTENTION_LOWP_COPY = 1,     /* attention, attention_back of the packed layout: 0, or the dtype (bf16/f16)
                                            of a rounded copy of the output (y; dqkv) that it also writes, at
                                            pdde_lowp_copy_offset of its memory (lowering's PDDE_ATT_LOWP) */
+    PDDE_P_STARTS_WINDOW = 0,           /* an attention's starts (an i32 leaf): 0, or the most keys they let a query see
+                                           (pdde_attention_window: the cost model prices those pairs) */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;

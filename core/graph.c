@@ -423,6 +423,16 @@ pdde_tensor *pdde_attention_qkv_docs(pdde_graph *g, pdde_tensor *qkv, int heads,
     return attention_packed(g, qkv, heads, starts);
 }
 
+pdde_status pdde_attention_window(pdde_graph *g, pdde_tensor *starts, int window) {
+    if (!g || g->status != PDDE_OK) return g ? g->status : PDDE_ERR_INVALID_ARG;
+    if (!starts || starts->op != PDDE_OP_NONE || starts->dtype != PDDE_I32 || !(starts->flags & PDDE_TENSOR_INPUT))
+        return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention_window: %s must be the i32 input given as an attention's starts",
+                          starts ? starts->name : "NULL"), g->status;
+    if (window < 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention_window: window %d of %s: at least 1 key wanted", window, starts->name), g->status;
+    pdde_op_set_i32(starts, PDDE_P_STARTS_WINDOW, window);
+    return PDDE_OK;
+}
+
 pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
     if (!attention_inputs_ok(g, q, k, v)) return NULL;
     pdde_tensor *att = pdde_matmul(g, q, k, 0, 1);

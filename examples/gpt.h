@@ -394,6 +394,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
     if (gpt_attends_from_starts(c)) m->starts = pdde_input(g, "starts", PDDE_I32, 2, (int64_t[]){B, T});
+    if (gpt_window(c)) pdde_attention_window(g, m->starts, gpt_window(c)); /* (the planner prices T x window pairs) */
     if (c->doc_mask && !llama) m->positions = pdde_input(g, "positions", PDDE_I32, 2, (int64_t[]){B, T});
     pdde_tensor *wte = gpt_weight(g, c, "wte", 2, (int64_t[]){V, C}, 0.02f);
     pdde_tensor *wpe = llama ? NULL : gpt_weight(g, c, "wpe", 2, (int64_t[]){T, C}, 0.02f);

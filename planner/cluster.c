@@ -61,15 +61,21 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
     }
 }
 
+PDDE_PRIVATE double attention_pairs(const pdde_tensor *node, int64_t T) {
+    const pdde_tensor *starts = pdde_attention_starts(node);
+    double W = starts ? (double)pdde_op_i32(starts, PDDE_P_STARTS_WINDOW) : 0, t = (double)T;
+    if (W <= 0 || W >= t) return t * (t + 1) / 2;
+    return W * (W + 1) / 2 + (t - W) * W; /* (the first W queries' triangle, then W keys each) */
+}
+
 double pdde_attention_flops(const pdde_tensor *node) {
     if (!node || (node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim < 3) return 0;
     int64_t s[4];
     int packed;
     pdde_attention_dims(node, &s[0], &s[1], &s[2], &s[3], &packed);
-    /* 2 flops a multiply-add, over the T (T + 1) / 2 query-key pairs causal attention keeps, for each
-     * GEMM: 2 in the forward (scores, probabilities x values), 5 in the backward (scores again, dv, dp,
-     * dq, dk) */
-    double pairs = (double)s[0] * (double)s[1] * (double)s[2] * ((double)s[2] + 1) / 2;
+    /* 2 flops a multiply-add, over the query-key pairs the attention keeps, for each GEMM: 2 in the
+     * forward (scores, probabilities x values), 5 in the backward (scores again, dv, dp, dq, dk) */
+    double pairs = (double)s[0] * (double)s[1] * attention_pairs(node, s[2]);
     return (node->op == PDDE_OP_ATTENTION ? 2 : 5) * 2.0 * pairs * (double)s[3];
 }
 

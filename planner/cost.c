@@ -1150,8 +1150,9 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         op->dtype = q->dtype; /* bf16 q, k, v (mixed precision): the bf16 GEMM rate, as a matmul's */
         /* the softmax over its [B, H, T, T] scores as the attention curve measures one (scores in,
          * probabilities out: 2 x 4 bytes a score); the backward recomputes it and runs its gradient
-         * (y, dy, dx: 3 more) */
-        double scores = (double)B * (double)H * (double)T * (double)T;
+         * (y, dy, dx: 3 more). Under a window, the share of the causal triangle its pairs are. */
+        double causal = (double)T * ((double)T + 1) / 2;
+        double scores = (double)B * (double)H * (double)T * (double)T * (attention_pairs(x, T) / causal);
         op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
         op->softmax_backward = x->op == PDDE_OP_ATTENTION_BACK;
     } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 3 && x->src[0]->ndim == 2) {

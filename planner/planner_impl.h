@@ -242,6 +242,9 @@ PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan);
 
+/* cluster.c: the query-key pairs a fused attention node of T queries keeps for each batch row and head: the causal
+ * triangle T (T + 1) / 2, or under a window W on its starts (pdde_attention_window) the sum over t of min(t + 1, W) */
+PDDE_PRIVATE double attention_pairs(const pdde_tensor *node, int64_t T);
 /* cost.c: bytes a node reads and writes (what its op class's time curve is measured by), and the GEMM
  * work of a matmul or fused attention node (shape, FLOPs, dtype) */
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);

@@ -668,6 +668,76 @@ static void test_attention(void) {
     pdde_graph_free(g);
 }
 
+/* A window on an attention's starts (pdde_attention_window): its nodes' work is the pairs the window keeps (the first W
+ * queries' triangle, then W keys each), not the causal triangle, in the forward and backward FLOPs and the softmax
+ * bytes; GPT's --window gives it, and it holds on the starts a data-parallel plan splits (each rank's half batch), the
+ * predicted step shorter than the same model's without; a window on what is not an i32 input, or of no key, refused. */
+static double window_pairs(double T, double W) { return W >= T ? T * (T + 1) / 2 : W * (W + 1) / 2 + (T - W) * W; }
+
+static void test_attention_window(void) {
+    const int64_t B = 2, H = 4, T = 1024, D = 64, W = 128, s[4] = {B, H, T, D};
+    for (int windowed = 0; windowed < 2; windowed++) {
+        pdde_graph *g;
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *q = pdde_param(g, "q", 4, s, 1.0f), *k = pdde_param(g, "k", 4, s, 1.0f), *v = pdde_param(g, "v", 4, s, 1.0f);
+        pdde_tensor *starts = pdde_input(g, "starts", PDDE_I32, 2, (int64_t[]){B, T});
+        if (windowed) CHECK(pdde_attention_window(g, starts, (int)W) == PDDE_OK, "attention_window: %s", pdde_last_error(ctx));
+        pdde_tensor *y = pdde_attention_docs(g, q, k, v, starts);
+        pdde_backward(g, pdde_sum(g, pdde_mul(g, y, pdde_input(g, "w", PDDE_F32, 4, s)), -1, 0));
+        pdde_cost_program *p = NULL;
+        CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK, "%s", pdde_last_error(ctx));
+        double pairs = B * H * (windowed ? window_pairs(T, W) : window_pairs(T, T)), share = pairs / (B * H * window_pairs(T, T));
+        int seen = 0;
+        for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+            int back = !strncmp(o->name, "attention_back B", 16);
+            if (strncmp(o->name, "attention F", 11) != 0 && !back) continue;
+            seen |= 1 << back;
+            double flops = (back ? 5 : 2) * 2.0 * pairs * D, bytes = (back ? 5 : 2) * 4.0 * B * H * T * T * share;
+            CHECK(test_close(o->flops, flops, 1e-12, 0) && test_close(o->softmax_bytes, bytes, 1e-12, 0),
+                  "%s %s: %g flops, %g softmax bytes; want %g, %g", windowed ? "window 128" : "causal", o->name, o->flops, o->softmax_bytes, flops, bytes);
+        }
+        CHECK(seen == 3, "the forward and backward attention nodes (%d)", seen);
+        pdde_cost_program_free(p);
+        if (windowed) { /* (the graph failed: refused calls fail it, as a builder's bad input does) */
+            CHECK(pdde_attention_window(g, q, 4) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "q must be the i32 input given as an attention's starts"),
+                  "a window on a parameter refused: %s", pdde_last_error(ctx));
+            pdde_graph_free(g), pdde_graph_init(ctx, &g);
+            starts = pdde_input(g, "starts", PDDE_I32, 2, (int64_t[]){B, T});
+            CHECK(pdde_attention_window(g, starts, 0) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "window 0 of starts: at least 1 key"),
+                  "a window of 0 keys refused: %s", pdde_last_error(ctx));
+        }
+        pdde_graph_free(g);
+    }
+    /* GPT --window 16 at --ctx 256 under --dp 2: each rank's attention of batch 2 priced at the window's pairs, and the
+     * step predicted shorter than --window 256's (no window: the whole causal triangle) */
+    double step[2] = {0, 0};
+    for (int windowed = 0; windowed < 2; windowed++) {
+        pdde_cluster *c = make_cluster(1, 2);
+        gpt_config cfg = {.vocab = 64, .ctx = 256, .layers = 1, .heads = 2, .width = 64, .batch = 4, .doc_mask = 1, .doc_token = 0,
+                          .window = windowed ? 16 : 256};
+        gpt_plan gp = {.dp = 2, .tp = 1, .pp = 1, .micro = 1};
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        pdde_graph *g;
+        pdde_graph_init(ctx, &g);
+        gpt_model m;
+        pdde_cost_plan cpl = {2, NULL, NULL, 0};
+        pdde_cost_program *cp = NULL;
+        pdde_cost_result *r = NULL;
+        CHECK(gpt_build_plan(g, &cfg, &gp, &op, &m) == PDDE_OK && pdde_cost_program_from_plan(c, g, NULL, &cpl, &cp) == PDDE_OK &&
+              pdde_cost_simulate(ctx, c, cp, &r) == PDDE_OK, "gpt --window: %s", pdde_last_error(ctx));
+        double want = 2 * 2.0 * 2 * 2 * window_pairs(256, windowed ? 16 : 256) * 32, got = -1; /* (batch 2 a rank, 2 heads of 32) */
+        for (int i = 0; cp && i < pdde_cost_program_op_count(cp, 0) && got < 0; i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(cp, 0, i);
+            if (!strncmp(o->name, "F0 attention ", 13)) got = o->flops;
+        }
+        CHECK(test_close(got, want, 1e-12, 0), "gpt --window %d --dp 2: rank 0's attention %g flops, want %g", cfg.window, got, want);
+        if (r) step[windowed] = r->step_time;
+        pdde_cost_result_free(r), pdde_cost_program_free(cp), pdde_graph_free(g), pdde_cluster_free(c);
+    }
+    CHECK(step[1] > 0 && step[1] < step[0], "predicted step: window 16 %g s, none %g s", step[1], step[0]);
+}
+
 /* A plan's real programs: what each rank communicates, with whom, on which device, and its memory. */
 static const gpt_config small = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
@@ -1138,8 +1208,6 @@ static void test_moe_plan_search(void) {
         }
         CHECK(st == PDDE_OK && nf > 0 && plans[0].ep > 1, "with a cluster: %s; %d plans, the best's ep %d", st ? pdde_last_error(ctx) : "ok", nf,
               nf ? plans[0].ep : -1);
-        int groups = 0; /* the experts over groups of ep of the dp ranks (tokens over all of them) */
-        for (int i = 0; i < nf; i++) groups += plans[i].tp == 1 && plans[i].ep > 1 && plans[i].ep < plans[i].dp;
         if (st || nf == 0 || plans[0].ep < 2) break;
         pdde_plan best = plans[0], plain = best;
         char text[256];
@@ -1823,6 +1891,7 @@ int main(void) {
     test_shared_cores();
     test_from_graph();
     test_attention();
+    test_attention_window();
     test_plan_programs();
     test_fusion_defaults();
     test_plan_devices_calibrated();
