@@ -684,7 +684,7 @@ int main(void) {
         if (auto_st) return test_finish();
         pdde_plan_str(&p, s, sizeof s);
         CHECK(p.recompute == 0 && p.recompute_layers[0] > 0 && p.recompute_layers[0] < MLP_BLOCKS + 1, "the MLP's plan recomputes some layers: %s", s);
-        pdde_session *sa, *sb;
+        pdde_session *sa = NULL, *sb = NULL;
         float la[5], lb[5];
         pdde_status apply_st = pdde_plan_apply(mg, &p, m.loss, NULL, NULL, &sa);
         CHECK(apply_st == PDDE_OK, "pdde_plan_apply %s: %s", s, pdde_last_error(ctx));
