@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <sys/file.h>
@@ -58,6 +59,7 @@ typedef struct {
     uint64_t seed;
     const char *init_from, *save_llmc; /* --init-from, --save-llmc: llm.c's GPT-2 model files */
     const char *save_hf;               /* --save-hf: a Hugging Face model directory */
+    st_dtype save_dtype;               /* --save-dtype: --save-hf's and --save-peft's weights (F32 by default) */
     const char *save_peft;             /* --save-peft: a LoRA run's adapters as PEFT's directory */
     init_kind init;                    /* what --init-from names */
     const char *data, *val_data, *tokenizer, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
@@ -87,6 +89,7 @@ static void usage(FILE *f) {
             "                              checkpoint's weights (a --ckpt-dir), this run's optimizer, schedule and data from their\n"
             "                              start; a checkpoint --resume finds wins)\n"
             "           [--save-hf DIR]    (after training, the model as a Hugging Face directory: config.json, model.safetensors)\n"
+            "           [--save-dtype f32|bf16|f16]   (--save-hf's and --save-peft's weights, rounded to the nearest; default f32)\n"
             "           [--save-llmc FILE] (after training, the model as llm.c's model file, f32)\n"
             "                              (both save from one process, or --dp without --zero 3)\n"
             "           [--arch gpt|llama] (llama: RMSNorm, SwiGLU, RoPE, no biases nor position embedding)\n"
@@ -380,6 +383,12 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--init-from")) o->init_from = v;
         else if (!strcmp(a, "--save-llmc")) o->save_llmc = v;
         else if (!strcmp(a, "--save-hf")) o->save_hf = v;
+        else if (!strcmp(a, "--save-dtype")) {
+            o->save_dtype = ST_OTHER;
+            for (int k = 0; v && k < ST_OTHER; k++)
+                if (!strcasecmp(v, st_dtype_names[k])) o->save_dtype = (st_dtype)k;
+            if (o->save_dtype == ST_OTHER) { fprintf(stderr, "gpt: --save-dtype takes f32, bf16 or f16, got '%s'\n", v ? v : ""); return -1; }
+        }
         else if (!strcmp(a, "--save-peft")) o->save_peft = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
@@ -413,6 +422,10 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->save_peft && o->model.lora_rank <= 0) {
         fprintf(stderr, "gpt: --save-peft %s saves LoRA adapters: give --lora-rank (--save-hf saves a whole model)\n", o->save_peft);
+        return -1;
+    }
+    if (o->save_dtype != ST_F32 && !o->save_hf && !o->save_peft) {
+        fprintf(stderr, "gpt: --save-dtype %s is the dtype --save-hf and --save-peft write: give one of them\n", gpt_hf_torch_dtype(o->save_dtype));
         return -1;
     }
     /* under a launcher of N ranks with no plan given: data parallel over all of them (pdde-run --elastic
@@ -1677,13 +1690,15 @@ elastic_rebuild:
         printf("gpt: saved the model as llm.c's model file %s (f32)\n", o.save_llmc);
     }
     if (o.save_hf && rank == 0) {
-        TRY(gpt_hf_save(s, g, &o.model, o.save_hf));
+        TRY(gpt_hf_save(s, g, &o.model, o.save_hf, o.save_dtype));
         if (tok.hf && copy_tokenizer(o.tokenizer, o.save_hf)) return 1;
-        printf("gpt: saved the model as a Hugging Face directory %s (config.json, model.safetensors, f32%s)\n", o.save_hf, tok.hf ? "; its tokenizer" : "");
+        printf("gpt: saved the model as a Hugging Face directory %s (config.json, model.safetensors, %s%s)\n", o.save_hf,
+               gpt_hf_torch_dtype(o.save_dtype), tok.hf ? "; its tokenizer" : "");
     }
     if (o.save_peft && rank == 0) {
-        TRY(gpt_hf_save_peft(s, g, &o.model, o.init_from, o.save_peft));
-        printf("gpt: saved the LoRA adapters as PEFT's directory %s (adapter_config.json, adapter_model.safetensors, f32)\n", o.save_peft);
+        TRY(gpt_hf_save_peft(s, g, &o.model, o.init_from, o.save_peft, o.save_dtype));
+        printf("gpt: saved the LoRA adapters as PEFT's directory %s (adapter_config.json, adapter_model.safetensors, %s)\n", o.save_peft,
+               gpt_hf_torch_dtype(o.save_dtype));
     }
     if (o.sample_len > 0) sample(s, g, &m, comm, &o, &sp, o.tokenizer ? &tok : NULL, &feed, o.sample_len, rank == 0);
     tokenizer_free(&tok);

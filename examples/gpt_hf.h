@@ -8,8 +8,8 @@
  *   gpt_hf_config(dir, &cfg, &max_ctx, why, n)   the model config.json describes, in gpt.h's terms
  *   gpt_hf_load(session, graph, &cfg, path)      its weights into the session's parameters (every rank
  *                                                writes the blocks it holds)
- *   gpt_hf_save(session, graph, &cfg, dir)       config.json and model.safetensors (F32) of the model
- *   gpt_hf_save_peft(session, graph, &cfg, base, dir)   a LoRA run's adapters alone, as PEFT saves them
+ *   gpt_hf_save(session, graph, &cfg, dir, dtype)  config.json and model.safetensors (F32, BF16 or F16) of the model
+ *   gpt_hf_save_peft(session, graph, &cfg, base, dir, dtype)   a LoRA run's adapters alone, as PEFT saves them
  *
  * The layouts (Hugging Face's names; gpt.h's weights are [in, out]):
  *   GPT-2 ("transformer." prefix or none): Conv1D weights are [in, out] as here; c_attn's columns are
@@ -344,9 +344,10 @@ static inline float gpt_hf_value(const gpt_hf_tensor *t, const gpt_config *c, co
     return mine[k * outs + (linear ? gpt_hf_index(t, c, r, 0) % outs : gpt_hf_index(t, c, 0, r))];
 }
 
-/* Writes tensors t[0 .. n) from session s as F32 into dir/file (through a temporary and a rename) */
+/* Writes tensors t[0 .. n) from session s as dtype (F32, or the f32 values rounded to the nearest BF16 or F16) into
+ * dir/file (through a temporary and a rename) */
 static inline pdde_status gpt_hf_write(pdde_session *s, pdde_graph *g, const gpt_config *c, const gpt_hf_tensor *t, int n, const char *dir,
-                                       const char *file) {
+                                       const char *file, st_dtype dtype) {
     pdde_context *ctx = pdde_graph_context(g);
     const char **names = malloc((size_t)n * sizeof *names);
     int *ndims = malloc((size_t)n * sizeof *ndims);
@@ -361,9 +362,10 @@ static inline pdde_status gpt_hf_write(pdde_session *s, pdde_graph *g, const gpt
     snprintf(path, sizeof path, "%s/%s", dir, file), snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = st ? NULL : fopen(tmp, "wb");
     if (!st && !f) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
-    if (!st && st_write_header(f, n, names, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
+    if (!st && st_write_header(f, n, names, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, dtype)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
     float *there = st ? NULL : malloc((size_t)big * sizeof *there), *mine = NULL;
-    if (!st && !there) st = PDDE_ERR_OOM;
+    uint16_t *half = st || dtype == ST_F32 ? NULL : malloc((size_t)big * sizeof *half);
+    if (!st && (!there || (dtype != ST_F32 && !half))) st = PDDE_ERR_OOM;
     int64_t outs = 0;
     for (int i = 0; i < n && !st; i++) {
         if (i == 0 || strcmp(t[i].mine, t[i - 1].mine) || t[i].adapter != t[i - 1].adapter) { /* (LLaMA's q, k and v come from one parameter) */
@@ -379,22 +381,27 @@ static inline pdde_status gpt_hf_write(pdde_session *s, pdde_graph *g, const gpt
         int64_t rows = t[i].shape[0], cols = t[i].ndim > 1 ? t[i].shape[1] : 1;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t k = 0; k < cols; k++) there[r * cols + k] = gpt_hf_value(&t[i], c, mine, outs, r, k);
-        if (fwrite(there, sizeof *there, (size_t)(rows * cols), f) != (size_t)(rows * cols))
+        for (int64_t e = 0; half && e < rows * cols; e++) half[e] = dtype == ST_BF16 ? pdde_f32_to_bf16(there[e]) : pdde_f32_to_f16(there[e]);
+        if (half ? fwrite(half, sizeof *half, (size_t)(rows * cols), f) != (size_t)(rows * cols)
+                 : fwrite(there, sizeof *there, (size_t)(rows * cols), f) != (size_t)(rows * cols))
             st = pdde_error(ctx, PDDE_ERR_IO, "%s: writing %s: %s", tmp, t[i].hf, strerror(errno));
     }
     if (f && fclose(f) && !st) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", tmp, strerror(errno));
     if (!st && rename(tmp, path)) st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
     if (st && f) remove(tmp);
-    free(there), free(mine), free(names), free(ndims), free(shapes);
+    free(there), free(half), free(mine), free(names), free(ndims), free(shapes);
     return st;
 }
 
+/* torch_dtype in config.json for a safetensors dtype */
+static inline const char *gpt_hf_torch_dtype(st_dtype d) { return d == ST_BF16 ? "bfloat16" : d == ST_F16 ? "float16" : "float32"; }
+
 /* Writes model m (gpt_build with c) from session s into directory dir (made if missing): config.json
- * and model.safetensors, F32, as Hugging Face's save_pretrained lays them out (GPT-2 under
+ * and model.safetensors of dtype (F32, BF16 or F16), as Hugging Face's save_pretrained lays them out (GPT-2 under
  * "transformer.", LLaMA under "model."; lm_head.weight only when untied); max positions = c->ctx. The
  * calling rank must hold every parameter whole (gpt_partial). Each file goes through a temporary
  * and a rename. */
-static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *dir) {
+static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *dir, st_dtype dtype) {
     pdde_context *ctx = pdde_graph_context(g);
     int llama = c->arch == GPT_ARCH_LLAMA;
     if (c->moe_experts > 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: Hugging Face's GPT-2 and LLaMA have no experts (--moe-experts)", dir);
@@ -429,30 +436,31 @@ static inline pdde_status gpt_hf_save(pdde_session *s, pdde_graph *g, const gpt_
         fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
                 "  \"intermediate_size\": %lld,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                 "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n"
-                "  \"hidden_act\": \"silu\",\n  %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
+                "  \"hidden_act\": \"silu\",\n  %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
                 c->qk_norm ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : window ? "MistralForCausalLM" : "LlamaForCausalLM",
                 c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : window ? "mistral" : "llama",
                 c->vocab, c->width, (long long)gpt_ffn(c), c->layers, c->heads, gpt_kv_heads(c), gpt_head_dim(c), c->ctx, eps, theta, scaling,
-                layers, c->untied_head ? "false" : "true");
+                layers, c->untied_head ? "false" : "true", gpt_hf_torch_dtype(dtype));
     else
         fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n  \"vocab_size\": %d,\n  \"n_positions\": %d,\n"
                 "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %lld,\n  \"activation_function\": \"gelu_new\",\n"
-                "  \"layer_norm_epsilon\": %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\"\n}\n",
-                c->vocab, c->ctx, c->width, c->layers, c->heads, (long long)gpt_ffn(c), eps, c->untied_head ? "false" : "true");
+                "  \"layer_norm_epsilon\": %s,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
+                c->vocab, c->ctx, c->width, c->layers, c->heads, (long long)gpt_ffn(c), eps, c->untied_head ? "false" : "true", gpt_hf_torch_dtype(dtype));
     pdde_status st = fclose(f) || rename(tmp, path) ? pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno)) : PDDE_OK;
     int n = gpt_hf_tensors(c, llama ? "model." : "transformer.", NULL);
     gpt_hf_tensor *t = malloc((size_t)n * sizeof *t);
     if (!st && !t) st = PDDE_ERR_OOM;
-    if (!st) gpt_hf_tensors(c, llama ? "model." : "transformer.", t), st = gpt_hf_write(s, g, c, t, n, dir, "model.safetensors");
+    if (!st) gpt_hf_tensors(c, llama ? "model." : "transformer.", t), st = gpt_hf_write(s, g, c, t, n, dir, "model.safetensors", dtype);
     free(t);
     return st;
 }
 
 /* Writes the LoRA adapters of model c (lora_rank > 0) from session s into directory dir as PEFT saves
  * them: adapter_config.json (r, lora_alpha, the target modules, base_model) and adapter_model.safetensors
- * (F32). LLaMA's q, k and v, which share one adapter pair on gpt.h's fused weight, get each its own
+ * (of dtype). LLaMA's q, k and v, which share one adapter pair on gpt.h's fused weight, get each its own
  * lora_B (its columns of the fused one) and the same lora_A: together the same update. */
-static inline pdde_status gpt_hf_save_peft(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *base_model, const char *dir) {
+static inline pdde_status gpt_hf_save_peft(pdde_session *s, pdde_graph *g, const gpt_config *c, const char *base_model, const char *dir,
+                                           st_dtype dtype) {
     pdde_context *ctx = pdde_graph_context(g);
     int llama = c->arch == GPT_ARCH_LLAMA;
     char name[64], path[4200], tmp[4210], alpha[32];
@@ -474,7 +482,7 @@ static inline pdde_status gpt_hf_save_peft(pdde_session *s, pdde_graph *g, const
     int n = st ? 0 : gpt_hf_adapters(c, NULL);
     gpt_hf_tensor *t = n > 0 ? malloc((size_t)n * sizeof *t) : NULL;
     if (!st && (!t || gpt_hf_adapters(c, t) != n)) st = PDDE_ERR_OOM;
-    if (!st) st = gpt_hf_write(s, g, c, t, n, dir, "adapter_model.safetensors");
+    if (!st) st = gpt_hf_write(s, g, c, t, n, dir, "adapter_model.safetensors", dtype);
     free(t);
     return st;
 }

@@ -7,8 +7,8 @@
  *                                    index and its files; 0, or -1 with why[] naming the file and field
  *   st_find(&model, name)            a tensor by name, or NULL
  *   st_read_f32(&model, t, dst, ..)  its values as f32 (F32, BF16 and F16 are read)
- *   st_write_header(f, n, names, ndims, shapes, meta, ..)  a single file of F32 tensors: the header, then
- *                                    the caller writes each tensor's values in the order given
+ *   st_write_header(f, n, names, ndims, shapes, dtype)  a single file of F32, BF16 or F16 tensors: the
+ *                                    header, then the caller writes each tensor's values in the order given
  *   st_close(&model)
  *
  * Every offset is checked against the file's size and its tensor's dtype and shape before anything is
@@ -27,6 +27,7 @@
 
 enum { ST_MAX_DIMS = 8, ST_MAX_HEADER = 100 << 20 /* (the format's own limit) */ };
 typedef enum { ST_F32, ST_BF16, ST_F16, ST_OTHER } st_dtype;
+static const char *const st_dtype_names[ST_OTHER] = {"F32", "BF16", "F16"}; /* (as the header writes them) */
 
 typedef struct {
     char *name;
@@ -99,11 +100,10 @@ static inline int st_header_value(void *user, const json_value *v) {
     }
     const char *field = v->depth >= 2 && v->key[1] ? v->key[1] : "(an object of dtype, shape and data_offsets expected)";
     if (v->depth == 2 && !strcmp(field, "dtype") && v->type == JSON_STRING) {
-        static const char *const names[3] = {"F32", "BF16", "F16"};
         snprintf(t->dtype_name, sizeof t->dtype_name, "%s", v->string);
         t->dtype = ST_OTHER;
-        for (int k = 0; k < 3; k++)
-            if (!strcmp(v->string, names[k])) t->dtype = (st_dtype)k;
+        for (int k = 0; k < ST_OTHER; k++)
+            if (!strcmp(v->string, st_dtype_names[k])) t->dtype = (st_dtype)k;
         return 0;
     }
     int is_int = v->type == JSON_NUMBER && v->number >= 0 && v->number <= (double)(INT64_C(1) << 53) && v->number == (double)(int64_t)v->number;
@@ -223,9 +223,11 @@ static inline int st_read_f32(const st_model *m, const st_tensor *t, float *dst,
     return 0;
 }
 
-/* Writes the header of a safetensors file of n F32 tensors (names[k] of shapes[k][0 .. ndims[k]), laid
- * out in that order) to f, with metadata "format": "pt"; the caller then writes each tensor's values */
-static inline int st_write_header(FILE *f, int n, const char *const *names, const int *ndims, const int64_t (*shapes)[ST_MAX_DIMS]) {
+/* Writes the header of a safetensors file of n tensors of one dtype (F32, BF16 or F16; names[k] of shapes[k][0 ..
+ * ndims[k]), laid out in that order) to f, with metadata "format": "pt"; the caller then writes each tensor's values */
+static inline int st_write_header(FILE *f, int n, const char *const *names, const int *ndims, const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype) {
+    if (dtype >= ST_OTHER) return -1;
+    int64_t size = dtype == ST_F32 ? 4 : 2;
     size_t cap = 256 + (size_t)n * 160, len = 0;
     for (int k = 0; k < n; k++) cap += strlen(names[k]);
     char *h = malloc(cap + 8);
@@ -234,10 +236,10 @@ static inline int st_write_header(FILE *f, int n, const char *const *names, cons
     int64_t at = 0;
     for (int k = 0; k < n; k++) {
         int64_t numel = 1;
-        len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[", names[k]);
+        len += (size_t)snprintf(h + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", names[k], st_dtype_names[dtype]);
         for (int d = 0; d < ndims[k]; d++) numel *= shapes[k][d], len += (size_t)snprintf(h + len, cap - len, "%s%lld", d ? "," : "", (long long)shapes[k][d]);
-        len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)at, (long long)(at + 4 * numel));
-        at += 4 * numel;
+        len += (size_t)snprintf(h + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)at, (long long)(at + size * numel));
+        at += size * numel;
     }
     len += (size_t)snprintf(h + len, cap - len, "}");
     while (len % 8) h[len++] = ' '; /* (the data section starts 8-byte aligned, as Hugging Face's writer pads) */

@@ -31,6 +31,8 @@ refused_each gpt "$build/gpt" "${gpt[@]}" --steps 2 --sample-len 0 <<'BAD'
 --vocab 100|--vocab must be >= 256
 --micro 3|--dp 1 x --micro 3 = 3 must divide --batch 8
 --pp 5|--pp 5: at most --layers + 2 = 4 pipeline stages
+--save-dtype f8 --save-hf x|--save-dtype takes f32, bf16 or f16, got 'f8'
+--save-dtype bf16|--save-dtype bfloat16 is the dtype --save-hf and --save-peft write: give one of them
 BAD
 
 # a small file: its last 10% must be longer than --ctx; the message says so and the size it needs
@@ -317,6 +319,47 @@ print("read as Hugging Face's:", len(tensors), "tensors")
 PY
 ok=$?
 check "--save-hf's directory reads in Python as Hugging Face's: config, header, offsets, shapes ($(tail -1 "$tmp/hfpy.log"))" $ok
+# --save-dtype bf16 / f16: the same run's weights, each the f32 one rounded to the nearest (Python's own rounding
+# for f16), the header's dtype and torch_dtype say so, and it validates near the end's loss
+for dt in bf16 f16; do
+    "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_llama --steps 3 --save-hf "$tmp/hfl_$dt" --save-dtype $dt >"$tmp/hf_$dt.log" 2>&1
+    rc=$?
+    "$build/gpt" "${llmc[@]}" --init-from "$tmp/hfl_$dt" --steps 0 >"$tmp/hf2_$dt.log" 2>&1
+    rc2=$?
+    python3 - "$tmp/hfl" "$tmp/hfl_$dt" $dt >"$tmp/hfpy_$dt.log" 2>&1 <<'PY'
+import json, struct, sys
+def tensors(d):
+    raw = open(d + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    return raw[8 + n:], {k: v for k, v in header.items() if k != "__metadata__"}
+f32, t32 = tensors(sys.argv[1])
+half, th = tensors(sys.argv[2])
+dt = sys.argv[3]
+assert json.load(open(sys.argv[2] + "/config.json"))["torch_dtype"] == {"bf16": "bfloat16", "f16": "float16"}[dt]
+assert sorted(t32) == sorted(th)
+end, values = 0, 0
+for name, t in sorted(th.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    a, b = t["data_offsets"]
+    assert t["dtype"] == dt.upper() and t["shape"] == t32[name]["shape"] and a == end, name
+    a32, b32 = t32[name]["data_offsets"]
+    assert b - a == (b32 - a32) // 2, name
+    for i in range(0, (b - a) // 2):
+        x = struct.unpack_from("<f", f32, a32 + 4 * i)[0]
+        bits = struct.unpack_from("<I", f32, a32 + 4 * i)[0]
+        want = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 if dt == "bf16" else struct.unpack("<H", struct.pack("<e", x))[0]
+        got = struct.unpack_from("<H", half, a + 2 * i)[0]
+        assert got == want, (name, i, x, hex(got), hex(want))
+        values += 1
+    end = b
+assert end == len(half)
+print("each of", values, "values the f32 one rounded to", dt)
+PY
+    pyrc=$?
+    near "$(val_at "$tmp/hf2_$dt.log" 0)" "$end" 0.02 && [ $rc = 0 ] && [ $rc2 = 0 ] && [ $pyrc = 0 ] && grep -q "model.safetensors, $([ $dt = bf16 ] && echo bfloat16 || echo float16)" "$tmp/hf_$dt.log"
+    ok=$?
+    check "--save-hf --save-dtype $dt: $(tail -1 "$tmp/hfpy_$dt.log"), validates at $(val_at "$tmp/hf2_$dt.log" 0) (f32: $end; rc $rc/$rc2)" $ok
+done
 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2/model.safetensors --steps 0 >"$tmp/hfg.log" 2>&1
 rc=$?
 "$build/gpt" "${llmc[@]}" --init-from tests/data/hf_gpt2 --steps 0 >"$tmp/hfg2.log" 2>&1

@@ -70,7 +70,7 @@ static void check_model(pdde_context *ctx, const char *dir, const hf_ref *r, con
     /* saved as Hugging Face's directory and read again: the same logits, bit for bit */
     char out[64];
     snprintf(out, sizeof out, "build/test_gpt_hf_%s", cfg.arch == GPT_ARCH_LLAMA ? "llama" : "gpt2");
-    st = gpt_hf_save(s, g, &cfg, out);
+    st = gpt_hf_save(s, g, &cfg, out, ST_F32);
     CHECK(!st, "save %s: %s", out, pdde_last_error(ctx));
     pdde_session_free(s), pdde_graph_free(g), s = NULL, g = NULL;
     gpt_config back;
