@@ -120,14 +120,28 @@ text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
 	         printf "    \"%s\\n\"\n", $$0; n += l } \
 	       END { print "    , 0};" }'
 
+# The two generated headers that are tracked (the tools that make them are not everywhere) carry a stamp of
+# what they are made from: make regenerates one only when its stamp differs (a fresh checkout's timestamps
+# say nothing), and `make check-generated` (run by make test) says which one is stale without the tools.
+CUDA_SOURCES = backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh \
+	       backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh \
+	       backends/cuda_mem.cuh backends/cuda_embedding.cuh backends/cuda_norm.cuh backends/cuda_rope.cuh
+ptx_stamp = sources cksum $$(cat $(CUDA_SOURCES) | cksum | tr ' ' .), $(NVCC_PTX_ARCH) and $(NVCC_PTX_ARCH_MMA)
+spv_stamp = sources cksum $$(cksum <backends/gpu_kernels.cl | tr ' ' .)
+# the header's stamp line is the current one: touch it and do nothing (a shell condition)
+stamp_current = grep -qxF " * $(1)" $@ 2>/dev/null && touch $@
+
 ifneq ($(NVCC),)
-backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash_f32.cuh backends/flash_f32_tiles.h backends/cuda_convert.cuh backends/cuda_gemm_tile.cuh backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh backends/cuda_moe.cuh backends/cuda_mem.cuh backends/cuda_embedding.cuh backends/cuda_norm.cuh backends/cuda_rope.cuh
-	@mkdir -p $(BUILD)
-	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
-	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx
-	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH), and -arch=$(NVCC_PTX_ARCH_MMA)'; \
+backends/cuda_kernels_ptx.h: $(CUDA_SOURCES)
+	@stamp="$(ptx_stamp)"; $(call stamp_current,$$stamp) && exit 0; mkdir -p $(BUILD); \
+	echo "$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) (and $(NVCC_PTX_ARCH_MMA)) -O3 $< -> $@"; \
+	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx && \
+	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx && \
+	{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH), and -arch=$(NVCC_PTX_ARCH_MMA)'; \
 	  echo ' * for pdde_cuda_ptx_mma_parts); do not edit. The PTX texts in pieces of under 4095 characters (the longest'; \
-	  echo ' * string literal C requires). */'; \
+	  echo ' * string literal C requires). Made from:'; \
+	  echo " * $$stamp"; \
+	  echo ' */'; \
 	  $(call text_to_c,pdde_cuda_ptx_parts) $(BUILD)/cuda_kernels.ptx; \
 	  $(call text_to_c,pdde_cuda_ptx_mma_parts) $(BUILD)/cuda_kernels_mma.ptx; } > $@.tmp && mv $@.tmp $@
 endif
@@ -141,17 +155,20 @@ backends/gpu_kernels_cl.h: backends/gpu_kernels.cl
 ifneq ($(CLANG_SPIRV),)
 ifneq ($(LLVM_SPIRV),)
 backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
-	@mkdir -p $(BUILD)
-	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/gpu_kernels.bc
-	$(LLVM_SPIRV) $(BUILD)/gpu_kernels.bc -o $(BUILD)/gpu_kernels.spv
-	@{ echo '/* Generated from backends/gpu_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
+	@stamp="$(spv_stamp)"; $(call stamp_current,$$stamp) && exit 0; mkdir -p $(BUILD); \
+	echo "$(CLANG_SPIRV) -target spir64, $(LLVM_SPIRV): $< -> $@"; \
+	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/gpu_kernels.bc && \
+	$(LLVM_SPIRV) $(BUILD)/gpu_kernels.bc -o $(BUILD)/gpu_kernels.spv && \
+	{ echo '/* Generated from backends/gpu_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. Made from:'; \
+	  echo " * $$stamp"; \
+	  echo ' */'; \
 	  echo 'static const unsigned char pdde_gpu_kernels_spv[] = {'; \
 	  od -An -v -tx1 $(BUILD)/gpu_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
 	  echo '};'; } > $@.tmp && mv $@.tmp $@
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-lora bench-tokenize bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts check-generated test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-llmc bench-lora bench-tokenize bench-comm bench-ops bench-dispatch bench-ocl-gemm bench-parallel bench-dlrm bench-ps-remote bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -280,6 +297,13 @@ PARTS := backends/base.c backends/env_values.c backends/cpu.c backends/opencl.c 
 ifeq ($(HAVE_UCX),1)
   COMM_PARTS := $(wildcard comm/*.c)
 endif
+# The tracked generated headers made from today's sources (their stamps; the tools that make them are not needed)
+check-generated:
+	@for h in "backends/cuda_kernels_ptx.h:$(ptx_stamp)" "backends/gpu_kernels_spv.h:$(spv_stamp)"; do \
+	  f=$${h%%:*}; want=$${h#*:}; grep -qxF " * $$want" $$f || { echo "check-generated: $$f is not made from today's sources" \
+	  "(want \"$$want\", it has \"$$(sed -n 's/^ \* sources cksum/sources cksum/p' $$f)\"): run make where nvcc, clang-15 and llvm-spirv are"; exit 1; }; \
+	done; echo "check-generated: backends/cuda_kernels_ptx.h and backends/gpu_kernels_spv.h are made from today's sources"
+
 check-parts: $(BUILD)/pdde.o
 	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wpedantic -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
 	@for f in $(COMM_PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -Wpedantic -Wno-unused-function -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
@@ -304,7 +328,7 @@ test:
 # TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
 FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
 # The last tests are 10 s smoke runs of the fuzzers' seeded drivers (test-fuzz is the long run).
-test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph $(BUILD)/fuzz_parse
+test-installed: all $(TESTS) check-parts check-generated $(BUILD)/fuzz_graph $(BUILD)/fuzz_parse
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 NO_CJSON=1 $(PORTABLE_TESTS) $(GPU_CHECK_BUILDS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
