@@ -30,6 +30,7 @@
 #include <strings.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -66,6 +67,20 @@ typedef struct {
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
+
+/* A stop asked by a signal: SIGTERM (a scheduler preempting the job, or pdde-run passing its own on), SIGINT
+ * (Ctrl-C) or SIGUSR1 (Slurm's --signal warning). Training stops after the step every rank is in when one of them
+ * sees it, saving a checkpoint where --ckpt-dir is given, and gpt exits with 128 + the signal; a second signal
+ * ends the process at once (SA_RESETHAND). Not under pdde-run --elastic: there a stopped rank is a rank lost, and
+ * the others go on. */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+static void catch_stop_signals(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal, sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL), sigaction(SIGUSR1, &sa, NULL);
+}
 
 static double now(void) {
     struct timespec ts;
@@ -122,6 +137,7 @@ static void usage(FILE *f) {
             "                              tokenizer.json)\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
+            "                              (SIGTERM, SIGUSR1 or Ctrl-C: every rank stops after the same step, saved with --ckpt-dir)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
             "                              checkpoint's, which a resumed run keeps by default)\n"
             "           [--device cuda|opencl|level_zero|cpu|auto|BACKEND:N]   (where the whole step runs; default\n"
@@ -1603,6 +1619,8 @@ elastic_rebuild:
     if (job_first < 0) job_first = first, job_t0 = t0;
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
+    int stopped_by = 0; /* the signal training stopped for (catch_stop_signals), agreed by every rank */
+    if (!el) catch_stop_signals();
     pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
     double ckpt_s = 0; /* what saving made the loop wait */
     int n_ckpt = 0;
@@ -1624,6 +1642,9 @@ elastic_rebuild:
         if (el && (run = pdde_elastic_step_end(el, s, run)) == PDDE_ERR_PEER_LOST) goto elastic_recover;
         TRY(run);
         float loss = pdde_session_loss(s); /* the step's loss, the same on every rank */
+        int32_t stop = stop_signal; /* (the largest any rank saw: each stops after this step) */
+        if (!el && comm && ranks > 1) TRY(pdde_comm_allreduce(comm, &stop, &stop, 1, PDDE_I32, PDDE_REDUCE_MAX));
+        if (stop) last = step + 1, stopped_by = stop;
         double t = now(), dt = t - tlast;
         tlast = t;
         float tps = (float)(bt / dt);
@@ -1645,7 +1666,7 @@ elastic_rebuild:
                     (long long)step + 1, loss, lr, tps, dt, ms.allocated_bytes, t - t0);
             fflush(metrics);
         }
-        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == last)) {
+        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == last) && !stopped_by) {
             float vloss = validate(s, &m, val, o.val_batches, &feed, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
             if (metrics) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6g}\n", (long long)step + 1, vloss), fflush(metrics);
@@ -1674,12 +1695,18 @@ elastic_rebuild:
         comm = pdde_elastic_world(el);
         goto elastic_rebuild;
     }
+    if (stopped_by) { /* (the checkpoint above holds the run; the saves and the sample wait for the run's end) */
+        if (rank == 0)
+            printf("gpt: %s: stopped after step %lld%s%s%s\n", strsignal(stopped_by), (long long)last, ckpt[0] ? ", saved a checkpoint in " : "",
+                   ckpt[0] ? o.ckpt_dir : " (no --ckpt-dir: nothing saved)", ckpt[0] ? " (--resume goes on from it)" : "");
+        o.save_llmc = o.save_hf = o.save_peft = NULL, o.sample_len = 0;
+    }
     if (rank == 0 && first != job_first) /* (re-formed: the job's steps, and those since the last re-form) */
         printf("gpt: trained %lld steps in %.1f s, %lld of them since the re-form at step %lld%s\n", (long long)(last > job_first ? last - job_first : 0),
-               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps ? " (--stop-after: --resume continues)" : "");
+               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps && !stopped_by ? " (--stop-after: --resume continues)" : "");
     else if (rank == 0)
         printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
-               last < o.steps ? " (--stop-after: --resume continues)" : "");
+               last < o.steps && !stopped_by ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
     pdde_elastic_stats es;
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
@@ -1711,5 +1738,5 @@ elastic_rebuild:
 #endif
     pdde_data_close(train), pdde_data_close(val);
     pdde_context_free(ctx);
-    return 0;
+    return stopped_by ? 128 + stopped_by : 0;
 }

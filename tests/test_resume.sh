@@ -92,4 +92,47 @@ PY
 rc=$?
 check "MoE with its balancing bias: the resumed steps equal the uninterrupted run's ($(tail -1 "$tmp/moe_cmp"))" $rc
 
+# A signal stops training after the step every rank is in and saves a checkpoint there: SIGTERM to rank 1 alone of a
+# pdde-run -n 2 --dp 2 job (rank 0, never signaled, stops after the same step: the checkpoint is whole), exit 143;
+# the resumed steps have the losses of a run never stopped. One process, SIGINT, no --ckpt-dir: 130, nothing saved.
+long=("${gpt[@]}" --steps 100000)
+wait_step() { for _ in $(seq 600); do grep -q "step *$2/" "$1" && return 0; sleep 0.1; done; return 1; }
+timeout 120 "$build/pdde-run" -n 2 --grace 30 "$build/gpt" "${long[@]}" --dp 2 --ckpt-dir "$tmp/cks" >"$tmp/sig.log" 2>&1 &
+job=$!
+wait_step "$tmp/sig.log" 21 && kill -TERM "$(pgrep -P "$(pgrep -P $job)" | sort -n | tail -1)"
+wait $job
+rc=$?
+n=$(sed -n 's/^\[0\] gpt: Terminated: stopped after step \([0-9]*\), saved a checkpoint in .*/\1/p' "$tmp/sig.log")
+at=$("$build/pdde-ckpt" info "$tmp/cks" | sed -n 's/^step \([0-9]*\) .*/\1/p')
+[ $rc = 143 ] && [ -n "$n" ] && [ "$at" = "$n" ]
+ok=$?
+check "SIGTERM to rank 1 of 2: both stop after step ${n:-?} and save it (the checkpoint's step ${at:-none}; rc $rc)" $ok
+if [ $ok = 0 ]; then
+    timeout 120 "$build/pdde-run" -n 2 "$build/gpt" "${long[@]}" --dp 2 --stop-after $((n + 3)) --metrics "$tmp/sigref.jsonl" >"$tmp/sigref.log" 2>&1
+    rc=$?
+    timeout 120 "$build/pdde-run" -n 2 "$build/gpt" "${long[@]}" --dp 2 --stop-after $((n + 3)) --ckpt-dir "$tmp/cks" --resume \
+        --metrics "$tmp/sigres.jsonl" >"$tmp/sigres.log" 2>&1
+    rc2=$?
+    python3 - "$tmp/sigref.jsonl" "$tmp/sigres.jsonl" "$n" >"$tmp/sig_cmp" 2>&1 <<'PY'
+import json, math, sys
+ref, res = ({r["step"]: r for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:3])
+n = int(sys.argv[3])
+assert sorted(res) == [n + 1, n + 2, n + 3], sorted(res)
+for k in res:
+    assert math.isfinite(res[k]["loss"]) and abs(res[k]["loss"] - ref[k]["loss"]) <= 1e-6 * abs(ref[k]["loss"]), \
+        "step %d: loss %.9g resumed, %.9g never stopped" % (k, res[k]["loss"], ref[k]["loss"])
+print("ok: steps %d-%d as never stopped (step %d: %.7f)" % (n + 1, n + 3, n + 1, res[n + 1]["loss"]))
+PY
+    ok=$?
+    check "the resume after the signal goes on as a run never stopped ($(tail -1 "$tmp/sig_cmp"); rc $rc/$rc2)" $((rc || rc2 || ok))
+fi
+"$build/gpt" "${long[@]}" >"$tmp/int.log" 2>&1 &
+job=$!
+wait_step "$tmp/int.log" 11 && kill -INT $job
+wait $job
+rc=$?
+[ $rc = 130 ] && grep -q "^gpt: Interrupt: stopped after step [0-9]* (no --ckpt-dir: nothing saved)" "$tmp/int.log"
+ok=$?
+check "SIGINT to one process without --ckpt-dir: stops after a step, saying nothing was saved (rc $rc: $(grep -m1 'stopped after' "$tmp/int.log"))" $ok
+
 finish
