@@ -81,6 +81,12 @@ static void catch_stop_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL), sigaction(SIGUSR1, &sa, NULL);
 }
+/* After the training loop a signal ends the process at once again (the saves and the sample stop with it); one
+ * caught after the last step's agreement is acted on so (`unagreed`: the loop did not stop for it) */
+static void release_stop_signals(int unagreed) {
+    signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL), signal(SIGUSR1, SIG_DFL);
+    if (unagreed && stop_signal) raise(stop_signal);
+}
 
 static double now(void) {
     struct timespec ts;
@@ -1142,9 +1148,9 @@ static int save_model_flags(const char *dir, const gpt_config *c, const char *da
 }
 
 /* The training data the checkpoint in dir was saved from (was[], as data_said writes it): 1 when it is
- * not this run's (now[]), 0 when it is or the flags file does not say. A file without a windows-at line
+ * not this run's (current[]), 0 when it is or the flags file does not say. A file without a windows-at line
  * was saved by a gpt without --doc-windows: windows at any token. */
-static int data_changed(const char *dir, const char *now, char *was, size_t was_size) {
+static int data_changed(const char *dir, const char *current, char *was, size_t was_size) {
     char path[4200], line[4200];
     snprintf(path, sizeof path, "%s/%s", dir, MODEL_FLAGS_FILE);
     FILE *f = fopen(path, "r");
@@ -1156,7 +1162,7 @@ static int data_changed(const char *dir, const char *now, char *was, size_t was_
         if (sscanf(line, "data %lld %n", &n, &at) != 1 || !at) continue;
         line[strcspn(line, "\n")] = 0;
         data_said(was, was_size, line + at, n, windows_at);
-        changed = strcmp(was, now) != 0;
+        changed = strcmp(was, current) != 0;
     }
     if (f) fclose(f);
     return changed;
@@ -1695,6 +1701,7 @@ elastic_rebuild:
         comm = pdde_elastic_world(el);
         goto elastic_rebuild;
     }
+    if (!el) release_stop_signals(!stopped_by);
     if (stopped_by) { /* (the checkpoint above holds the run; the saves and the sample wait for the run's end) */
         if (rank == 0)
             printf("gpt: %s: stopped after step %lld%s%s%s\n", strsignal(stopped_by), (long long)last, ckpt[0] ? ", saved a checkpoint in " : "",
