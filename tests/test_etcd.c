@@ -300,8 +300,8 @@ static void test_job(void) {
     double took = -1;
     int at = -1;
     if (resumed && sscanf(resumed, "resumed at step %d in %lf s", &at, &took) != 2) took = -1;
-    CHECK(took >= 0 && took < 2, "--rdzv etcd: a rank killed: the others re-form within 2 s (the lease's end takes 3.5-4.5 s): %.2f s",
-          took);
+    CHECK(took >= 0 && took < 3, "--rdzv etcd: a rank killed: the others re-form within 3 s, before the lease's end could tell them "
+          "(3.5-4.5 s; about 1 s on an idle machine): %.2f s", took);
     printf("--rdzv etcd, a rank killed: resumed at step %d in %.2f s\n", at, took);
     free(j.out);
 
