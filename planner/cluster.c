@@ -68,6 +68,19 @@ PDDE_PRIVATE double attention_pairs(const pdde_tensor *node, int64_t T) {
     return W * (W + 1) / 2 + (t - W) * W; /* (the first W queries' triangle, then W keys each) */
 }
 
+PDDE_PRIVATE double attention_tile_scores(const pdde_tensor *node, int64_t T) {
+    const pdde_tensor *starts = pdde_attention_starts(node);
+    const int64_t tile = 128; /* (the CPU kernel's, ATT_BR x ATT_BC; the GPU kernels' 64 or 128) */
+    int64_t W = starts ? pdde_op_i32(starts, PDDE_P_STARTS_WINDOW) : 0;
+    double scores = 0;
+    for (int64_t q0 = 0; q0 < T; q0 += tile) {
+        int64_t rows = T - q0 < tile ? T - q0 : tile, first = W > 0 && q0 - W + 1 > 0 ? (q0 - W + 1) / tile * tile : 0;
+        int64_t end = q0 + tile < T ? q0 + tile : T; /* (through the diagonal tile) */
+        scores += (double)rows * (double)(end - first);
+    }
+    return scores;
+}
+
 double pdde_attention_flops(const pdde_tensor *node) {
     if (!node || (node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim < 3) return 0;
     int64_t s[4];

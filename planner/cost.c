@@ -1148,11 +1148,11 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         op->m = B * H * T, op->n = T < 128 ? T : 128, op->k = D;
         op->flops = pdde_attention_flops(x);
         op->dtype = q->dtype; /* bf16 q, k, v (mixed precision): the bf16 GEMM rate, as a matmul's */
-        /* the softmax over its [B, H, T, T] scores as the attention curve measures one (scores in,
+        /* the softmax over the scores its tiles compute (the causal triangle's tiles, or a window's; T x T
+         * at the T = 128 the attention curve is measured at), as that curve measures one (scores in,
          * probabilities out: 2 x 4 bytes a score); the backward recomputes it and runs its gradient
-         * (y, dy, dx: 3 more). Under a window, the share of the causal triangle its pairs are. */
-        double causal = (double)T * ((double)T + 1) / 2;
-        double scores = (double)B * (double)H * (double)T * (double)T * (attention_pairs(x, T) / causal);
+         * (y, dy, dx: 3 more) */
+        double scores = (double)B * (double)H * attention_tile_scores(x, T);
         op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
         op->softmax_backward = x->op == PDDE_OP_ATTENTION_BACK;
     } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 3 && x->src[0]->ndim == 2) {

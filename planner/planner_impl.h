@@ -245,6 +245,9 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
 /* cluster.c: the query-key pairs a fused attention node of T queries keeps for each batch row and head: the causal
  * triangle T (T + 1) / 2, or under a window W on its starts (pdde_attention_window) the sum over t of min(t + 1, W) */
 PDDE_PRIVATE double attention_pairs(const pdde_tensor *node, int64_t T);
+/* cluster.c: the scores a tiled kernel computes for it (each batch row and head): for each tile of 128 queries, the
+ * key tiles from the one holding its first row's first key (0, or under a window t - W + 1) through the diagonal */
+PDDE_PRIVATE double attention_tile_scores(const pdde_tensor *node, int64_t T);
 /* cost.c: bytes a node reads and writes (what its op class's time curve is measured by), and the GEMM
  * work of a matmul or fused attention node (shape, FLOPs, dtype) */
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);

@@ -119,7 +119,7 @@ check "pdde-plan --dp 2 --zero 1 says each rank's bytes in GiB ($(grep -m1 '^ran
 # a bad --model: the key named and the keys it takes
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,depth=3 >"$tmp/model.log" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk; llama: kv_heads)" "$tmp/model.log"
+[ $rc = 2 ] && grep -q "no key 'depth' (keys: layers, width, heads, ctx, vocab, batch, ffn, experts, topk, window; llama: kv_heads)" "$tmp/model.log"
 ok=$?
 check "--model gpt:layers=2,depth=3 names the key and lists the keys (rc $rc: $(head -1 "$tmp/model.log"))" $ok
 # the LLaMA-style model: its kv heads taken (the tensor-parallel degrees then divide them), GPT's refused
@@ -129,6 +129,15 @@ rc=$?
 [ $rc = 0 ] && grep -q '^LLaMA 2 layers, width 64, 4 heads' "$tmp/llama_model.log" && grep -q '^best dp=' "$tmp/llama_model.log"
 ok=$?
 check "pdde-plan --model llama:...,kv_heads=2 plans the LLaMA model (rc $rc: $(grep -m1 '^LLaMA' "$tmp/llama_model.log" | cut -c1-80))" $ok
+# a sliding window (gpt --window): the attention priced at the window's pairs, the step shorter than the whole context's
+for w in 256 16; do
+    "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --ranks 1 --model llama:layers=2,width=64,heads=4,ctx=256,vocab=256,batch=2,window=$w \
+        >"$tmp/window_$w.log" 2>&1 || echo "rc $?" >>"$tmp/window_$w.log"
+done
+whole=$(sed -n 's/^best .* \([0-9.e+-]*\) s\/step.*/\1/p' "$tmp/window_256.log") windowed=$(sed -n 's/^best .* \([0-9.e+-]*\) s\/step.*/\1/p' "$tmp/window_16.log")
+awk -v a="$windowed" -v b="$whole" 'BEGIN { exit !(a > 0 && b > 0 && a < b) }'
+ok=$?
+check "pdde-plan --model llama:...,window=16 at ctx 256: a step of ${windowed:-?} s, without a window ${whole:-?} s" $ok
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --model gpt:layers=2,kv_heads=2 >"$tmp/model.log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "no key 'kv_heads'" "$tmp/model.log"

@@ -36,11 +36,12 @@ static int64_t local_numel(const pdde_tensor *t) {
     return n;
 }
 
-/* "gpt:layers=96,width=12288,...[,ffn=N][,experts=E[,topk=K]]" onto c (build/gpt's default model otherwise);
+/* "gpt:layers=96,width=12288,...[,ffn=N][,experts=E[,topk=K]][,window=W]" onto c (build/gpt's default model otherwise;
+ * window: gpt --window's sliding-window attention);
  * "llama:..." the LLaMA-style model (gpt --arch llama), which also takes kv_heads=N. -1 with why (the key
  * and what it expected) on a bad spec. */
 static int parse_model(const char *spec, gpt_config *c, char *why, size_t why_size) {
-    static const char *const keys = "layers, width, heads, ctx, vocab, batch, ffn, experts, topk; llama: kv_heads";
+    static const char *const keys = "layers, width, heads, ctx, vocab, batch, ffn, experts, topk, window; llama: kv_heads";
     bool llama = !strncmp(spec, "llama:", 6);
     if (strncmp(spec, "gpt:", 4) && !llama) return snprintf(why, why_size, "'%s' does not start with 'gpt:' or 'llama:'", spec), -1;
     c->arch = llama ? GPT_ARCH_LLAMA : GPT_ARCH_GPT;
@@ -54,7 +55,8 @@ static int parse_model(const char *spec, gpt_config *c, char *why, size_t why_si
         }
         int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
                : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : !strcmp(key, "ffn") ? &c->ffn
-               : !strcmp(key, "experts") ? &c->moe_experts : !strcmp(key, "topk") ? &c->moe_topk : llama && !strcmp(key, "kv_heads") ? &c->kv_heads : NULL;
+               : !strcmp(key, "experts") ? &c->moe_experts : !strcmp(key, "topk") ? &c->moe_topk : !strcmp(key, "window") ? &c->window
+               : llama && !strcmp(key, "kv_heads") ? &c->kv_heads : NULL;
         if (!f) return snprintf(why, why_size, "no key '%s' (keys: %s)", key, keys), -1;
         if (v < 1 || v > 1000000000) return snprintf(why, why_size, "%s=%ld: want 1..1000000000", key, v), -1;
         *f = (int)v, s += n;
@@ -203,7 +205,7 @@ static int plan_dlrm(pdde_context *ctx, const char *cluster, const dlrm_config *
 }
 
 static const char help[] =
-    "usage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]]]\n"
+    "usage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]][,window=W]]\n"
     "                 (llama:...,kv_heads=N instead of gpt: the LLaMA-style model, gpt --arch llama)\n"
     "                 (dlrm:batch=N,dim=N,hidden=N[,dense=adamw|sgd|servers][,optimizer=sgd|adagrad|adam][,threads=N]: the recommender,\n"
     "                 build/dlrm: its dense stage on each device, the table's pull and push on that machine's CPU)\n"
