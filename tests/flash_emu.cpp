@@ -9,8 +9,9 @@
  * scales), against a float64 reference: forward, dq, dk and dv, for head sizes 64 and 128, sequence
  * lengths that are not multiples of the tiles, one and several heads; the same for the flash2 path
  * (backends/cuda_flash2.cuh: its preprocessing, one-pass backward with dq by atomicAdd, and forward),
- * with cp.async copies done both at issue and as late as the PTX allows. It cannot see what only a GPU
- * shows (timing, races between real warps, the hardware's rounding inside the mma).
+ * with cp.async copies done both at issue and as late as the PTX allows; and both with starts (each query's
+ * first key: documents, sliding windows). It cannot see what only a GPU shows (timing, races between real
+ * warps, the hardware's rounding inside the mma).
  *
  * Built and run by tests/test_flash_emu.sh; prints "N passed, N failed" last. */
 #include <math.h>
@@ -570,10 +571,10 @@ static void run_case_f32(long long BH, long long T, int D, long long H) {
     delete[] ry, delete[] rlse, delete[] rg, delete[] p, delete[] qkv, delete[] pdy;
 }
 
-/* Document-masked attention (pdde_attention_docs) on flash: B batch rows of `heads` heads, q, k, v apart or packed
- * (the kernels' H), each query t seeing keys lo .. t, lo = starts[b, t] clamped to [0, t]: packed documents of random
- * lengths (some of one token; one row a single document from t = 0) or, window > 0, a sliding window (t - window + 1).
- * y, lse, dq, dk, dv against float64 from the same bf16 values, the bounds of run_case. */
+/* Document-masked attention (pdde_attention_docs) on flash and flash2: B batch rows of `heads` heads, q, k, v apart or
+ * packed (the kernels' H), each query t seeing keys lo .. t, lo = starts[b, t] clamped to [0, t]: packed documents of
+ * random lengths (some of one token; one row a single document from t = 0) or, window > 0, a sliding window
+ * (t - window + 1). y, lse, dq, dk, dv against float64 from the same bf16 values, the bounds of run_case. */
 static void run_case_docs(long long B, long long heads, long long T, int D, int packed, int window) {
     long long BH = B * heads, rows = BH * T, n = rows * D, H = packed ? heads : 0;
     float scale = 1.0f / sqrtf((float)D);
