@@ -119,8 +119,8 @@ __device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, lo
 /* One key tile of the forward for a warp's 16 query rows (this thread's: row0, row0 + 8), flash's and flash2's:
  * S = Q K^T on the tensor cores (qf: Q's fragments), scaled to base 2 and masked causally (every key past T is past
  * the row), the running max m and sum l and the output o rescaled to the new max, P = exp2(S - m) summed into l, and
- * o += P V. ks, vs: the tile's BK keys and values in shared memory (rows of D + 8); kt: the tile's index. DOCS (flash):
- * keys before the rows' first keys lo0, lo1 masked too, so a row may have seen no key yet (its max still -inf). */
+ * o += P V. ks, vs: the tile's BK keys and values in shared memory (rows of D + 8); kt: the tile's index. DOCS (with
+ * starts): keys before the rows' first keys lo0, lo1 masked too, so a row may have seen no key yet (its max still -inf). */
 template <int D, int BK, bool DOCS = false>
 __device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)[2], float (&l)[2], const uint32_t (&qf)[D / 16][4],
                                                 const uint16_t *ks, const uint16_t *vs, long long kt, long long row0, float sl2, int lane,
@@ -172,18 +172,20 @@ __device__ __forceinline__ void fl_fwd_key_tile(float (&o)[D / 8][4], float (&m)
     fl_acc_sb(o, s, vs, LD, lane);
 }
 
-/* The first keys (att_lo) of a block's FL_ROWS query rows from row0 of head bh into lo_s (rows past T: T), written by
- * its first FL_ROWS threads; read after the next barrier */
+/* The first keys (att_lo) of a block's N query rows from row0 of head bh into lo_s (rows past T: T), written by
+ * its first N threads (N at most the block's threads); read after the next barrier */
+template <int N = FL_ROWS>
 __device__ __forceinline__ void fl_row_los(int *lo_s, const int *starts, long long bh, long long row0, long long T, long long heads) {
-    if (threadIdx.x < FL_ROWS) {
+    if (threadIdx.x < N) {
         long long row = row0 + threadIdx.x;
         lo_s[threadIdx.x] = row < T ? (int)att_lo(starts, bh * T + row, T, heads) : (int)T;
     }
 }
 /* after it: the least of them (the block's first key) */
+template <int N = FL_ROWS>
 __device__ __forceinline__ int fl_least_lo(const int *lo_s) {
     int least = lo_s[0];
-    for (int r = 1; r < FL_ROWS; r++) least = lo_s[r] < least ? lo_s[r] : least;
+    for (int r = 1; r < N; r++) least = lo_s[r] < least ? lo_s[r] : least;
     return least;
 }
 

@@ -94,11 +94,14 @@ __device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uin
 /* dq, dk, dv (f32 in out, layout H: att_out; dq zeroed before) of the 16 W keys of block blockIdx.x (W warps, 16
  * keys each; FL_WARPS: 64 keys, the default): key tile blockIdx.x / BH (tile 0, the one with the most queries,
  * first), head blockIdx.x % BH. W 8 (PDDE_FLASH2_VARIANT=k128) halves the dQ atomics and the Q, dO tile copies
- * per product: each block step's dQ tile sums 128 keys. */
-template <int D, bool PK, int W = FL_WARPS, bool DQS = false>
+ * per product: each block step's dQ tile sums 128 keys. ST (the kernels k_flash2_back*_docs): starts, each
+ * query's first key at batch row bh / heads (pdde_attention_docs), as flash_dkv takes them: the pairs before it
+ * masked (P and dS 0), the query tiles whose rows all start past the block's last key skipped. */
+template <int D, bool PK, int W = FL_WARPS, bool DQS = false, bool ST = false>
 __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                            const uint16_t *dob, const float *stats, float *out, long long BH, long long T,
-                                           float scale, long long Hn, float *dqs = nullptr) {
+                                           float scale, long long Hn, float *dqs = nullptr, const int *starts = nullptr,
+                                           long long heads = 1) {
     const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = 16 * W, NTH = 32 * W, BQ = FL2_BQ(D), LDS = BQ + 8, NT = BQ / 8, DT = D / 8, KS = D / 16;
     constexpr bool KREG = D == 64; /* K's fragments in registers too (at D 128 they would spill) */
@@ -134,6 +137,22 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     long long steps = (T - k0 + BQ - 1) / BQ; /* the query tiles from the block's first key on */
+    /* ST: row_lo, the first key of row i0 + threadIdx.x of tile s (threads < BQ; rows past T and other threads: T), goes
+     * to lo_s beside the tile's statistics; a tile whose rows' first keys all lie past the block's last key klast is
+     * skipped, by every thread alike (tile 0 never is: its row k0 sees key k0) */
+    __shared__ int lo_s[ST ? 2 * BQ : 1];
+    const int *st_b = ST ? starts + bh / heads * T : nullptr; /* (the head's batch row of starts: fewer registers than att_lo's arguments) */
+    int klast = (int)((k0 + BK < T ? k0 + BK : T) - 1);
+    auto row_lo = [&](long long s) {
+        long long i = k0 + s * BQ + threadIdx.x;
+        if (threadIdx.x >= BQ || i >= T) return (int)T;
+        int lo = st_b[i];
+        return lo < 0 ? 0 : lo > i ? (int)i : lo; /* (att_lo's clamp to [0, i]) */
+    };
+    auto next_seen = [&](int s) { /* the first tile from s on that a row sees (steps: none); a barrier a tile */
+        while (s < steps && !__syncthreads_or(row_lo(s) <= klast)) s++;
+        return s;
+    };
     /* tile s into buffer b: Q and dO rows by cp.async, their statistics by plain loads (both seen after the next barrier) */
     auto load_tile = [&](long long s, int b) {
         long long i0 = k0 + s * BQ;
@@ -144,13 +163,17 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
             long long i = i0 + (threadIdx.x >> 1);
             stat_s[b * 2 * BQ + threadIdx.x] = i < T ? st_h[i0 * 2 + threadIdx.x] : 0.0f;
         }
+        if constexpr (ST)
+            if (threadIdx.x < BQ) lo_s[b * BQ + threadIdx.x] = row_lo(s);
     };
     load_tile(0, 0);
-    for (long long s = 0; s < steps; s++) {
+    int tile = 0, next = 0; /* (ST: step s's query tile and the next one seen) */
+    for (long long s = 0; ST ? tile < steps : s < steps; s++) {
         int b = (int)(s & 1);
-        long long i0 = k0 + s * BQ;
+        long long i0 = k0 + (ST ? tile : s) * BQ;
+        if constexpr (ST) next = next_seen(tile + 1);
         /* the other buffer was last read before the previous step's second barrier: refill it now */
-        if (s + 1 < steps) load_tile(s + 1, b ^ 1), cp_async_wait<1>();
+        if (ST ? next < steps : s + 1 < steps) load_tile(ST ? next : s + 1, b ^ 1), cp_async_wait<1>();
         else cp_async_wait<0>();
         __syncthreads();
         const uint16_t *qt = qs + b * BQ * LD, *dt = dos + b * BQ * LD;
@@ -174,6 +197,7 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
                 int ci = n * 8 + t4 * 2 + (e & 1);
                 long long col = i0 + ci, key = key0 + (e >> 1) * 8;
                 float p = col < key || col >= T ? 0.0f : exp2f(sc[n][e] * sl2 - st[2 * ci]);
+                if constexpr (ST) p = lo_s[b * BQ + ci] > key ? 0.0f : p; /* (the pairs before the query's first key) */
                 sc[n][e] = p;
                 dp[n][e] = p * (dp[n][e] - st[2 * ci + 1]); /* dS^T / scale */
             }
@@ -243,6 +267,7 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
                 for (int d = 0; d < CW / 8; d++) atomicAdd(o + d * 8, scale * dq[d][2 * r]), atomicAdd(o + d * 8 + 1, scale * dq[d][2 * r + 1]);
             }
         }
+        if constexpr (ST) tile = next;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -263,22 +288,32 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
  * by cp.async into double buffers (the next tile's copy overlaps this tile's products) and the blocks
  * tile-major, the query tiles that see the most keys first (query tile tiles - 1 - blockIdx.x / BH, head
  * blockIdx.x % BH). Layout H as flash_fwd's; ycp (NULL: none): y also stored rounded to bf16 there, at
- * y's indices. At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. */
+ * y's indices. At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. ST (the kernels
+ * k_flash2_fwd*_docs): starts, each query's first key at batch row bh / heads (pdde_attention_docs), as flash_fwd
+ * takes them: the pairs before it masked, the key tiles before the block's least first key skipped. */
 #define FL2_FWD_SMEM(D) (4 * FL2_KEYS * ((D) + 8))
-template <int D, bool PK>
+template <int D, bool PK, bool ST = false>
 __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                           long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr) {
+                                           long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr,
+                                           const int *starts = nullptr, long long heads = 1) {
     const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = FL2_KEYS, DT = D / 8, KS = D / 16;
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH;
     int ldq, ldk, ldv;
     const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    __shared__ int lo_s[ST ? FL_ROWS : 1]; /* (ST: the rows' first keys) */
     /* buffer b: K at sm + 2 b BK LD, V after it; Q passes through buffer 1 */
     fl2_load<D>(sm + 2 * BK * LD, qb, ldq, qt * FL_ROWS, T, FL_ROWS);
     cp_async_commit();
-    fl2_load<D>(sm, kb, ldk, 0, T, BK);
-    fl2_load<D>(sm + BK * LD, vb, ldv, 0, T, BK);
+    long long kt0 = 0; /* the first key tile (ST: the one of the block's least first key; BK = FL_ROWS, so kt0 <= qt) */
+    if constexpr (ST) {
+        fl_row_los(lo_s, starts, bh, qt * FL_ROWS, T, heads);
+        __syncthreads();
+        kt0 = fl_least_lo(lo_s) / BK;
+    }
+    fl2_load<D>(sm, kb, ldk, kt0 * BK, T, BK);
+    fl2_load<D>(sm + BK * LD, vb, ldv, kt0 * BK, T, BK);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -290,8 +325,9 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     long long row0 = qt * FL_ROWS + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
-    for (long long kt = 0; kt <= qt; kt++) {
-        int b = (int)(kt & 1);
+    int lo0 = ST ? lo_s[warp * 16 + g] : 0, lo1 = ST ? lo_s[warp * 16 + g + 8] : 0;
+    for (long long kt = kt0; kt <= qt; kt++) {
+        int b = (int)((kt - kt0) & 1);
         if (kt < qt) { /* the other buffer was last read before the previous tile's second barrier */
             fl2_load<D>(sm + 2 * (b ^ 1) * BK * LD, kb, ldk, (kt + 1) * BK, T, BK);
             fl2_load<D>(sm + (2 * (b ^ 1) + 1) * BK * LD, vb, ldv, (kt + 1) * BK, T, BK);
@@ -300,7 +336,7 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
         } else cp_async_wait<0>();
         __syncthreads();
         const uint16_t *ks = sm + 2 * b * BK * LD, *vs = ks + BK * LD;
-        fl_fwd_key_tile<D, BK>(o, m, l, qf, ks, vs, kt, row0, sl2, lane);
+        fl_fwd_key_tile<D, BK, ST>(o, m, l, qf, ks, vs, kt, row0, sl2, lane, lo0, lo1);
         __syncthreads();
     }
 #pragma unroll
@@ -328,11 +364,12 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
 #define FL2_Q128_MINBLOCKS 2 /* (about 200 registers: two blocks an SM) */
 
 /* fl_fwd_key_tile for MR m-tiles a warp (this thread's rows row0 + 16 mr, + 8): the same arithmetic, each K and V
- * fragment loaded once for the MR tiles */
-template <int D, int BK, int MR>
+ * fragment loaded once for the MR tiles; DOCS: also the keys before the rows' first keys masked, lo[16 mr] and
+ * lo[16 mr + 8] (in shared memory: registers are short here) */
+template <int D, int BK, int MR, bool DOCS = false>
 __device__ __forceinline__ void fl2_fwd_key_tile_m(float (&o)[MR][D / 8][4], float (&m)[MR][2], float (&l)[MR][2],
                                                    const uint32_t (&qf)[MR][D / 16][4], const uint16_t *ks, const uint16_t *vs,
-                                                   long long kt, long long row0, float sl2, int lane) {
+                                                   long long kt, long long row0, float sl2, int lane, const int *lo = nullptr) {
     constexpr int LD = D + 8, NT = BK / 8, DT = D / 8, KS = D / 16;
     int t4 = lane & 3;
     float s[MR][NT][4];
@@ -358,14 +395,14 @@ __device__ __forceinline__ void fl2_fwd_key_tile_m(float (&o)[MR][D / 8][4], flo
             for (int e = 0; e < 4; e++) {
                 long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + mr * 16 + (e >> 1) * 8;
                 float x = s[mr][n][e] * sl2;
-                s[mr][n][e] = col > row ? -INFINITY : x;
+                s[mr][n][e] = col > row || (DOCS && col < lo[mr * 16 + (e >> 1) * 8]) ? -INFINITY : x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[mr][n][e]);
             }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(m[mr][r], mx[r]), alpha = exp2f(m[mr][r] - mn); /* (m = -inf at first: alpha 0) */
+            float mn = fmaxf(m[mr][r], mx[r]), alpha = exp2f(m[mr][r] - (DOCS && mn == -INFINITY ? 0.0f : mn)); /* (m = -inf at first: alpha 0) */
             m[mr][r] = mn;
             l[mr][r] *= alpha;
 #pragma unroll
@@ -375,7 +412,8 @@ __device__ __forceinline__ void fl2_fwd_key_tile_m(float (&o)[MR][D / 8][4], flo
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                s[mr][n][e] = exp2f(s[mr][n][e] - m[mr][e >> 1]);
+                /* (DOCS: 0 subtracted while a row has seen no key yet: -inf - -inf would be NaN) */
+                s[mr][n][e] = exp2f(s[mr][n][e] - (DOCS && m[mr][e >> 1] == -INFINITY ? 0.0f : m[mr][e >> 1]));
                 l[mr][e >> 1] += s[mr][n][e];
             }
     }
@@ -395,21 +433,30 @@ __device__ __forceinline__ void fl2_fwd_key_tile_m(float (&o)[MR][D / 8][4], flo
 }
 
 /* flash2_fwd with 128 query rows a block (query tile tiles - 1 - blockIdx.x / BH of 128 rows, head blockIdx.x % BH;
- * tiles = ceil(T / 128)): the key tiles of 64 up to the tile's last row. Shared memory FL2_FWD_SMEM(64). */
-template <int D, bool PK>
+ * tiles = ceil(T / 128)): the key tiles of 64 up to the tile's last row (ST: from the block's least first key's).
+ * Shared memory FL2_FWD_SMEM(64). */
+template <int D, bool PK, bool ST = false>
 __device__ __forceinline__ void flash2_fwd_q128(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                                long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr) {
+                                                long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr,
+                                                const int *starts = nullptr, long long heads = 1) {
     const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = FL2_KEYS, BQ = FL2_Q128_ROWS, MR = BQ / (16 * FL_WARPS), DT = D / 8, KS = D / 16;
-    static_assert(BQ <= 2 * BK, "flash2_fwd_q128: Q passes through the second K, V buffer");
+    static_assert(BQ <= 2 * BK && BQ <= 32 * FL_WARPS, "flash2_fwd_q128: Q passes through the second K, V buffer; a thread a row's first key");
     long long tiles = (T + BQ - 1) / BQ, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH;
     int ldq, ldk, ldv;
     const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    __shared__ int lo_s[ST ? BQ : 1]; /* (ST: the rows' first keys) */
     fl2_load<D>(sm + 2 * BK * LD, qb, ldq, qt * BQ, T, BQ);
     cp_async_commit();
-    fl2_load<D>(sm, kb, ldk, 0, T, BK);
-    fl2_load<D>(sm + BK * LD, vb, ldv, 0, T, BK);
+    long long kt0 = 0; /* the first key tile (ST: the one of the block's least first key) */
+    if constexpr (ST) {
+        fl_row_los<BQ>(lo_s, starts, bh, qt * BQ, T, heads);
+        __syncthreads();
+        kt0 = fl_least_lo<BQ>(lo_s) / BK;
+    }
+    fl2_load<D>(sm, kb, ldk, kt0 * BK, T, BK);
+    fl2_load<D>(sm + BK * LD, vb, ldv, kt0 * BK, T, BK);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -429,8 +476,8 @@ __device__ __forceinline__ void flash2_fwd_q128(uint16_t *sm, const uint16_t *q,
     long long row0 = qt * BQ + warp * 16 * MR + g; /* this thread's rows: row0 + 16 mr, + 8 */
     long long last = (qt * BQ + BQ - 1) / BK, klast = (T - 1) / BK; /* (the key tiles up to the tile's last row, within T) */
     if (klast < last) last = klast;
-    for (long long kt = 0; kt <= last; kt++) {
-        int b = (int)(kt & 1);
+    for (long long kt = kt0; kt <= last; kt++) {
+        int b = (int)((kt - kt0) & 1);
         if (kt < last) { /* the other buffer was last read before the previous tile's second barrier */
             fl2_load<D>(sm + 2 * (b ^ 1) * BK * LD, kb, ldk, (kt + 1) * BK, T, BK);
             fl2_load<D>(sm + (2 * (b ^ 1) + 1) * BK * LD, vb, ldv, (kt + 1) * BK, T, BK);
@@ -439,7 +486,7 @@ __device__ __forceinline__ void flash2_fwd_q128(uint16_t *sm, const uint16_t *q,
         } else cp_async_wait<0>();
         __syncthreads();
         const uint16_t *ks = sm + 2 * b * BK * LD, *vs = ks + BK * LD;
-        fl2_fwd_key_tile_m<D, BK, MR>(o, m, l, qf, ks, vs, kt, row0, sl2, lane);
+        fl2_fwd_key_tile_m<D, BK, MR, ST>(o, m, l, qf, ks, vs, kt, row0, sl2, lane, lo_s + (row0 - qt * BQ));
         __syncthreads();
     }
 #pragma unroll

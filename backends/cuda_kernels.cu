@@ -945,6 +945,9 @@ extern "C" __global__ void k_flash_f32_zero_dq(float *out, long long rows, long 
     GRID_STRIDE(e, rows * D) out[att_out(e / D, 0, rows, T, D, H) + e % D] = 0.0f;
 }
 
+/* the further parameters of flash2's kernels that take starts (*_docs: backends/cuda_flash2.cuh's ST), and their arguments */
+#define FL2_DOCS_PARAMS , const int *starts, long long heads
+#define FL2_DOCS_ARGS , starts, heads
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #include "cuda_flash.cuh"
 
@@ -986,77 +989,94 @@ FL_KERNELS(128, _d128)
 #include "cuda_flash2.cuh"
 
 /* The flash2 backward (backends/cuda_flash2.cuh): the preprocessing, then one pass with dq by atomicAdd.
- * At D 64 three blocks an SM (168 registers, no spills: ptxas -v); at D 128 one (255, a few spilled). */
+ * At D 64 three blocks an SM (168 registers, no spills: ptxas -v); at D 128 one (255, a few spilled).
+ * Each flash2 kernel but the preprocessing has a twin named *_docs, its ST instance: the same arguments and then
+ * starts and heads (each query's first key at batch row bh / heads: pdde_attention_docs): the kernels without
+ * starts carry none of their code (no registers, no branches). */
 #define FL2_MINBLOCKS(D) ((D) == 64 ? 3 : 1)
 #define FL2_KERNELS(D, sfx)                                                                                            \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash2_prep##sfx(                                   \
         const float *y, const float *dy, void *dob, float *stats, float *out, long long rows, long long T, long long H) { \
         flash2_prep<D>(y, dy, (uint16_t *)dob, stats, out, rows, T, H);                                                \
     }                                                                                                                  \
-    FL2_BACK(D, false, sfx)                                                                                            \
-    FL2_BACK(D, true, _qkv##sfx)
-/* the backward for q, k, v apart (PK false: H ignored) and packed in qkv (_qkv: H > 0) */
-#define FL2_BACK(D, PK, sfx)                                                                                           \
+    FL2_BACK(D, false, false, sfx, , )                                                                                 \
+    FL2_BACK(D, true, false, _qkv##sfx, , )                                                                            \
+    FL2_BACK(D, false, true, sfx##_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)                                              \
+    FL2_BACK(D, true, true, _qkv##sfx##_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+/* the backward for q, k, v apart (PK false: H ignored) and packed in qkv (_qkv: H > 0); ST: with starts (XP, XA:
+ * the further parameters and arguments) */
+#define FL2_BACK(D, PK, ST, sfx, XP, XA)                                                                               \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_MINBLOCKS(D)) k_flash2_back##sfx(                 \
         const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, long long BH,     \
-        long long T, float scale, long long H) {                                                                       \
+        long long T, float scale, long long H XP) {                                                                    \
         __shared__ __align__(16) uint16_t sm[FL2_SMEM(D)];                                                             \
         __shared__ float stat_s[4 * FL2_BQ(D)];                                                                        \
-        flash2_bwd<D, PK>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v,                   \
-                          (const uint16_t *)dob, stats, out, BH, T, scale, H);                                         \
+        flash2_bwd<D, PK, FL_WARPS, false, ST>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, \
+                                               (const uint16_t *)dob, stats, out, BH, T, scale, H, nullptr XA);        \
     }
 FL2_KERNELS(64, )
 FL2_KERNELS(128, _d128)
-#define FL2_FWD(PK, sfx)                                                                                               \
+#define FL2_FWD(PK, ST, sfx, XP, XA)                                                                                   \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 3) k_flash2_fwd##sfx(                                 \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, float scale, long long H,     \
-        void *cp) {                                                                                                    \
+        void *cp XP) {                                                                                                 \
         __shared__ __align__(16) uint16_t sm[FL2_FWD_SMEM(64)];                                                        \
-        flash2_fwd<64, PK>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H,      \
-                           (uint16_t *)cp);                                                                            \
+        flash2_fwd<64, PK, ST>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H,  \
+                               (uint16_t *)cp XA);                                                                     \
     }
-FL2_FWD(false, )
-FL2_FWD(true, _qkv)
+FL2_FWD(false, false, , , )
+FL2_FWD(true, false, _qkv, , )
+FL2_FWD(false, true, _docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+FL2_FWD(true, true, _qkv_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
 /* The variants PDDE_FLASH2_VARIANT picks (backends/cuda_flash2.cuh; ptxas -v: no spills): k128 (D 64), the backward
  * with 128 keys a block of 8 warps (194-235 registers: one block an SM); q128 (D 64), the forward with 128 query
  * rows a block, 32 a warp (240-255 registers: two blocks an SM) */
-#define FL2_BACK_K128(PK, sfx)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(32 * FL2_K128_WARPS, 1) k_flash2_back##sfx##_k128(                   \
+#define FL2_BACK_K128(PK, ST, sfx, XP, XA)                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * FL2_K128_WARPS, 1) k_flash2_back##sfx(                          \
         const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, long long BH,     \
-        long long T, float scale, long long H) {                                                                       \
+        long long T, float scale, long long H XP) {                                                                    \
         __shared__ __align__(16) uint16_t sm[FL2_SMEM_W(64, FL2_K128_WARPS)];                                          \
         __shared__ float stat_s[4 * FL2_BQ(64)];                                                                       \
-        flash2_bwd<64, PK, FL2_K128_WARPS>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v,  \
-                                           (const uint16_t *)dob, stats, out, BH, T, scale, H);                        \
+        flash2_bwd<64, PK, FL2_K128_WARPS, false, ST>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k,            \
+                                                      (const uint16_t *)v, (const uint16_t *)dob, stats, out, BH, T,   \
+                                                      scale, H, nullptr XA);                                           \
     }
-FL2_BACK_K128(false, )
-FL2_BACK_K128(true, _qkv)
+FL2_BACK_K128(false, false, _k128, , )
+FL2_BACK_K128(true, false, _qkv_k128, , )
+FL2_BACK_K128(false, true, _k128_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+FL2_BACK_K128(true, true, _qkv_k128_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
 /* dqsmem: the backward's dQ tile through shared memory, added by coalesced atomics (flash2_bwd's DQS) */
 #define FL2_DQS_MINBLOCKS(D) ((D) == 64 ? 2 : 1)
-#define FL2_BACK_DQS(D, PK, sfx)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_DQS_MINBLOCKS(D)) k_flash2_back##sfx##_dqs(           \
+#define FL2_BACK_DQS(D, PK, ST, sfx, XP, XA)                                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_DQS_MINBLOCKS(D)) k_flash2_back##sfx(             \
         const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, long long BH,     \
-        long long T, float scale, long long H) {                                                                       \
+        long long T, float scale, long long H XP) {                                                                    \
         __shared__ __align__(16) uint16_t sm[FL2_SMEM(D)];                                                             \
         __shared__ float stat_s[4 * FL2_BQ(D)];                                                                        \
         __shared__ __align__(16) float dqs[FL2_DQS_SMEM(D)];                                                           \
-        flash2_bwd<D, PK, FL_WARPS, true>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v,   \
-                                          (const uint16_t *)dob, stats, out, BH, T, scale, H, dqs);                    \
+        flash2_bwd<D, PK, FL_WARPS, true, ST>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, \
+                                              (const uint16_t *)dob, stats, out, BH, T, scale, H, dqs XA);             \
     }
-FL2_BACK_DQS(64, false, )
-FL2_BACK_DQS(64, true, _qkv)
-FL2_BACK_DQS(128, false, _d128)
-FL2_BACK_DQS(128, true, _qkv_d128)
-#define FL2_FWD_Q128(PK, sfx)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_Q128_MINBLOCKS) k_flash2_fwd##sfx##_q128(         \
+FL2_BACK_DQS(64, false, false, _dqs, , )
+FL2_BACK_DQS(64, true, false, _qkv_dqs, , )
+FL2_BACK_DQS(128, false, false, _d128_dqs, , )
+FL2_BACK_DQS(128, true, false, _qkv_d128_dqs, , )
+FL2_BACK_DQS(64, false, true, _dqs_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+FL2_BACK_DQS(64, true, true, _qkv_dqs_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+FL2_BACK_DQS(128, false, true, _d128_dqs_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+FL2_BACK_DQS(128, true, true, _qkv_d128_dqs_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+#define FL2_FWD_Q128(PK, ST, sfx, XP, XA)                                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_Q128_MINBLOCKS) k_flash2_fwd##sfx(                \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, float scale, long long H,     \
-        void *cp) {                                                                                                    \
+        void *cp XP) {                                                                                                 \
         __shared__ __align__(16) uint16_t sm[FL2_FWD_SMEM(64)];                                                        \
-        flash2_fwd_q128<64, PK>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H, \
-                                (uint16_t *)cp);                                                                       \
+        flash2_fwd_q128<64, PK, ST>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, \
+                                    H, (uint16_t *)cp XA);                                                             \
     }
-FL2_FWD_Q128(false, )
-FL2_FWD_Q128(true, _qkv)
+FL2_FWD_Q128(false, false, _q128, , )
+FL2_FWD_Q128(true, false, _qkv_q128, , )
+FL2_FWD_Q128(false, true, _q128_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
+FL2_FWD_Q128(true, true, _qkv_q128_docs, FL2_DOCS_PARAMS, FL2_DOCS_ARGS)
 #else
 /* Before compute capability 8.0 there is no bf16 mma: the kernels exist (the module has every name) but
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
@@ -1076,32 +1096,32 @@ FL_STUBS()
 FL_STUBS(_d128)
 #define FL2_STUBS(sfx)                                                                                                 \
     extern "C" __global__ void k_flash2_prep##sfx(const float *y, const float *dy, void *dob, float *stats, float *out, \
-                                                  long long rows, long long T, long long H) {}                         \
-    extern "C" __global__ void k_flash2_back##sfx(const void *q, const void *k, const void *v, const void *dob,        \
-                                                  const float *stats, float *out, long long BH, long long T,           \
-                                                  float scale, long long H) {}                                         \
-    extern "C" __global__ void k_flash2_back_qkv##sfx(const void *q, const void *k, const void *v, const void *dob,    \
-                                                      const float *stats, float *out, long long BH, long long T,       \
-                                                      float scale, long long H) {}
+                                                  long long rows, long long T, long long H) {}
 FL2_STUBS()
 FL2_STUBS(_d128)
-extern "C" __global__ void k_flash2_fwd(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
-                                        float scale, long long H, void *cp) {}
-extern "C" __global__ void k_flash2_fwd_qkv(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
-                                            float scale, long long H, void *cp) {}
-#define FL2_STUB_BACK(name)                                                                                            \
+#define FL2_STUB_FWD(name, XP)                                                                                         \
+    extern "C" __global__ void name(const void *q, const void *k, const void *v, float *y, long long BH, long long T,  \
+                                    float scale, long long H, void *cp XP) {}
+#define FL2_STUB_BACK(name, XP)                                                                                        \
     extern "C" __global__ void name(const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, \
-                                    long long BH, long long T, float scale, long long H) {}
-FL2_STUB_BACK(k_flash2_back_k128)
-FL2_STUB_BACK(k_flash2_back_qkv_k128)
-FL2_STUB_BACK(k_flash2_back_dqs)
-FL2_STUB_BACK(k_flash2_back_qkv_dqs)
-FL2_STUB_BACK(k_flash2_back_d128_dqs)
-FL2_STUB_BACK(k_flash2_back_qkv_d128_dqs)
-extern "C" __global__ void k_flash2_fwd_q128(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
-                                             float scale, long long H, void *cp) {}
-extern "C" __global__ void k_flash2_fwd_qkv_q128(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
-                                                 float scale, long long H, void *cp) {}
+                                    long long BH, long long T, float scale, long long H XP) {}
+/* each with its twin that takes starts (*_docs) */
+#define FL2_STUB_FWD2(name) FL2_STUB_FWD(name, ) FL2_STUB_FWD(name##_docs, FL2_DOCS_PARAMS)
+#define FL2_STUB_BACK2(name) FL2_STUB_BACK(name, ) FL2_STUB_BACK(name##_docs, FL2_DOCS_PARAMS)
+FL2_STUB_BACK2(k_flash2_back)
+FL2_STUB_BACK2(k_flash2_back_qkv)
+FL2_STUB_BACK2(k_flash2_back_d128)
+FL2_STUB_BACK2(k_flash2_back_qkv_d128)
+FL2_STUB_FWD2(k_flash2_fwd)
+FL2_STUB_FWD2(k_flash2_fwd_qkv)
+FL2_STUB_BACK2(k_flash2_back_k128)
+FL2_STUB_BACK2(k_flash2_back_qkv_k128)
+FL2_STUB_BACK2(k_flash2_back_dqs)
+FL2_STUB_BACK2(k_flash2_back_qkv_dqs)
+FL2_STUB_BACK2(k_flash2_back_d128_dqs)
+FL2_STUB_BACK2(k_flash2_back_qkv_d128_dqs)
+FL2_STUB_FWD2(k_flash2_fwd_q128)
+FL2_STUB_FWD2(k_flash2_fwd_qkv_q128)
 #endif
 
 #include "cuda_moe.cuh" /* Mixture-of-Experts */

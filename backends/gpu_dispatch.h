@@ -98,6 +98,12 @@ enum {
     /* flash2's variants (pgd_ctx.flash2_variant); the dqs kernels in k_flash2_back's order (+ 2 packed + d128) */
     PGD_K_FLASH2_BACK_K128, PGD_K_FLASH2_BACK_QKV_K128, PGD_K_FLASH2_BACK_DQS, PGD_K_FLASH2_BACK_D128_DQS, PGD_K_FLASH2_BACK_QKV_DQS,
     PGD_K_FLASH2_BACK_QKV_D128_DQS, PGD_K_FLASH2_FWD_Q128, PGD_K_FLASH2_FWD_QKV_Q128,
+    /* flash2's kernels that take starts (*_docs: the same, and then starts and heads), in the order of those above
+     * (pgd_flash2_docs) */
+    PGD_K_FLASH2_BACK_DOCS, PGD_K_FLASH2_BACK_D128_DOCS, PGD_K_FLASH2_BACK_QKV_DOCS, PGD_K_FLASH2_BACK_QKV_D128_DOCS,
+    PGD_K_FLASH2_FWD_DOCS, PGD_K_FLASH2_FWD_QKV_DOCS,
+    PGD_K_FLASH2_BACK_K128_DOCS, PGD_K_FLASH2_BACK_QKV_K128_DOCS, PGD_K_FLASH2_BACK_DQS_DOCS, PGD_K_FLASH2_BACK_D128_DQS_DOCS,
+    PGD_K_FLASH2_BACK_QKV_DQS_DOCS, PGD_K_FLASH2_BACK_QKV_D128_DQS_DOCS, PGD_K_FLASH2_FWD_Q128_DOCS, PGD_K_FLASH2_FWD_QKV_Q128_DOCS,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
@@ -108,9 +114,17 @@ static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] =
     "k_adamw_vec", "k_bias_gelu2",
     "k_flash2_back_k128", "k_flash2_back_qkv_k128", "k_flash2_back_dqs", "k_flash2_back_d128_dqs", "k_flash2_back_qkv_dqs",
     "k_flash2_back_qkv_d128_dqs", "k_flash2_fwd_q128", "k_flash2_fwd_qkv_q128",
+    "k_flash2_back_docs", "k_flash2_back_d128_docs", "k_flash2_back_qkv_docs", "k_flash2_back_qkv_d128_docs",
+    "k_flash2_fwd_docs", "k_flash2_fwd_qkv_docs",
+    "k_flash2_back_k128_docs", "k_flash2_back_qkv_k128_docs", "k_flash2_back_dqs_docs", "k_flash2_back_d128_dqs_docs",
+    "k_flash2_back_qkv_dqs_docs", "k_flash2_back_qkv_d128_dqs_docs", "k_flash2_fwd_q128_docs", "k_flash2_fwd_qkv_q128_docs",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
+}
+/* flash2's kernel k (back, fwd and their variants; not prep) as the twin that takes starts */
+static inline int pgd_flash2_docs(int k) {
+    return k < PGD_K_FLASH2_BACK_K128 ? k - PGD_K_FLASH2_BACK + PGD_K_FLASH2_BACK_DOCS : k - PGD_K_FLASH2_BACK_K128 + PGD_K_FLASH2_BACK_K128_DOCS;
 }
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
@@ -1179,8 +1193,8 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
  * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
  * path (the unfused one where the default is the tiled one). A node with starts (pdde_attention_docs) runs
- * on every path but flash2 and the f32 kernels of PGD_FLASH_F32_NAMED: there bf16 takes flash and f32
- * the unfused path (said once where the path was named). Read at each node, so that one process can
+ * on every path (flash2: its *_docs kernels) but the f32 kernels of PGD_FLASH_F32_NAMED: f32 with starts takes
+ * the unfused path there (said once where the path was named). Read at each node, so that one process can
  * measure every path. */
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
@@ -1199,12 +1213,6 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     int f32_own = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
     if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own)))
         path = PGD_ATT_FLASH;
-    if (path == PGD_ATT_FLASH2 && docs) {
-        if (named && q->dtype == PDDE_BF16)
-            pgd_say_once(6, "%s: flash2 does not take starts (pdde_attention_docs): those nodes take the %s path", g->name,
-                         pgd_att_names[PGD_ATT_FLASH], "");
-        path = PGD_ATT_FLASH;
-    }
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         pgd_att at = pgd_att_of(node);
         int64_t D = at.D;
@@ -1448,10 +1456,12 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied,
  * into scratch, keeps each row's base-2 logsumexp and rowsum(dO * O) and zeroes the row's dq;
  * k_flash2_back, a group per key tile (tile-major: the tiles that the most queries see start first),
  * accumulates dk, dv in registers and adds dq with atomics. The forward stores y's bf16 copy itself (the
- * node's PDDE_P_ATTENTION_LOWP_COPY); the backward's is a cast after it (dq is complete only then). */
+ * node's PDDE_P_ATTENTION_LOWP_COPY); the backward's is a cast after it (dq is complete only then). A node with
+ * starts runs each kernel's *_docs twin (pgd_flash2_docs; not the preprocessing's), given the starts and heads
+ * after its other arguments. */
 static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied) {
     pgd_att at = pgd_att_of(node);
-    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk, heads = at.H;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (node->src[0]->dtype == PDDE_F32) return pgd_attention_flash(g, node, copied, 1); /* (f32: k_flash_f32_*, one-pass backward) */
     if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied, 0);
@@ -1460,17 +1470,19 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
     if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
-    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out, ps = at.starts;
+    int docs = pdde_attention_starts(node) != NULL, ndocs = docs ? 2 : 0; /* (the *_docs kernels' arguments starts, heads) */
     /* the variants' groups (pgd_ctx.flash2_variant): 128 rows of a head each, so at most as many as the default's */
     int64_t groups128 = BH * ((T + PGD_FLASH2_ROWS128 - 1) / PGD_FLASH2_ROWS128);
     if (node->op == PDDE_OP_ATTENTION) {
         pgd_ptr cp = pgd_null;
         if (at.packed && node->src[0]->dtype == PDDE_BF16 && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
             cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
-        int q128 = (g->flash2_variant & PGD_FLASH2_Q128) != 0;
-        return pgd_launch(g, (q128 ? PGD_K_FLASH2_FWD_Q128 : PGD_K_FLASH2_FWD) + at.packed, (unsigned)(q128 ? groups128 : groups), 1, 1,
-                          g->flash_threads, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+        int q128 = (g->flash2_variant & PGD_FLASH2_Q128) != 0, kf = (q128 ? PGD_K_FLASH2_FWD_Q128 : PGD_K_FLASH2_FWD) + at.packed;
+        pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp),
+                          PGD_P(ps), PGD_A(heads)};
+        return pgd_launch(g, docs ? pgd_flash2_docs(kf) : kf, (unsigned)(q128 ? groups128 : groups), 1, 1, g->flash_threads, 1,
+                          (int)(sizeof args / sizeof args[0]) - 2 + ndocs, args);
     }
     pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
     int64_t o_stats = pgd_align256(rows * D * 2);
@@ -1481,9 +1493,10 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
                            PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(rows), PGD_A(T), PGD_A(H)));
     int k128 = (g->flash2_variant & PGD_FLASH2_K128) && !d128, dqs = !k128 && (g->flash2_variant & PGD_FLASH2_DQSMEM);
     int kb = k128 ? PGD_K_FLASH2_BACK_K128 + at.packed : (dqs ? PGD_K_FLASH2_BACK_DQS : PGD_K_FLASH2_BACK) + 2 * at.packed + d128;
-    if (!e) e = pgd_launch(g, kb, (unsigned)(k128 ? groups128 : groups), 1, 1, k128 ? PGD_FLASH2_K128_THREADS : g->flash_threads, 1,
-                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
-                                    PGD_A(scale), PGD_A(H)));
+    pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H),
+                      PGD_P(ps), PGD_A(heads)};
+    if (!e) e = pgd_launch(g, docs ? pgd_flash2_docs(kb) : kb, (unsigned)(k128 ? groups128 : groups), 1, 1,
+                           k128 ? PGD_FLASH2_K128_THREADS : g->flash_threads, 1, (int)(sizeof args / sizeof args[0]) - 2 + ndocs, args);
     return e;
 }
 

@@ -9,8 +9,9 @@
  * scales), against a float64 reference: forward, dq, dk and dv, for head sizes 64 and 128, sequence
  * lengths that are not multiples of the tiles, one and several heads; the same for the flash2 path
  * (backends/cuda_flash2.cuh: its preprocessing, one-pass backward with dq by atomicAdd, and forward),
- * with cp.async copies done both at issue and as late as the PTX allows. It cannot see what only a GPU
- * shows (timing, races between real warps, the hardware's rounding inside the mma).
+ * with cp.async copies done both at issue and as late as the PTX allows; and both with starts (each query's
+ * first key: documents, sliding windows). It cannot see what only a GPU shows (timing, races between real
+ * warps, the hardware's rounding inside the mma).
  *
  * Built and run by tests/test_flash_emu.sh; prints "N passed, N failed" last. */
 #include <math.h>
@@ -195,32 +196,40 @@ static void body_prep() {
     if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
     else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
 }
-static void body_back2() { /* (k_flash2_back or, packed, k_flash2_back_qkv; their variants as cuda_kernels.cu's) */
-    if (L2_var == V2_K128) {
-        if (L.H) flash2_bwd<64, true, FL2_K128_WARPS>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
-        else flash2_bwd<64, false, FL2_K128_WARPS>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
-        return;
-    }
-    if (L2_var == V2_DQSMEM) {
-        if (L.D == 64 && L.H)
-            flash2_bwd<64, true, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H, emu_dqs);
-        else if (L.D == 64)
-            flash2_bwd<64, false, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0, emu_dqs);
-        else if (L.H)
-            flash2_bwd<128, true, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H, emu_dqs);
-        else flash2_bwd<128, false, FL_WARPS, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0, emu_dqs);
-        return;
-    }
-    if (L.D == 64 && L.H) flash2_bwd<64, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
-    else if (L.D == 64) flash2_bwd<64, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
-    else if (L.H) flash2_bwd<128, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
-    else flash2_bwd<128, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
+/* flash2_bwd at head size D, layout PK, with starts or not (ST: the *_docs kernels; L.starts, L.heads) */
+template <int D, bool PK, bool ST>
+static void back2() {
+    long long H = PK ? L.H : 0;
+    if (L2_var == V2_K128)
+        flash2_bwd<64, PK, FL2_K128_WARPS, false, ST>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, H,
+                                                      nullptr, L.starts, L.heads);
+    else if (L2_var == V2_DQSMEM)
+        flash2_bwd<D, PK, FL_WARPS, true, ST>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, H, emu_dqs,
+                                              L.starts, L.heads);
+    else
+        flash2_bwd<D, PK, FL_WARPS, false, ST>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, H, nullptr,
+                                               L.starts, L.heads);
+}
+template <bool ST>
+static void back2_st() {
+    if (L.D == 64 && L.H) back2<64, true, ST>();
+    else if (L.D == 64) back2<64, false, ST>();
+    else if (L.H) back2<128, true, ST>();
+    else back2<128, false, ST>();
+}
+static void body_back2() { /* (k_flash2_back or, packed, k_flash2_back_qkv; their variants and *_docs twins as cuda_kernels.cu's) */
+    if (L.starts) back2_st<true>();
+    else back2_st<false>();
+}
+template <bool PK, bool ST>
+static void fwd2() {
+    long long H = PK ? L.H : 0;
+    if (L2_fwd_var) flash2_fwd_q128<64, PK, ST>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, H, L.ycp, L.starts, L.heads);
+    else flash2_fwd<64, PK, ST>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, H, L.ycp, L.starts, L.heads);
 }
 static void body_fwd2() {
-    if (L2_fwd_var && L.H) flash2_fwd_q128<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
-    else if (L2_fwd_var) flash2_fwd_q128<64, false>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, 0, L.ycp);
-    else if (L.H) flash2_fwd<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
-    else flash2_fwd<64, false>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, 0, L.ycp);
+    if (L.H) L.starts ? fwd2<true, true>() : fwd2<true, false>();
+    else L.starts ? fwd2<false, true>() : fwd2<false, false>();
 }
 static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
     long long rows = L2_fwd_var ? FL2_Q128_ROWS : FL_ROWS, groups = L.BH * ((L.T + rows - 1) / rows);
@@ -562,10 +571,10 @@ static void run_case_f32(long long BH, long long T, int D, long long H) {
     delete[] ry, delete[] rlse, delete[] rg, delete[] p, delete[] qkv, delete[] pdy;
 }
 
-/* Document-masked attention (pdde_attention_docs) on flash: B batch rows of `heads` heads, q, k, v apart or packed
- * (the kernels' H), each query t seeing keys lo .. t, lo = starts[b, t] clamped to [0, t]: packed documents of random
- * lengths (some of one token; one row a single document from t = 0) or, window > 0, a sliding window (t - window + 1).
- * y, lse, dq, dk, dv against float64 from the same bf16 values, the bounds of run_case. */
+/* Document-masked attention (pdde_attention_docs) on flash and flash2: B batch rows of `heads` heads, q, k, v apart or
+ * packed (the kernels' H), each query t seeing keys lo .. t, lo = starts[b, t] clamped to [0, t]: packed documents of
+ * random lengths (some of one token; one row a single document from t = 0) or, window > 0, a sliding window
+ * (t - window + 1). y, lse, dq, dk, dv against float64 from the same bf16 values, the bounds of run_case. */
 static void run_case_docs(long long B, long long heads, long long T, int D, int packed, int window) {
     long long BH = B * heads, rows = BH * T, n = rows * D, H = packed ? heads : 0;
     float scale = 1.0f / sqrtf((float)D);
@@ -604,7 +613,6 @@ static void run_case_docs(long long B, long long heads, long long T, int D, int 
     }
     launch(body_dq);
     launch(body_dkv);
-    L.starts = NULL, L.heads = 1;
     double *ry = new double[n], *rlse = new double[rows], *rg = new double[3 * n], *p = new double[T];
     float *gy = new float[n], *glse = new float[rows], *gg = new float[3 * n];
     for (long long i = 0; i < 3 * n; i++) rg[i] = 0;
@@ -649,6 +657,44 @@ static void run_case_docs(long long B, long long heads, long long T, int D, int 
     check("dq", nmse(gg, rg, n), (3 * u) * (3 * u), label);
     check("dk", nmse(gg + n, rg + n, n), (3 * u) * (3 * u), label);
     check("dv", nmse(gg + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), label);
+    /* flash2 with the starts (its *_docs kernels): the backward from flash's forward, each variant (k128 at D 64), and
+     * at D 64 the forward and its q128 (flash2 runs flash_fwd at D 128); copies early and late for the defaults, late
+     * for the variants (the stricter: the same starts code in each, and the emulation's time) */
+    uint16_t *dob = new uint16_t[rows * D];
+    float *stats = new float[2 * rows], *y2 = new float[ny];
+    L_dob = dob, L_stats = stats;
+    for (int late = 0; late < 2; late++)
+        for (int var = 0; var < V2_COUNT; var++) {
+            if ((var == V2_K128 && D != 64) || (var != V2_DEFAULT && !late)) continue;
+            for (long long i = 0; i < 3 * n; i++) out[i] = NAN; /* (dq too: k_flash2_prep zeroes it) */
+            emu_cp_late = late, emu_cp_overflow = 0, L2_var = var;
+            launch2();
+            emu_cp_late = 0, L2_var = V2_DEFAULT;
+            for (long long r = 0; r < rows; r++)
+                for (int d = 0; d < D; d++)
+                    for (int w = 0; w < 3; w++) gg[w * n + r * D + d] = out[att_out(r, w, rows, T, D, H) + d];
+            char l2[160];
+            snprintf(l2, sizeof l2, "flash2%s %s, copies %s", v2_names[var], label, late ? "late" : "early");
+            check("dq", nmse(gg, rg, n), (3 * u) * (3 * u), l2);
+            check("dk", nmse(gg + n, rg + n, n), (3 * u) * (3 * u), l2);
+            check("dv", nmse(gg + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
+            if (emu_cp_overflow) check("cp.async queue", 1, 0, l2);
+            if (D != 64 || var > 1) continue;
+            for (long long i = 0; i < ny; i++) y2[i] = NAN;
+            float *y1 = L.y;
+            L.y = y2, emu_cp_late = late, L2_fwd_var = var;
+            launch_fwd2();
+            L.y = y1, emu_cp_late = 0, L2_fwd_var = 0;
+            for (long long r = 0; r < rows; r++) {
+                glse[r] = y2[att_lse(r, rows, D, H)];
+                for (int d = 0; d < D; d++) gy[r * D + d] = y2[att_y(r, T, D, H) + d];
+            }
+            snprintf(l2, sizeof l2, "flash2%s %s, copies %s", v2_fwd_names[var], label, late ? "late" : "early");
+            check("output", nmse(gy, ry, n), (2 * u) * (2 * u), l2);
+            check("lse", nmse(glse, rlse, rows), 1e-10, l2);
+        }
+    L.starts = NULL, L.heads = 1, L_dob = NULL, L_stats = NULL;
+    delete[] dob, delete[] stats, delete[] y2;
     if (!packed) delete[] bk, delete[] bv;
     delete[] bq, delete[] starts, delete[] lq, delete[] lk, delete[] lv, delete[] ldy, delete[] y, delete[] dy, delete[] out;
     delete[] rowdot, delete[] ry, delete[] rlse, delete[] rg, delete[] p, delete[] gy, delete[] glse, delete[] gg;
@@ -672,6 +718,8 @@ int main(int argc, char **argv) {
     run_case_docs(2, 1, 135, 128, 0, 0); /* documents at D 128 */
     run_case_docs(1, 2, 200, 64, 1, 40); /* a sliding window of 40 keys (whole key tiles skipped), packed */
     run_case_docs(1, 1, 75, 128, 0, 20); /* a window at D 128 */
+    run_case_docs(2, 2, 140, 128, 1, 0); /* documents at D 128, packed */
+    run_case_docs(1, 2, 260, 64, 0, 100); /* a window of 100 keys, 2 heads apart: three of flash2's 128-row groups */
     if (argc > 1) run_case(1, 300, 128, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

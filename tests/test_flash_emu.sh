@@ -6,5 +6,5 @@
 . tests/script_util.sh flash-emu
 
 . tests/cuda_emu_util.sh
-run_emulation tests/flash_emu.cpp 345
+run_emulation tests/flash_emu.cpp 479
 finish

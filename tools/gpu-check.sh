@@ -177,15 +177,18 @@ step attention_torch_packed 90 python3 tools/bench/attention_torch.py --dtype bf
 attp[torch]=$(field "$out/step.out" fwd_bwd_ms)
 result "gpu_attention_packed pdde_flash_ms=${attp[flash]:-na} pdde_flash2_ms=${attp[flash2]:-na} torch_sdpa_ms=${attp[torch]:-na}" \
        "flash2_vs_flash=$(ratio "${attp[flash2]:-0}" "${attp[flash]:-0}") flash2_vs_sdpa=$(ratio "${attp[flash2]:-0}" "${attp[torch]:-0}")"
-declare -A attd # (packed documents of 128 tokens kept apart, pdde_attention_qkv_docs: its paths against SDPA with the mask)
-for path in unfused flash; do
+declare -A attd # (packed documents of 128 tokens kept apart, pdde_attention_qkv_docs: its paths against SDPA with the mask;
+                 # flash2, the default: its *_docs kernels)
+for path in unfused flash flash2; do
     step "attention_docs_$path" 60 env PDDE_CUDA_ATTENTION=$path build/bench_cuda --attention --dtype bf16 --packed --doc-every 128
     attd[$path]=$(field "$out/step.out" fwd_bwd_ms)
 done
 step attention_torch_docs 90 python3 tools/bench/attention_torch.py --dtype bf16 --packed --doc-every 128
 attd[torch]=$(field "$out/step.out" fwd_bwd_ms)
-result "gpu_attention_docs pdde_unfused_ms=${attd[unfused]:-na} pdde_flash_ms=${attd[flash]:-na} torch_sdpa_mask_ms=${attd[torch]:-na}" \
-       "flash_vs_sdpa=$(ratio "${attd[flash]:-0}" "${attd[torch]:-0}") unfused_vs_sdpa=$(ratio "${attd[unfused]:-0}" "${attd[torch]:-0}")"
+result "gpu_attention_docs pdde_unfused_ms=${attd[unfused]:-na} pdde_flash_ms=${attd[flash]:-na} pdde_flash2_ms=${attd[flash2]:-na}" \
+       "torch_sdpa_mask_ms=${attd[torch]:-na} flash_vs_sdpa=$(ratio "${attd[flash]:-0}" "${attd[torch]:-0}")" \
+       "flash2_vs_flash=$(ratio "${attd[flash2]:-0}" "${attd[flash]:-0}") flash2_vs_sdpa=$(ratio "${attd[flash2]:-0}" "${attd[torch]:-0}")" \
+       "unfused_vs_sdpa=$(ratio "${attd[unfused]:-0}" "${attd[torch]:-0}")"
 
 # ---- GPT-2 124M training steps
 declare -A tok
