@@ -1193,9 +1193,9 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
  * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
  * path (the unfused one where the default is the tiled one). A node with starts (pdde_attention_docs) runs
- * on every path (flash2: its *_docs kernels) but the f32 kernels of PGD_FLASH_F32_NAMED: f32 with starts takes
- * the unfused path there (said once where the path was named). Read at each node, so that one process can
- * measure every path. */
+ * on every path (flash2: its *_docs kernels, where flash2 is named: by default flash, until a GPU run has
+ * measured those kernels) but the f32 kernels of PGD_FLASH_F32_NAMED: f32 with starts takes the unfused path
+ * there (said once where the path was named). Read at each node, so that one process can measure every path. */
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
     if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
@@ -1211,7 +1211,7 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
     int docs = pdde_attention_starts(node) != NULL;
     int f32_own = q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32_NAMED);
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own)))
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (q->dtype == PDDE_F32 && !f32_own) || (docs && !named)))
         path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         pgd_att at = pgd_att_of(node);

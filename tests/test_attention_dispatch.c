@@ -12,9 +12,9 @@
  * CUDA takes it only under PDDE_CUDA_ROPE=1 (pgd_cuda_takes_rope; pgd_supports_op, which every GPU backend asks, never),
  * its forward and backward launch k_rope, heads up to D 256. Every launch: the PTX (compute_80 and compute_75) has the kernel, with as
  * many parameters as the launch passes, each of the launch's size. Nodes with starts (pdde_attention_docs,
- * pdde_attention_qkv_docs): bf16 takes the path it would take without them (flash2: its *_docs kernels, each variant),
- * f32 the unfused path where flash or flash2 is named (said once), and the tiled kernels get the starts; nodes without
- * starts never run a *_docs kernel. */
+ * pdde_attention_qkv_docs): bf16 takes flash by default and flash2's *_docs kernels (each variant) where flash2 is
+ * named, f32 the unfused path where flash or flash2 is named (said once), and the tiled kernels get the starts; nodes
+ * without starts never run a *_docs kernel. */
 #define _GNU_SOURCE
 #include "pdde_extension.h"
 #include "tests/test_util.h"
@@ -316,33 +316,34 @@ int main(void) {
     expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs");
     flash2_variant = 0;
     unsetenv("PDDE_CUDA_ATTENTION");
-    /* nodes with starts: bf16 the path it takes without them (flash2: the *_docs twins of its kernels, each variant), the
-     * unfused path for f32 where a tiled path is named (its tiled kernels do not take them: said once, on stderr, caught
-     * in a file here); every tiled kernel but flash2's preprocessing gets the starts */
+    /* nodes with starts: bf16 by default on flash (flash2's *_docs twins have not run on a GPU yet), where flash2 is named
+     * on those twins (each variant), the unfused path for f32 where a tiled path is named (its tiled kernels do not take
+     * them: said once, on stderr, caught in a file here); every tiled kernel but flash2's preprocessing gets the starts */
     with_starts = 1, starts_passed = 0;
     FILE *said_docs = tmpfile();
     int saved_err = dup(2);
     fflush(stderr), dup2(fileno(said_docs), 2);
-    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash2_fwd_docs", "k_flash2_prep k_flash2_back_docs");
-    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128_docs");
+    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash_fwd", flash_b);
+    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", flash_b128);
     expect(ctx, "flash", 64, PDDE_BF16, 1, "k_flash_fwd", flash_b);
     expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv_docs", "k_flash2_prep k_flash2_back_qkv_docs");
     expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_docs");
     flash2_variant = PGD_FLASH2_K128 | PGD_FLASH2_Q128;
     expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv_q128_docs", "k_flash2_prep k_flash2_back_qkv_k128_docs");
-    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash2_fwd_q128_docs", "k_flash2_prep k_flash2_back_k128_docs");
+    expect(ctx, "flash2", 64, PDDE_BF16, 0, "k_flash2_fwd_q128_docs", "k_flash2_prep k_flash2_back_k128_docs");
     flash2_variant = PGD_FLASH2_DQSMEM;
-    expect(ctx, NULL, 64, PDDE_BF16, 1, "k_flash2_fwd_qkv_docs", "k_flash2_prep k_flash2_back_qkv_dqs_docs");
-    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash2_fwd_docs", "k_flash2_prep k_flash2_back_dqs_docs");
-    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128_dqs_docs");
-    expect(ctx, NULL, 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs_docs");
+    expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv_docs", "k_flash2_prep k_flash2_back_qkv_dqs_docs");
+    expect(ctx, "flash2", 64, PDDE_BF16, 0, "k_flash2_fwd_docs", "k_flash2_prep k_flash2_back_dqs_docs");
+    expect(ctx, "flash2", 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128_dqs_docs");
+    expect(ctx, "flash2", 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128_dqs_docs");
+    expect(ctx, NULL, 64, PDDE_BF16, 1, "k_flash_fwd", flash_b); /* (the variants are flash2's) */
     flash2_variant = 0;
     expect(ctx, NULL, 64, PDDE_F32, 0, NULL, NULL);
     expect(ctx, "flash", 64, PDDE_F32, 1, NULL, NULL);
     expect(ctx, "flash2", 128, PDDE_F32, 0, NULL, NULL);
     fflush(stderr), dup2(saved_err, 2), close(saved_err);
-    /* (11 bf16 nodes: flash's 3 launches, the others' 2 each, the 3 at D 128 flash's forward and flash2's backward) */
-    CHECK(starts_passed == 23, "the tiled kernels of 11 nodes with starts: %d of their 23 launches but flash2's preprocessing got the starts",
+    /* (12 bf16 nodes: flash's 3 launches on 4, flash2's 2 on 8, those at D 128 flash's forward and flash2's backward) */
+    CHECK(starts_passed == 28, "the tiled kernels of 12 nodes with starts: %d of their 28 launches but flash2's preprocessing got the starts",
           starts_passed);
     char docs_text[512] = "";
     rewind(said_docs);
