@@ -1541,7 +1541,8 @@ pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int
 void pdde_plan_devices_free(pdde_plan_devices *d);
 /* The same, with each device's figures timed on the nodes of g (build it with its backward and
  * optimizer) as one of `ranks` data-parallel ranks runs them (GEMM rows and other nodes' bytes divided
- * by ranks): FLOP/s = the GEMMs' FLOPs over their predicted times, bandwidth = the other nodes' bytes
+ * by ranks): FLOP/s = the GEMMs' FLOPs (a fused attention's and a grouped expert GEMM's own) over their predicted
+ * times (the attention's with its softmax), bandwidth = the other nodes' bytes
  * over theirs (each at least the first point of its class's curve: what small nodes cost). A device
  * lacking a figure a node needs keeps pdde_plan_devices_init' (at 4096^3). A single shape's rate
  * misjudges a model whose GEMMs are tall, skinny or batched per attention head. */

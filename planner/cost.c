@@ -499,11 +499,12 @@ pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *
             int unc = 0;
             for (int k = 0; k < pdde_cost_program_op_count(p, 0); k++) {
                 pdde_cost_op op = *pdde_cost_program_op(p, 0, k);
-                if (op.op_class == PDDE_OPCLASS_GEMM) op.m = op.m * share >= 1 ? (int64_t)(op.m * share) : 1;
+                if (op.op_class == PDDE_OPCLASS_GEMM) op.m = op.m * share >= 1 ? (int64_t)(op.m * share) : 1, op.flops *= share;
                 else op.bytes *= share;
                 double t = cost_compute(ctx, c, c->machines[h].devices[d].id, &op, &unc);
                 if (!isfinite(t)) { flops = bytes = 0; break; } /* a device the graph cannot be timed on keeps its figures above */
-                if (op.op_class == PDDE_OPCLASS_GEMM) flops += 2.0 * (double)op.m * (double)op.n * (double)op.k, t_gemm += t;
+                /* (an attention's or MoE GEMM's own FLOPs, as the search counts them: not its tile shape's) */
+                if (op.op_class == PDDE_OPCLASS_GEMM) flops += cost_op_flops(&op), t_gemm += t;
                 else if (op.bytes > 0) bytes += op.bytes, t_other += t;
             }
             if (flops > 0 && t_gemm > 0) ((double *)out->flops)[i] = flops / t_gemm;

@@ -143,6 +143,8 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             if (t->op == PDDE_OP_MATMUL) {
                 const pdde_tensor *a = t->src[0];
                 p->bflops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)(pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1]);
+            } else if (t->op == PDDE_OP_ATTENTION_BACK) { /* (GEMM work, as the forward's) */
+                p->bflops[l] += pdde_attention_flops(t);
             } else {
                 p->bbytes[l] += nb;
                 for (int k = 0; k < t->nsrc; k++) p->bbytes[l] += (double)pdde_tensor_nbytes(t->src[k]);

@@ -742,6 +742,35 @@ static void test_attention_window(void) {
     CHECK(step[1] > 0 && step[1] < step[0], "predicted step: window 16 %g s, none %g s", step[1], step[0]);
 }
 
+/* The search's estimate, which ranks plans before any simulation (and gpt --plan auto prints), against the simulation
+ * of the plan's lowered program, where attention is most of the step: a LLaMA of context 1024 and 2048 (window 0 and
+ * 256) on a 2-core machine's calibration (tests/data/moe_cpu_2core_cluster.json). The device's GEMM rate the search
+ * takes is the graph's FLOPs over their modelled time, an attention's own FLOPs among them (not its tile's m n k),
+ * and it counts the attention's backward as GEMM work: within 5% (the rate from tile shapes, and the backward as
+ * memory traffic: 15% over at 1024). */
+static void test_search_matches_simulation(void) {
+    const char *file = "tests/data/moe_cpu_2core_cluster.json";
+    pdde_cluster *c = NULL;
+    CHECK(pdde_cluster_load(ctx, file, &c) == PDDE_OK, "%s: %s", file, pdde_last_error(ctx));
+    for (int k = 0; c && k < 3; k++) {
+        gpt_config cfg = {.arch = GPT_ARCH_LLAMA, .vocab = 256, .ctx = k ? 2048 : 1024, .layers = 4, .heads = 4, .width = 128, .batch = 2,
+                          .window = k == 2 ? 256 : 0};
+        double step[2] = {0, 0};
+        for (int simulate = 0; simulate < 2; simulate++) {
+            pdde_plan_devices d;
+            pdde_plan plans[4];
+            int nf = 0, nr = 0;
+            pdde_status st = gpt_plan_devices(ctx, file, &cfg, 1, &d);
+            if (!st) st = gpt_plan_search_cluster(ctx, &cfg, &d, 0, c, simulate, plans, 4, &nf, &nr), pdde_plan_devices_free(&d);
+            CHECK(st == PDDE_OK && nf > 0, "ctx %d window %d: %s", cfg.ctx, cfg.window, st ? pdde_last_error(ctx) : "no plan");
+            if (nf > 0) step[simulate] = plans[0].step_s;
+        }
+        CHECK(step[0] > 0 && step[1] > 0 && fabs(step[0] / step[1] - 1) < 0.05, "ctx %d window %d: the search's estimate %.4g s, simulated %.4g s",
+              cfg.ctx, cfg.window, step[0], step[1]);
+    }
+    pdde_cluster_free(c);
+}
+
 /* A plan's real programs: what each rank communicates, with whom, on which device, and its memory. */
 static const gpt_config small = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
@@ -1502,15 +1531,16 @@ static void test_moe_cost(void) {
            best.ep, best.alltoall_s, best.expert_gemm_s, best.dp_sync_s, (best.expert_param_bytes + best.expert_optimizer_bytes) / 1e9);
     for (int i = 0; i < n_all; i++) printf("  ep %d: %.3f s\n", all[i].ep, all[i].step_s);
     /* the search over the whole GPT: Mixtral's 56 layers fit only under ZeRO-3, 4 layers of that shape and
-     * a sequence a rank under ZeRO-1/2 too; ep 2, 4 and 8 (groups of the dp ranks) must be kept in both */
+     * a sequence a rank under ZeRO-1/2 too; ep 2, 4 and 8 (groups of the dp ranks) must be kept in both (among the 64
+     * best: ep 1 is the cheapest there, by 3-4 s a step) */
     for (int layers = 56; layers >= 4; layers -= 52) {
         gpt_config mx = {.vocab = 32000, .ctx = 4096, .layers = layers, .heads = 48, .width = 6144, .batch = layers == 56 ? 1024 : 128, .ffn = 16384, .moe_experts = 8, .moe_topk = 2};
         pdde_plan_devices hd;
-        pdde_plan plans[16];
+        pdde_plan plans[64];
         int nf = 0, nr = 0, tried[9] = {0}, bad_ep = 0;
         st = gpt_plan_devices(ctx, h100, &mx, 0, &hd);
         if (!st) {
-            st = gpt_plan_search_cluster(ctx, &mx, &hd, 1, h, 0, plans, 16, &nf, &nr);
+            st = gpt_plan_search_cluster(ctx, &mx, &hd, 1, h, 0, plans, 64, &nf, &nr);
             for (int i = 0; !st && i < nf; i++) {
                 int e = plans[i].ep > 1 ? plans[i].ep : 1;
                 bad_ep += mx.moe_experts % e || plans[i].dp % e || plans[i].peak_bytes > hd.memory[0] || (i && plans[i].step_s < plans[0].step_s);
@@ -1896,6 +1926,7 @@ int main(void) {
     test_from_graph();
     test_attention();
     test_attention_window();
+    test_search_matches_simulation();
     test_plan_programs();
     test_fusion_defaults();
     test_plan_devices_calibrated();
