@@ -171,22 +171,30 @@ check "pdde-run -n 3 gpt --moe-experts 4 --pp 3 logs the one process's MoE lines
 # a resume on other data: said, naming both, and its batches start at that data's beginning (the
 # checkpoint written one step later is at data position 8, one batch, not 16 + 8); on the same data
 # nothing is said and the position goes on (24)
+# gpt FLAGS... -- FLAGS...: a run of the first flags stopped after step 2 of 3, resumed with the second; sets rc, rc2
+# and pos (the data position of the checkpoint the resume wrote); the resume's output in $tmp/resumed.log
+stop_then_resume() {
+    local first=()
+    while [ "$1" != -- ]; do first+=("$1"); shift; done
+    shift
+    rm -rf "$tmp/ckr"
+    "$build/gpt" "${first[@]}" --steps 3 --ckpt-dir "$tmp/ckr" --stop-after 2 >"$tmp/stopped.log" 2>&1
+    rc=$?
+    "$build/gpt" "$@" --steps 3 --ckpt-dir "$tmp/ckr" --resume >"$tmp/resumed.log" 2>&1
+    rc2=$?
+    pos=$("$build/pdde-ckpt" info "$tmp/ckr" | sed -n 's/.*data position \([0-9]*\).*/\1/p')
+}
 head -c 100000 /usr/share/games/fortunes/songs-poems >"$tmp/A.txt"
 tail -c 80000 /usr/share/games/fortunes/songs-poems >"$tmp/B.txt"
 for second in B A; do
-    rm -rf "$tmp/ckd"
-    "$build/gpt" "${gpt[@]}" --sample-len 0 --steps 3 --ckpt-dir "$tmp/ckd" --data "$tmp/A.txt" --stop-after 2 >"$tmp/d1.log" 2>&1
-    rc=$?
-    "$build/gpt" "${gpt[@]}" --sample-len 0 --steps 3 --ckpt-dir "$tmp/ckd" --data "$tmp/$second.txt" --resume >"$tmp/d2.log" 2>&1
-    rc2=$?
-    pos=$("$build/pdde-ckpt" info "$tmp/ckd" | sed -n 's/.*data position \([0-9]*\).*/\1/p')
+    stop_then_resume "${gpt[@]}" --sample-len 0 --data "$tmp/A.txt" -- "${gpt[@]}" --sample-len 0 --data "$tmp/$second.txt"
     if [ $second = B ]; then
-        grep -qF "the checkpoint's run trained on $tmp/A.txt (90000 tokens); this one on $tmp/B.txt (72000 tokens): its batches start at the beginning" "$tmp/d2.log" && [ "$pos" = 8 ]
+        grep -qF "the checkpoint's run trained on $tmp/A.txt (90000 tokens); this one on $tmp/B.txt (72000 tokens): its batches start at the beginning" "$tmp/resumed.log" && [ "$pos" = 8 ]
     else
-        ! grep -q "trained on" "$tmp/d2.log" && [ "$pos" = 24 ]
+        ! grep -q "trained on" "$tmp/resumed.log" && [ "$pos" = 24 ]
     fi
     ok=$?
-    check "gpt --resume on --data $second.txt after A.txt: $([ $second = B ] && echo "said, from B's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/d2.log" | cut -c1-80))" $((rc || rc2 || ok))
+    check "gpt --resume on --data $second.txt after A.txt: $([ $second = B ] && echo "said, from B's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/resumed.log" | cut -c1-80))" $((rc || rc2 || ok))
 done
 
 # --init-from a checkpoint directory (a fine-tune from a trained model): its weights, this run's step,
@@ -642,19 +650,14 @@ check "--doc-windows: windows at the records' starts ($(val_at "$tmp/dw1.log" 0)
 # a resume that windows the data otherwise (--doc-windows given or left out) is said and starts at the data's
 # beginning: the checkpoint's data position counts other windows; the same windows go on silently
 for second in plain aligned; do
-    rm -rf "$tmp/ckw"
-    "$build/gpt" "${sft[@]}" --ctx 32 --doc-windows --steps 3 --ckpt-dir "$tmp/ckw" --stop-after 2 >"$tmp/dw4.log" 2>&1
-    rc=$?
-    "$build/gpt" "${sft[@]}" --ctx 32 $([ $second = aligned ] && echo --doc-windows) --steps 3 --ckpt-dir "$tmp/ckw" --resume >"$tmp/dw5.log" 2>&1
-    rc2=$?
-    pos=$("$build/pdde-ckpt" info "$tmp/ckw" | sed -n 's/.*data position \([0-9]*\).*/\1/p')
+    stop_then_resume "${sft[@]}" --ctx 32 --doc-windows -- "${sft[@]}" --ctx 32 $([ $second = aligned ] && echo --doc-windows)
     if [ $second = plain ]; then
-        grep -qF "tokens, windows at token 300); this one on $tmp/sft.jsonl" "$tmp/dw5.log" && [ "$pos" = 4 ]
+        grep -qF "tokens, windows at token 300); this one on $tmp/sft.jsonl" "$tmp/resumed.log" && [ "$pos" = 4 ]
     else
-        ! grep -q "trained on" "$tmp/dw5.log" && [ "$pos" = 12 ]
+        ! grep -q "trained on" "$tmp/resumed.log" && [ "$pos" = 12 ]
     fi
     ok=$?
-    check "gpt --resume $([ $second = aligned ] && echo "with" || echo "without") --doc-windows after a run with: $([ $second = plain ] && echo "said, from the data's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/dw5.log" | cut -c1-90))" $((rc || rc2 || ok))
+    check "gpt --resume $([ $second = aligned ] && echo "with" || echo "without") --doc-windows after a run with: $([ $second = plain ] && echo "said, from the data's start" || echo "silent, going on") (data position $pos; rc $rc/$rc2: $(grep -m1 "trained on" "$tmp/resumed.log" | cut -c1-90))" $((rc || rc2 || ok))
 done
 # trained longer, it answers a prompt (the likeliest token each time) and stops at the end token it learned
 "$build/gpt" "${sft[@]}" --steps 150 --val-every 150 --batch 8 --temperature 0 --sample-len 12 --prompt "the cat sat on the mat ?" >"$tmp/sft6.log" 2>&1
