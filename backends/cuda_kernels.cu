@@ -989,7 +989,7 @@ FL_KERNELS(128, _d128)
 #include "cuda_flash2.cuh"
 
 /* The flash2 backward (backends/cuda_flash2.cuh): the preprocessing, then one pass with dq by atomicAdd.
- * At D 64 three blocks an SM (168 registers, no spills: ptxas -v); at D 128 one (255, a few spilled).
+ * At D 64 three blocks an SM (168 registers, 12-20 bytes spilled: ptxas -v, sm_90); at D 128 one (255, 24-56 bytes).
  * Each flash2 kernel but the preprocessing has a twin named *_docs, its ST instance: the same arguments and then
  * starts and heads (each query's first key at batch row bh / heads: pdde_attention_docs): the kernels without
  * starts carry none of their code (no registers, no branches). */

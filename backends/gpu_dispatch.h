@@ -191,7 +191,7 @@ typedef struct {
                      int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
     /* Attention (pgd_attention): the backend's own switch (an environment variable read before
      * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*; a default of flash2
-     * takes flash on packed qkv, where flash2 runs only when named), which q, k, v dtypes its tiled
+     * takes flash for nodes with starts, where flash2 runs them only when named), which q, k, v dtypes its tiled
      * kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape: query (key) rows a group
      * and items a group. */
     const char *attention_env;
