@@ -1311,18 +1311,16 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->profile = profile == 1;
     s->check_nonfinite = pdde_env_bool("PDDE_CHECK_NONFINITE", 0);
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
-                            p.gradient_bucket_bytes, NULL, false};
+                            p.gradient_bucket_bytes, NULL, false, false};
     lp.no_cpu_fallback = program_no_cpu_fallback(&p);
     pdde_status st = PDDE_OK;
     if (p.world) {
 #ifdef PDDE_HAVE_COMM
         s->world = p.world;
         lp.world_size = pdde_comm_size(p.world), lp.rank = pdde_comm_rank(p.world);
-        if (p.overlap_gradients == 0) { /* auto: when a host's ranks leave it a core */
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            int hosts = pdde_comm_host_count(p.world) > 0 ? pdde_comm_host_count(p.world) : 1;
-            lp.overlap_gradients = cores > (long)(pdde_comm_size(p.world) + hosts - 1) / hosts * g->ctx->n_threads;
-        }
+        int hosts = pdde_comm_host_count(p.world) > 0 ? pdde_comm_host_count(p.world) : 1;
+        lp.host_busy = lower_host_busy(hosts, lp.world_size, g->ctx->n_threads);
+        if (p.overlap_gradients == 0) lp.overlap_gradients = lower_overlap_auto(lp.host_busy);
 #else
         st = pdde_error(g->ctx, PDDE_ERR_UNAVAILABLE, "session: SPMD execution needs pdde built with UCX (comm/)");
 #endif

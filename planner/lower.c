@@ -674,6 +674,24 @@ static pdde_status lower_vocab_parallel(lowering *L, pdde_tensor *t) {
     return PDDE_OK;
 }
 
+/* Whether the layers' meshes come back to a stage after another (interleaved stages: chunks). */
+static bool lower_interleaved(const lowering *L) {
+    const struct planner_graph *pg = L->g->planner;
+    const pdde_mesh *first = NULL, *last = NULL;
+    for (int l = 0; pg && l < pg->n_layer_mesh; l++) {
+        const pdde_mesh *m = pg->layer_mesh[l];
+        if (!m || (last && mesh_same(m, last))) continue;
+        if (first && mesh_same(m, first)) return true;
+        if (!first) first = m;
+        last = m;
+    }
+    return false;
+}
+
+/* Whether gradient reductions overlap backward (overlap_gradients). Not with interleaved stages: there
+ * the early reductions and the buckets completed one later gave other sums than one process. */
+static bool lower_overlaps(const lowering *L) { return L->p->overlap_gradients && !lower_interleaved(L); }
+
 /* Data parallelism's overlap, from the attributes: a gradient accumulator holding a pending reduction
  * (partial over dp) is reduced where the update requires it, in the optimizer phase. That collective
  * is started instead right after the accumulator's last grad_accum in backward (in the step's last
@@ -684,7 +702,7 @@ static pdde_status lower_vocab_parallel(lowering *L, pdde_tensor *t) {
  * device; the others stay where they are. */
 static pdde_status overlap_gradient_reductions(lowering *L) {
     pdde_program *P = L->P;
-    if (!L->p->overlap_gradients) return PDDE_OK;
+    if (!lower_overlaps(L)) return PDDE_OK;
     int n = P->n;
     pdde_tensor **last_write = calloc((size_t)n + 1, sizeof *last_write); /* by accumulator: its last grad_accum so far */
     pdde_tensor **wait_of = calloc((size_t)n + 1, sizeof *wait_of);       /* by moved collective: its wait */
@@ -703,6 +721,11 @@ static pdde_status overlap_gradient_reductions(lowering *L) {
         if (!reduction || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !last_write[acc->id] ||
             (!registry_device_is_host(L->ctx->registry, c->device) && (L->p->gradient_bucket_bytes < 0 || acc->device != c->device)))
             continue;
+        /* (the second step of a reduction over two axes: a ZeRO shard reduced again over ep, or a tied weight's over
+         * pp. Its accumulator is written from a reduce-scatter whose bucket completes later than its place, with overlap;
+         * started here it would read the accumulator before that write) */
+        const pdde_tensor *added = last_write[acc->id]->src[1];
+        if (added && (added->op == PDDE_OP_REDUCE_SCATTER || added->op == PDDE_OP_ALLREDUCE)) continue;
         pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
         if (!w) { st = lower_oom(L); break; }
         w->phase = PDDE_PHASE_OPTIMIZER, w->flags |= PDDE_TENSOR_VIEW, w->dist = c->dist;
@@ -1706,7 +1729,7 @@ static pdde_status bucket_reorder(lowering *L) {
         bool start = t && in->bucket && micro_bucket(P, in->bucket) && !in->bucket_next; /* (its last member) */
         if (t && in->bucket && micro_bucket(P, in->bucket) && !start) continue;
         if (start) order[k++] = in->bucket;
-        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER || !L->p->overlap_gradients)) {
+        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER || !lower_overlaps(L))) {
             for (pdde_tensor *m = P->info[pending->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
             for (int j = 0; j < P->n_order; j++)
                 if (deferred[P->order[j]->id] == pending) order[k++] = P->order[j];
@@ -2009,13 +2032,15 @@ static pdde_status lower_schedule(lowering *L) {
 static bool lower_prefetch_on(void) { return pdde_env_bool("PDDE_ZERO3_PREFETCH", -1) != 0; }
 
 /* Whether lowering prefetches a ZeRO-3 gather whose shard and result are on host memory (host_memory)
- * or on a device of `backend`: on host memory unless PDDE_ZERO3_PREFETCH=0; on device memory OpenCL's
- * by default (verified on PoCL), every backend's with PDDE_ZERO3_PREFETCH=1 (CUDA's and Level Zero's
- * stay blocking by default until a GPU run measures them). Lowering decides by it, the search's
- * estimate prices the gathers by it. */
-PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, const char *backend) {
+ * or on a device of `backend`. On host memory only where the host's ranks leave it a core (!host_busy):
+ * the transfer is copied by the cores that compute, so on busy ones a prefetch hides nothing and its
+ * background progress takes their time (dp 2 on 2 cores, a thread a rank: 22.4 ms a step prefetched,
+ * 19.1 blocking). On device memory OpenCL's by default (verified on PoCL); CUDA's and Level Zero's
+ * stay blocking until a GPU run measures them. PDDE_ZERO3_PREFETCH=1 prefetches every gather, =0 none.
+ * Lowering decides by it, the search's estimate prices the gathers by it. */
+PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, bool host_busy, const char *backend) {
     if (!lower_prefetch_on()) return false;
-    return host_memory || pdde_env_bool("PDDE_ZERO3_PREFETCH", -1) == 1 || (backend && !strcmp(backend, "opencl"));
+    return (host_memory && !host_busy) || pdde_env_bool("PDDE_ZERO3_PREFETCH", -1) == 1 || (backend && !strcmp(backend, "opencl"));
 }
 
 /* Work a prefetched gather can travel behind: a node that computes (not a leaf, a view, a wait or
@@ -2134,7 +2159,9 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         const pdde_tensor *x = c->src[0];
         bool on_host = registry_device_is_host(L->ctx->registry, c->device) && registry_device_is_host(L->ctx->registry, x->device);
         const char *backend = on_host ? NULL : registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device);
-        if (!lower_prefetch_gathers(on_host, backend)) {
+        const char *model = L->p->fusion_backend; /* (the cost model's program for a cluster device: as that device runs it) */
+        if (model) on_host = !model[0] || !strcmp(model, "cpu"), backend = model;
+        if (!lower_prefetch_gathers(on_host, L->p->host_busy, backend)) {
             P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
             if (second_of[c->id]) P->device_collective_axes |= 1u << P->info[second_of[c->id]->id].axis;
             continue;
@@ -2405,11 +2432,21 @@ PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
     return p->no_cpu_fallback || !pdde_env_bool("PDDE_CPU_FALLBACK", 1);
 }
 
+/* Whether `ranks` ranks of `threads` threads each on `hosts` hosts take every core of this host (a
+ * host's ranks on host memory then leave no core to move data while they compute). */
+PDDE_PRIVATE bool lower_host_busy(int hosts, int ranks, int threads) {
+    return sysconf(_SC_NPROCESSORS_ONLN) <= (long)(ranks + hosts - 1) / hosts * threads;
+}
+
+/* overlap_gradients' auto: PDDE_OVERLAP_GRADIENTS (1 or 0) where set, else when the host's ranks leave it a core. */
+PDDE_PRIVATE bool lower_overlap_auto(bool host_busy) { return pdde_env_bool("PDDE_OVERLAP_GRADIENTS", !host_busy) != 0; }
+
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
     pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
-                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes, NULL, false};
-    if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
-        lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
+                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes, NULL, false, false};
+    /* as a session decides them for ranks on one host */
+    lp.host_busy = world_size > 0 && lower_host_busy(1, world_size, g->ctx->n_threads);
+    if (p->overlap_gradients == 0 && world_size > 0) lp.overlap_gradients = lower_overlap_auto(lp.host_busy);
     return lp;
 }
 

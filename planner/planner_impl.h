@@ -410,6 +410,7 @@ typedef struct {
     const char *fusion_backend;    /* the fusions' defaults as on this backend's devices (lower_fusion_on; the cost
                                       model's program for a cluster device); NULL: each node's device's own */
     bool no_zero3_prefetch;     /* ZeRO-3's gathers stay blocking where their readers are (else lower_prefetch_gathers decides) */
+    bool host_busy;             /* this host's ranks take all its cores (lower_host_busy): host-memory transfers cannot overlap */
 } pdde_lower_params;
 
 /* Whether lowering's graph fusion `name` (PDDE_FUSE_*, PDDE_BF16_*, PDDE_ATT_LOWP) is on for a node on a
@@ -429,10 +430,12 @@ PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 PDDE_PRIVATE uint8_t *lower_needed_nodes(const pdde_graph *g);
 /* Whether ZeRO-3 gathers a parameter again for backward (PDDE_ZERO3_REGATHER, default on; planner/lower.c). */
 PDDE_PRIVATE bool lower_regather_on(void);
-/* Whether ZeRO-3 starts a layer's gathers while the layer before it computes (PDDE_ZERO3_PREFETCH,
- * default on; planner/lower.c), for a gather on host memory or on a device of `backend`: lowering
- * decides by it, the search's estimate prices the gathers by it. */
-PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, const char *backend);
+/* Whether ZeRO-3 starts a layer's gathers while the layer before it computes (PDDE_ZERO3_PREFETCH;
+ * planner/lower.c), for a gather on host memory (of a host whose ranks take all its cores: host_busy)
+ * or on a device of `backend`: lowering decides by it, the search's estimate prices the gathers by it. */
+PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, bool host_busy, const char *backend);
+PDDE_PRIVATE bool lower_host_busy(int hosts, int ranks, int threads);
+PDDE_PRIVATE bool lower_overlap_auto(bool host_busy);
 /* Lowers g for one rank. The program is freed with program_free. */
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);
 PDDE_PRIVATE void program_free(pdde_program *p);

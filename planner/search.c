@@ -229,10 +229,11 @@ typedef struct {
     bool blocking_gathers;
 } plan_stage_devices;
 
-/* Whether lowering prefetches ZeRO-3's gathers on a device of this backend ("cpu" or none: host memory). */
+/* Whether lowering prefetches ZeRO-3's gathers on a device of this backend ("cpu" or none: host memory,
+ * whose cores the cost model's CPU ranks take all of: busy). */
 static bool backend_prefetches(const char *backend) {
     bool host = !backend || !backend[0] || !strcmp(backend, "cpu");
-    return lower_prefetch_gathers(host, backend);
+    return lower_prefetch_gathers(host, true, backend);
 }
 
 /* Each device's !backend_prefetches, decided once a search (it reads the environment: too slow for the

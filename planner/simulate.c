@@ -242,6 +242,7 @@ pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph 
             break;
         }
         pdde_lower_params lp = program_lower_params(g, &sp, world, r);
+        lp.host_busy = true; /* (a CPU rank takes its share of all the machine's cores, as the search prices it) */
         const pdde_cluster_device *cd = pdde_cluster_find_device(c, dev, NULL);
         /* the whole rank on its cluster device: lowering's fusions as that device's backend runs them (this host's
          * devices may be others); with layers placed on this host's devices, as they run them */

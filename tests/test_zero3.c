@@ -9,8 +9,8 @@
  * two under ZeRO-3) is smaller with the regathering by at least 60% of the gathered parameters that
  * backward reads (those the forward copies held from forward to backward), with one micro-batch; with
  * two, or every block recomputed, it must not grow. The planner's estimate of the dp 2 plan's peak is
- * the memory plan's within 5%, with and without the regathering. With the prefetch (on by default)
- * the live peak grows by at most the largest layer's gathered parameters (check_prefetch_bound: dense
+ * the memory plan's within 5%, with and without the regathering. With the prefetch (PDDE_ZERO3_PREFETCH=1;
+ * by default only where the ranks leave this machine a core) the live peak grows by at most the largest layer's gathered parameters (check_prefetch_bound: dense
  * and MoE, forward only and training, several layer counts). test_zero3_run trains both models under
  * pdde-run against one process. */
 #define _GNU_SOURCE
@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -29,6 +30,8 @@ typedef struct {
     int ranks;
     double saved; /* the arena at least this fraction of the gathered parameters backward reads smaller */
 } zcase;
+
+#define TEST_THREADS 1 /* a rank's (the lowering's defaults depend on whether the ranks leave this machine a core) */
 
 /* build/gpt's default model */
 #define GPT_DEFAULT .vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8
@@ -201,7 +204,18 @@ static void check_case(pdde_context *ctx, const zcase *zc) {
         }
     }
     unsetenv("PDDE_ZERO3_REGATHER");
-    unsetenv("PDDE_ZERO3_PREFETCH"); /* (the defaults: each layer's gathers start while the layer before it computes) */
+    /* by default the gathers on host memory are prefetched only where the ranks leave this machine a core */
+    unsetenv("PDDE_ZERO3_PREFETCH");
+    bool busy = sysconf(_SC_NPROCESSORS_ONLN) <= (long)zc->ranks * TEST_THREADS;
+    for (int r = 0; r < zc->ranks && r < 8; r++) {
+        gathers got;
+        int micro;
+        st = program_gathers(g, zc->ranks, r, &got, &micro);
+        CHECK(st == PDDE_OK && (got.pf_fwd + got.pf_bwd == 0) == busy, "%s rank %d, the defaults on %ld cores, %d ranks of %d thread: %d of %d "
+              "gathers prefetched (want %s)", zc->name, r, sysconf(_SC_NPROCESSORS_ONLN), zc->ranks, TEST_THREADS, got.pf_fwd + got.pf_bwd,
+              got.fwd + got.bwd, busy ? "none" : "some");
+    }
+    setenv("PDDE_ZERO3_PREFETCH", "1", 1); /* (each layer's gathers start while the layer before it computes) */
     for (int r = 0; r < zc->ranks && r < 8; r++) {
         gathers got;
         int micro;
@@ -223,6 +237,7 @@ static void check_case(pdde_context *ctx, const zcase *zc) {
               "%s rank %d: the arena %zu B with the prefetch, %zu B without: want at most 1.5 x the largest layer's %.0f B more", zc->name, r,
               arena[2][r], arena[1][r], e.layer_bytes);
     }
+    unsetenv("PDDE_ZERO3_PREFETCH");
     for (int r = 0; r < zc->ranks && r < 8; r++) {
         printf("%-12s rank %d: activation arena %.2f MB with the regathering, %.2f MB without, %.2f MB prefetching; gathered parameters backward "
                "reads %.2f MB, the largest layer's %.2f MB\n",
@@ -245,8 +260,7 @@ static void check_estimate(pdde_context *ctx) {
         int on = v > 0, pf = v < 2;
         if (on) unsetenv("PDDE_ZERO3_REGATHER"); /* (the default) */
         else setenv("PDDE_ZERO3_REGATHER", "0", 1);
-        if (pf) unsetenv("PDDE_ZERO3_PREFETCH");
-        else setenv("PDDE_ZERO3_PREFETCH", "0", 1);
+        setenv("PDDE_ZERO3_PREFETCH", pf ? "1" : "0", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         gpt_model m;
         pdde_graph *g0, *g;
@@ -297,8 +311,7 @@ static void check_simulated(pdde_context *ctx) {
     for (int d = 0; d < 2; d++) pdde_cluster_add_device(c, mi, &(pdde_cluster_device){d, 0, 1ull << 34});
     double step[2] = {0, 0}, wait[2] = {0, 0};
     for (int pf = 0; pf <= 1; pf++) {
-        if (pf) unsetenv("PDDE_ZERO3_PREFETCH");
-        else setenv("PDDE_ZERO3_PREFETCH", "0", 1);
+        setenv("PDDE_ZERO3_PREFETCH", pf ? "1" : "0", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         gpt_model m;
         pdde_graph *g;
@@ -410,8 +423,10 @@ static void check_prefetch_bound(pdde_context *ctx) {
 }
 
 int main(int argc, char **argv) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = TEST_THREADS;
     pdde_context *ctx;
-    pdde_context_init(NULL, &ctx);
+    pdde_context_init(&cp, &ctx);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (argc < 2 || !strcmp(argv[1], cases[i].name)) check_case(ctx, &cases[i]);
     if (argc < 2 || !strcmp(argv[1], "estimate")) check_estimate(ctx);

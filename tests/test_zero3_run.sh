@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2`, `gpt --dp 2 --pp 2 --zero 3 --micro 2` (also
 # with --pp-chunks 2) and the MoE GPT `--moe-experts 8 --dp 4 --ep 2 --zero 3` train as one process does (each step's loss within 1e-6
-# relative; so does ZeRO-2 with interleaved stages, `--dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2`), the same bits with
+# relative, with the prefetch and the early gradient reductions on (PDDE_ZERO3_PREFETCH=1 PDDE_OVERLAP_GRADIENTS=1); so does
+# ZeRO-2 with interleaved stages, `--dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2`), the same bits with
 # PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
-# PDDE_ZERO3_PREFETCH=0 (losses, and the checkpoint after the last step: pdde-ckpt diff; the MoE GPT's
+# PDDE_ZERO3_PREFETCH=0 against =1 (losses, and the checkpoint after the last step: pdde-ckpt diff; the MoE GPT's
 # dense parameters, split over dp and ep, gathered in two steps, each prefetched: rank 0's program), and with the
 # regathering each rank's session holds less: its activation arena ("activations X MB (the memory plan's arenas", every
 # rank; with pipeline stages no rank more, one less at least) and all it allocated (--metrics memory_bytes, rank 0). Run from the repository root.
@@ -33,8 +34,9 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS (smaller=some: not eve
     "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
     local ref; ref=$(losses "$tmp/$name.one.json")
     check "$name: one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
-    for on in 1 0 p; do # (1: the defaults, the variables unset; 0: no regathering; p: no prefetch)
-        local env=(env -u PDDE_ZERO3_REGATHER -u PDDE_ZERO3_PREFETCH) ckpt=()
+    for on in 1 0 p; do # (1: the regathering's default, the prefetch and the early gradient reductions on even where the ranks
+                        # take every core; 0: no regathering; p: no prefetch)
+        local env=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=1 PDDE_OVERLAP_GRADIENTS=1) ckpt=()
         [ $on = 0 ] && env=(env -u PDDE_ZERO3_PREFETCH PDDE_ZERO3_REGATHER=0)
         [ $on = p ] && env=(env -u PDDE_ZERO3_REGATHER PDDE_ZERO3_PREFETCH=0)
         [ $on != 0 ] && ckpt=(--stop-after 4 --ckpt-dir "$tmp/$name.$on.ckpt")
@@ -77,13 +79,26 @@ smaller=some run_case dp2_pp2_micro2 4 -- --dp 2 --pp 2 --zero 3 --micro 2
 smaller=some run_case dp2_pp2_chunks2 4 -- --dp 2 --pp 2 --zero 3 --micro 2 --pp-chunks 2
 two_axis=1 run_case moe_dp4_ep2 4 --moe-experts 8 -- --dp 4 --ep 2 --zero 3
 
-run_equal() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS: the losses of one process (1e-6)
+# By default a session prefetches the gathers on host memory only where the ranks leave the machine a core
+# (2 ranks of one thread: on 2 cores none, on more some)
+cores=$(getconf _NPROCESSORS_ONLN)
+env -u PDDE_ZERO3_PREFETCH timeout 120 "$build/pdde-run" -n 2 "$build/gpt" --dp 2 --zero 3 "${args[@]}" --steps 1 --show-program \
+    >"$tmp/default.log" 2>&1
+rc=$?
+all=$(grep -cE '^\[0\] +(forward|backward) +[0-9]+ +allgather ' "$tmp/default.log")
+pre=$(grep -E '^\[0\] +(forward|backward) +[0-9]+ +allgather ' "$tmp/default.log" | grep -c 'prefetched')
+if [ "$cores" -le 2 ]; then want=none; ok=$([ $rc = 0 ] && [ "$all" -gt 0 ] && [ "$pre" = 0 ] && echo 0 || echo 1)
+else want=some; ok=$([ $rc = 0 ] && [ "$pre" -gt 0 ] && echo 0 || echo 1); fi
+check "the defaults, 2 ranks of one thread on $cores cores: $pre of rank 0's $all gathers prefetched (want $want; exit $rc)" $ok
+
+run_equal() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS: the losses of one process (1e-6), early gradient reductions on
     local name=$1 n=$2; shift 2
     local one=() plan=()
     while [ "$1" != -- ]; do one+=("$1"); shift; done
     shift; plan=("$@")
     "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
-    timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" --metrics "$tmp/$name.json" >"$tmp/$name.log" 2>&1
+    PDDE_OVERLAP_GRADIENTS=1 timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" --metrics "$tmp/$name.json" \
+        >"$tmp/$name.log" 2>&1
     local rc=$?
     check "$name: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.log"))" $rc
     local ref l; ref=$(losses "$tmp/$name.one.json"); l=$(losses "$tmp/$name.json")

@@ -647,6 +647,7 @@ int main(int argc, char **argv) {
         add("S dp2", 0, "dp=2", 0, 0, 0);
         add("S dp2 zero1", 0, "dp=2,zero=1", 0, 0, 0);
         add("S dp2 zero2", 0, "dp=2,zero=2", 0, 0, 0);
+        add("S dp2 zero3", 0, "dp=2,zero=3", 0, 0, 0);
         add("S tp2", 0, "tp=2", 0, 0, 0);
         add("S pp2 mb2", 0, "pp=2,mb=2", 0, 0, 0);
         add("S pp2 mb4", 0, "pp=2,mb=4", 0, 0, 0);
