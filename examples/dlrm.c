@@ -9,10 +9,13 @@
  *   ./build/dlrm --device cuda --synthetic 100000        the dense network on the GPU (under a launcher:
  *                                                         each rank its local rank's)
  * Reports loss, samples/s and an ETA while training, then AUC and logloss on the held-out part (and,
- * on synthetic data, those of the ground truth: the best any model can do). */
+ * on synthetic data, those of the ground truth: the best any model can do). SIGTERM, SIGINT or SIGUSR1
+ * (examples/stop_signals.h) stop every worker after the same step (--pipeline: at its next checkpoint
+ * boundary), with a checkpoint there under --checkpoint; every rank then exits with 128 + the signal. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/dlrm.h"
+#include "examples/stop_signals.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,9 @@ static void usage(void) {
          "from them (under any --servers count: the table is re-partitioned). --checkpoint DIR: every N steps\n"
          "(default 1000) and at the end, the whole model (table, dense network\n"
          "with its optimizer state, the data position) in DIR/samples-S (S samples trained on), named by DIR/latest\n"
-         "once complete; --load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with).\n--pipeline: train "
+         "once complete; --load DIR on such a DIR resumes there (sync: the model an uninterrupted run ends with).\n"
+         "SIGTERM, SIGUSR1 or Ctrl-C: every worker stops after the same step (--pipeline: at its next checkpoint,\n"
+         "every --checkpoint-every steps and at each epoch's end), saved there with --checkpoint; exit 128 + the signal.\n--pipeline: train "
          "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
          "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).\n"
          "--device: where the dense network runs (the table and its rows stay in host memory); default\n"
@@ -224,12 +229,32 @@ static pdde_status write_checkpoint(pdde_context *ctx, pdde_session *s, pdde_ps_
     return PDDE_OK;
 }
 
+/* The signal to stop after this step for (0: none): the largest any worker caught (catch_stop_signals), agreed
+ * over the workers (one 4-byte allreduce; NULL: one worker) so that every worker stops after the same step. */
+static pdde_status agree_stop(pdde_comm *workers, int *stopped_by) {
+    int32_t stop = stop_signal;
+    pdde_status st = workers && pdde_comm_size(workers) > 1 ? pdde_comm_allreduce(workers, &stop, &stop, 1, PDDE_I32, PDDE_REDUCE_MAX) : PDDE_OK;
+    if (!st) *stopped_by = stop;
+    return st;
+}
+
+/* The signal the job stopped for, the same on the servers and the lead worker (the servers see no step):
+ * the largest of theirs, agreed once the servers have served every worker (servers_lead: those ranks;
+ * NULL: one process) so that every process exits with 128 + it. */
+static int job_stop_signal(pdde_comm *servers_lead, int own) {
+    int32_t sig = own;
+    if (servers_lead && pdde_comm_status(servers_lead) == PDDE_OK &&
+        pdde_comm_allreduce(servers_lead, &sig, &sig, 1, PDDE_I32, PDDE_REDUCE_MAX))
+        sig = own;
+    return sig;
+}
+
 int main(int argc, char **argv) {
     options o = {0}; /* (parse fills it; zeroed for the compilers that cannot see that) */
     if (parse(argc, argv, &o)) return 2;
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx)) { fprintf(stderr, "dlrm: no context\n"); return 1; }
-    pdde_comm *world = NULL, *workers = NULL;
+    pdde_comm *world = NULL, *workers = NULL, *servers_lead = NULL;
     int rank = 0, size = 1;
     if (getenv("PDDE_WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) {
         if (pdde_comm_init(ctx, NULL, &world)) { fprintf(stderr, "dlrm: %s\n", pdde_last_error(ctx)); return 1; }
@@ -255,10 +280,16 @@ int main(int argc, char **argv) {
     pp.load_dir = o.load_dir ? load_dir : NULL;
     long ckpt_every = o.ckpt_every > 0 ? o.ckpt_every : 1000; /* (the worker that leads writes them, servers' shards included) */
     int rc = 0;
-    if (world && !o.local) pdde_comm_split(world, rank < o.servers ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
+    if (world && !o.local) {
+        pdde_comm_split(world, rank < o.servers ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
+        pdde_comm_split(world, rank <= o.servers ? 1 : PDDE_COMM_NO_COLOR, rank, &servers_lead); /* (the lead: rank o.servers) */
+    }
     if (!o.local && rank < o.servers) { /* a server */
         pdde_ps_server *srv;
         pdde_status st = pdde_ps_server_init(ctx, &pp, rank, &srv);
+        /* a signal to every rank (a scheduler's, pdde-run's): served on until the workers have stopped and saved
+         * (a server's alone: until they end; a second one ends it at once) */
+        catch_stop_signals();
         if (!st) st = pdde_ps_server_run(srv, world);
         pdde_ps_server_stats ss;
         if (!st) {
@@ -268,9 +299,11 @@ int main(int argc, char **argv) {
                    (long long)ss.pushes, (long long)ss.pulls, (long long)ss.max_staleness);
         } else fprintf(stderr, "dlrm: server %d: %s\n", rank, pdde_last_error(ctx));
         pdde_ps_server_free(srv);
+        int sig = job_stop_signal(servers_lead, stop_signal);
+        pdde_comm_free(servers_lead);
         pdde_comm_free(world);
         pdde_context_free(ctx);
-        return st ? 1 : 0;
+        return st ? 1 : sig ? 128 + sig : 0;
     }
     int w = o.local ? 0 : rank - o.servers, nw = o.local ? 1 : size - o.servers, lead = w == 0;
 
@@ -362,7 +395,9 @@ int main(int argc, char **argv) {
     }
     uint64_t *ids = malloc((size_t)o.cfg.batch * DLRM_SPARSE * sizeof *ids);
     long step = start, last_ckpt = start;
+    int stopped_by = 0; /* the signal training stopped for (agree_stop), the same on every worker */
     double t0 = dlrm_seconds(CLOCK_MONOTONIC), loss_avg = 0;
+    if (!st) catch_stop_signals();
     if (o.pipeline && !st) { /* every epoch in one run of the pipeline */
         worker_batches src = {samples, per_epoch, nw, w, o.cfg.batch};
         dlrm_stages d = {&m, s, c, o.dense_on_servers ? NULL : workers, worker_batch, &src};
@@ -390,22 +425,26 @@ int main(int argc, char **argv) {
         if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
         for (int e = per_epoch ? (int)(start / per_epoch) : o.epochs; e < o.epochs && !st; e++) {
             long end = (e + 1) * per_epoch;
-            while (step < end && !st) { /* to the epoch's end or the next checkpoint (the pipeline drains there) */
-                long to = o.ckpt_dir && (step / ckpt_every + 1) * ckpt_every < end ? (step / ckpt_every + 1) * ckpt_every : end;
+            /* to the epoch's end or the next checkpoint boundary (the pipeline drains there: the one place it can stop) */
+            while (step < end && !st && !stopped_by) {
+                long to = (step / ckpt_every + 1) * ckpt_every < end ? (step / ckpt_every + 1) * ckpt_every : end;
                 st = pdde_pipeline_run(pl, step, to - step);
                 step = to;
-                if (!st && o.ckpt_dir && lead && step % ckpt_every == 0)
+                if (!st) st = agree_stop(workers, &stopped_by);
+                if (!st && o.ckpt_dir && lead && (step % ckpt_every == 0 || stopped_by))
                     st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(step * step_samples)), last_ckpt = step;
             }
+            if (stopped_by) break;
             double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step - start) * o.cfg.batch * nw / el;
             if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
                                     (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
+            fflush(stdout);
         }
         if (pl && lead) dlrm_pipeline_report(stdout, "pipeline ", pl, stages);
         pdde_pipeline_free(pl);
         for (int i = 0; i < made; i++) dlrm_slot_free(&slots[i]);
     }
-    for (; step < total && !st && !o.pipeline; step++) {
+    for (; step < total && !st && !o.pipeline && !stopped_by; step++) {
         long e = step / per_epoch, k = step % per_epoch;
         st = dlrm_train_step(s, &m, sb, c, o.dense_on_servers ? NULL : workers, samples + (k * nw + w) * o.cfg.batch, ids);
         float loss = pdde_session_loss(s);
@@ -416,13 +455,25 @@ int main(int argc, char **argv) {
                    (double)(total - step - 1) * o.cfg.batch * nw / rate);
             fflush(stdout);
         }
+        if (!st) st = agree_stop(workers, &stopped_by);
         /* (after the step's push is acknowledged: in sync mode the servers have applied it) */
-        if (!st && o.ckpt_dir && lead && (step + 1) % ckpt_every == 0)
+        if (!st && o.ckpt_dir && lead && ((step + 1) % ckpt_every == 0 || stopped_by))
             st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)((step + 1) * step_samples)), last_ckpt = step + 1;
     }
-    if (!st && o.ckpt_dir && lead && last_ckpt < total) /* the last steps */
+    if (!st && o.ckpt_dir && lead && last_ckpt < total && !stopped_by) /* the last steps */
         st = write_checkpoint(ctx, s, c, o.ckpt_dir, (uint64_t)(total * step_samples));
     if (st) fprintf(stderr, "dlrm: training: %s\n", pdde_last_error(ctx)), rc = 1;
+    if (stopped_by) { /* (the checkpoint above holds the run; the evaluation and --save wait for the run's end) */
+        if (lead && !st)
+            printf("dlrm: %s: stopped after step %ld of %ld%s%s%s\n", strsignal(stopped_by), step, total,
+                   o.ckpt_dir ? ", saved a checkpoint in " : "", o.ckpt_dir ? o.ckpt_dir : " (no --checkpoint: nothing saved)",
+                   o.ckpt_dir ? " (--load goes on from it)" : "");
+        fflush(stdout);
+        /* no worker leaves before the checkpoint is whole (a launcher stops the others when one exits) */
+        pdde_status b = workers && pdde_comm_size(workers) > 1 ? pdde_comm_barrier(workers) : PDDE_OK;
+        if (b && !st) fprintf(stderr, "dlrm: stopping: %s\n", pdde_last_error(ctx)), rc = 1;
+        n_test = 0, o.save_dir = NULL; /* (the signals stay caught: the cleanup left is not cut short by the launcher's) */
+    } else release_stop_signals(1);
     double train_s = dlrm_seconds(CLOCK_MONOTONIC) - t0;
 
     if (!st && lead && n_test > 0) {
@@ -447,12 +498,15 @@ int main(int argc, char **argv) {
         else printf("table shards and %s saved\n", dense_path);
     }
     pdde_ps_client_free(c);
+    int sig = lead ? job_stop_signal(servers_lead, stopped_by) : stopped_by;
+    if (!rc && sig) rc = 128 + sig;
     pdde_sparse_batch_free(sb);
     pdde_session_free(s);
     pdde_graph_free(g);
     pdde_sparse_embedding_free(m.emb);
     free(ids), free(samples), free(p_true);
     pdde_comm_free(workers);
+    pdde_comm_free(servers_lead);
     pdde_comm_free(world);
     pdde_context_free(ctx);
     return rc;

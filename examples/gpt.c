@@ -22,6 +22,7 @@
 #include "gpt_llmc.h"
 #include "gpt_hf.h"
 #include "hf_tokenizer.h"
+#include "stop_signals.h" /* (not under pdde-run --elastic: there a stopped rank is a rank lost, and the others go on) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,26 +68,6 @@ typedef struct {
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
-
-/* A stop asked by a signal: SIGTERM (a scheduler preempting the job, or pdde-run passing its own on), SIGINT
- * (Ctrl-C) or SIGUSR1 (Slurm's --signal warning). Training stops after the step every rank is in when one of them
- * sees it, saving a checkpoint where --ckpt-dir is given, and gpt exits with 128 + the signal; a second signal
- * ends the process at once (SA_RESETHAND). Not under pdde-run --elastic: there a stopped rank is a rank lost, and
- * the others go on. */
-static volatile sig_atomic_t stop_signal;
-static void on_stop_signal(int sig) { stop_signal = sig; }
-static void catch_stop_signals(void) {
-    struct sigaction sa = {0};
-    sa.sa_handler = on_stop_signal, sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL), sigaction(SIGUSR1, &sa, NULL);
-}
-/* After the training loop a signal ends the process at once again (the saves and the sample stop with it); one
- * caught after the last step's agreement is acted on so (`unagreed`: the loop did not stop for it) */
-static void release_stop_signals(int unagreed) {
-    signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL), signal(SIGUSR1, SIG_DFL);
-    if (unagreed && stop_signal) raise(stop_signal);
-}
 
 static double now(void) {
     struct timespec ts;

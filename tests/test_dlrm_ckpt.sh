@@ -8,7 +8,10 @@
 # --mode sync without a launcher trains in one process, too many servers say what to do; --synthetic
 # runs from any folder, two at once each on its own samples; a CRLF line
 # of 4096 bytes is read as the same line with LF, 4097 bytes are over-long either way. The pipeline
-# (--pipeline) checkpoints inside an epoch and resumes to the uninterrupted model.
+# (--pipeline) checkpoints inside an epoch and resumes to the uninterrupted model. SIGTERM to one worker of
+# a sync job stops every worker after the same step, checkpointed there, and every rank (servers too) exits
+# 143 within seconds; --load goes on to the uninterrupted model; the pipeline stops likewise at its next
+# checkpoint boundary; SIGINT to one process without --checkpoint: 130, nothing saved.
 # Run from the repository root: build/test_dlrm_ckpt.
 . tests/script_util.sh dlrm_ckpt
 dlrm=$build/dlrm run=$build/pdde-run
@@ -43,19 +46,27 @@ sys.exit(0 if a and not bad and na == len(a) and nb == len(b) and len(sa) == 1 a
 EOF
 }
 
-# Starts `$@` in the background (a session of its own), waits for $1's checkpoint folder to name a
-# checkpoint, then SIGKILLs the session's process whose PDDE_RANK is $2 (none: its dlrm); leaves the
-# exit status in $killed_rc.
-kill_after_checkpoint() {
-    local ck=$1 rank=$2; shift 2
+# Starts `$@` in the background (a session of its own, its output in $tmp/killed.out), waits until the
+# command $1 succeeds, then sends signal $2 to the session's dlrm whose PDDE_RANK is $3 (none: its dlrm);
+# leaves the exit status in $killed_rc and the milliseconds from the signal to the end in $killed_ms.
+signal_when() {
+    local ready=$1 sig=$2 rank=$3; shift 3
     setsid "$@" >"$tmp/killed.out" 2>&1 &
     local pid=$! victim=
-    for _ in $(seq 1 1500); do [ -f "$ck/latest" ] && break; sleep 0.01; done
-    if [ -z "$rank" ]; then victim=$(pgrep -s $pid -x dlrm)
-    else for c in $(pgrep -s $pid); do tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "PDDE_RANK=$rank" && victim=$c; done; fi
-    [ -n "$victim" ] && kill -9 "$victim"
+    for _ in $(seq 1 1500); do eval "$ready" && break; sleep 0.01; done
+    for c in $(pgrep -s $pid -x dlrm); do
+        [ -z "$rank" ] || tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx "PDDE_RANK=$rank" && victim=$c
+    done
+    local t0=$(date +%s%N)
+    [ -n "$victim" ] && kill -"$sig" "$victim"
     { wait $pid; } 2>/dev/null; killed_rc=$?  # (no "Killed" from the shell)
+    killed_ms=$((($(date +%s%N) - t0) / 1000000))
 }
+# The same, SIGKILL once $1's checkpoint folder names a checkpoint.
+kill_after_checkpoint() { local ck=$1 rank=$2; shift 2; signal_when "[ -f '$ck/latest' ]" KILL "$rank" "$@"; }
+# Each rank of a pdde-run job run by this shell says how it ended (it waits for its program whatever the signal).
+printf '#!/usr/bin/env bash\ntrap : TERM INT\n"$@"; rc=$?; echo "rank $PDDE_RANK exit $rc"; exit $rc\n' >"$tmp/exit_note.sh"
+chmod +x "$tmp/exit_note.sh"
 
 resumed_at() { sed -nE 's/.*resuming .* at step ([0-9]+) of ([0-9]+)$/\1 \2/p' "$1" | head -1; }
 
@@ -97,6 +108,27 @@ if [ -x "$run" ]; then
     rc=$?
     [ $rc = 0 ] && [ -f "$tmp/to13/ps-shard-2-of-3.bin" ]
     check "a 1-server save loads under 3 servers (rc $rc)" $?
+    # SIGTERM to worker rank 3 alone, some steps into a sync job of 400 epochs: every worker stops after the same
+    # step, the lead checkpoints it (no periodic checkpoints here), every rank exits 143 (servers too) within
+    # seconds; --load goes on from that step to the model of a run never stopped
+    signal_when "grep -q 'step 101/' '$tmp/killed.out'" TERM 3 timeout 20 "$run" -n 4 "$tmp/exit_note.sh" "$dlrm" --servers 2 --mode sync $model \
+        --epochs 400 --checkpoint "$tmp/stop" --checkpoint-every 100000
+    n=$(sed -nE "s|^\[2\] dlrm: Terminated: stopped after step ([0-9]+) of 11200, saved a checkpoint in $tmp/stop .*|\1|p" "$tmp/killed.out")
+    exits=$(grep -c '^\[\([0-3]\)\] rank \1 exit 143$' "$tmp/killed.out")
+    [ "$killed_rc" = 143 ] && [ "$killed_ms" -lt 5000 ] && [ "$exits" = 4 ] && [ -n "$n" ] && [ "$(cat "$tmp/stop/latest")" = "samples-$((n * 64))" ]
+    ok=$?
+    check "SIGTERM to worker rank 3: stopped after step ${n:-?}, checkpointed there ($(cat "$tmp/stop/latest" 2>/dev/null)), $exits of 4 ranks exit 143 (rc $killed_rc, ${killed_ms} ms)" $ok
+    if [ $ok = 0 ]; then
+        job="$run -n 4 $dlrm --servers 2 --mode sync $model --epochs $((n / 28 + 2))"
+        timeout 20 $job --save "$tmp/stop_ref" >"$tmp/stop_ref.out" 2>&1
+        rc=$?
+        timeout 20 $job --load "$tmp/stop" --save "$tmp/stop_out" >"$tmp/resumed.out" 2>&1
+        rc2=$?
+        read -r at total < <(resumed_at "$tmp/resumed.out"; echo)
+        same_model "$tmp/stop_ref" "$tmp/stop_out" >"$tmp/same.out" 2>&1 && [ $rc = 0 ] && [ $rc2 = 0 ] && [ "$at" = "$n" ]
+        ok=$?
+        check "--load of the stop's checkpoint resumes at step ${at:-?} and ends with the model of a run never stopped ($(tail -1 "$tmp/same.out"); rc $rc/$rc2)" $ok
+    fi
     mkdir -p "$tmp/empty"
     timeout 60 "$run" -n 3 "$dlrm" --servers 1 --mode sync $model --load "$tmp/empty" >"$tmp/empty.out" 2>&1
     rc=$?
@@ -139,6 +171,30 @@ check "pipeline: --load resumes at a checkpoint inside an epoch (rc $rc, at step
 same_model "$tmp/pipe_ref" "$tmp/pipe_out" >"$tmp/same.out" 2>&1
 ok=$?
 check "pipeline: killed and resumed ends with the uninterrupted model ($(tail -1 "$tmp/same.out"))" $ok
+# SIGTERM to the pipeline: it stops at its next checkpoint boundary (every 30 steps, and each epoch's end: 56 steps), checkpointed
+# there, exit 143; --load goes on to the model of a run never stopped
+signal_when "grep -q '^epoch 1 (pipelined' '$tmp/killed.out'" TERM "" timeout 20 $pipe --epochs 400 --checkpoint "$tmp/pipe_stop" --checkpoint-every 30
+n=$(sed -nE "s|^dlrm: Terminated: stopped after step ([0-9]+) of 22400, saved a checkpoint in $tmp/pipe_stop .*|\1|p" "$tmp/killed.out")
+[ "$killed_rc" = 143 ] && [ -n "$n" ] && { [ $((n % 30)) = 0 ] || [ $((n % 56)) = 0 ]; } && [ "$n" -gt 56 ] && [ "$(cat "$tmp/pipe_stop/latest")" = "samples-$((n * 32))" ]
+ok=$?
+check "pipeline: SIGTERM stops it at a checkpoint boundary (step ${n:-?}, checkpoint $(cat "$tmp/pipe_stop/latest" 2>/dev/null); rc $killed_rc)" $ok
+if [ $ok = 0 ]; then
+    timeout 20 $pipe --epochs $((n / 56 + 2)) --save "$tmp/pipe_stop_ref" >"$tmp/pipe_stop_ref.out" 2>&1
+    rc=$?
+    timeout 20 $pipe --epochs $((n / 56 + 2)) --load "$tmp/pipe_stop" --save "$tmp/pipe_stop_out" >"$tmp/resumed.out" 2>&1
+    rc2=$?
+    read -r at total < <(resumed_at "$tmp/resumed.out"; echo)
+    same_model "$tmp/pipe_stop_ref" "$tmp/pipe_stop_out" >"$tmp/same.out" 2>&1 && [ $rc = 0 ] && [ $rc2 = 0 ] && [ "$at" = "$n" ]
+    ok=$?
+    check "pipeline: --load of the stop's checkpoint resumes at step ${at:-?} and ends with the model of a run never stopped ($(tail -1 "$tmp/same.out"); rc $rc/$rc2)" $ok
+fi
+# SIGINT to one process without --checkpoint: it stops after a step, saying nothing was saved, exit 130
+signal_when "grep -q 'step 101/' '$tmp/killed.out'" INT "" timeout 20 "$dlrm" $model --epochs 400
+[ "$killed_rc" = 130 ] && grep -q '^dlrm: Interrupt: stopped after step [0-9]* of 22400 (no --checkpoint: nothing saved)$' "$tmp/killed.out" &&
+    ! grep -q '^held out' "$tmp/killed.out"
+ok=$?
+check "SIGINT to one process without --checkpoint: 130, nothing saved (rc $killed_rc: $(grep -m1 'stopped after' "$tmp/killed.out"))" $ok
+
 if [ -x "$run" ]; then
     timeout 60 "$dlrm" $model --epochs 40 --batch 64 --load "$tmp/ck0" --save "$tmp/to_one" >"$tmp/to.out" 2>&1
     rc=$?
