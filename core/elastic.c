@@ -1519,17 +1519,6 @@ pdde_status pdde_store_etcd_set_leased(pdde_store *s, const char *key, const voi
     (void)s, (void)key, (void)val, (void)len;
     return pdde_error(NULL, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without communication (comm/ needs UCX)");
 }
-/* Whether a status of a collective says a member is gone (the world changes), not a local error. */
-static int elastic_lost_status(pdde_status st) {
-    return st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_COMM || st == PDDE_ERR_ABORTED || st == PDDE_ERR_TIMEOUT;
-}
-
-/* A member found gone at the boundary before `step`: the world re-forms (a failure, not planned). */
-static void elastic_boundary_lost(pdde_elastic *e, int64_t step, int *change) {
-    e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
-    *change = PDDE_ELASTIC_CHANGE;
-}
-
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     (void)e, (void)s, (void)user, (void)change;
     return PDDE_ERR_UNAVAILABLE;
