@@ -1629,7 +1629,7 @@ elastic_rebuild:
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
     int stopped_by = 0; /* the signal training stopped for (catch_stop_signals), agreed by every rank */
     int left_by = 0;    /* under --elastic: the signal this rank left the job for while the others go on */
-    catch_stop_signals();
+    if (!stop_signal) catch_stop_signals(); /* (after an elastic re-form too; once one came, a second ends the process) */
     pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
     double ckpt_s = 0; /* what saving made the loop wait */
     int n_ckpt = 0;
@@ -1640,6 +1640,7 @@ elastic_rebuild:
         if (change == PDDE_ELASTIC_LEAVE) {
             printf("gpt: rank %d leaves the job at step %lld%s%s\n", rank, (long long)step, stop_signal ? ", asked by " : "", stop_signal ? strsignal(stop_signal) : "");
             last = step, o.sample_len = 0, left_by = stop_signal;
+            if (left_by) o.save_llmc = o.save_hf = o.save_peft = NULL; /* (preempted: the others save at the end) */
             break;
         }
         if (change == PDDE_ELASTIC_STOP) { /* every rank leaves (the whole job preempted): stop and save as without --elastic */
