@@ -2205,6 +2205,8 @@ pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out
  *                 st = pdde_elastic_step_end(el, s, pdde_session_run(s, PDDE_RUN_STEP))
  *                 on PDDE_ERR_PEER_LOST or change == PDDE_ELASTIC_CHANGE: free the session (and all
  *                 that uses the world), pdde_elastic_recover(el, &c), re-plan for c.world_size, build
+ *                 on PDDE_ELASTIC_LEAVE: stop; PDDE_ELASTIC_STOP: save a checkpoint, stop
+ *     a SIGTERM handler:  pdde_elastic_request_leave(el)    (this rank leaves at the next boundary)
  *
  * Snapshots are taken in host memory at step boundaries (every snapshot_every steps; the last two are
  * kept): replicated tensors whole, tensors split over the data-parallel ranks (ZeRO's state) as this
