@@ -2206,6 +2206,8 @@ pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out
  *                 st = pdde_elastic_step_end(el, s, pdde_session_run(s, PDDE_RUN_STEP))
  *                 on PDDE_ERR_PEER_LOST or change == PDDE_ELASTIC_CHANGE: free the session (and all
  *                 that uses the world), pdde_elastic_recover(el, &c), re-plan for c.world_size, build
+ *                 on PDDE_ELASTIC_LEAVE: stop; PDDE_ELASTIC_STOP: save a checkpoint, stop
+ *     a SIGTERM handler:  pdde_elastic_request_leave(el)    (this rank leaves at the next boundary)
  *
  * Snapshots are taken in host memory at step boundaries (every snapshot_every steps; the last two are
  * kept): replicated tensors whole, tensors split over the data-parallel ranks (ZeRO's state) as this
@@ -2257,6 +2259,8 @@ typedef struct {
 /* What pdde_elastic_step_begin's change says. */
 #define PDDE_ELASTIC_CHANGE 1 /* the world changes at this boundary: free the session, recover */
 #define PDDE_ELASTIC_LEAVE 2  /* this rank leaves at this boundary: stop (cleanly) */
+#define PDDE_ELASTIC_STOP 3   /* every member leaves at this boundary: the job ends here (the world is whole until
+                               * pdde_elastic_free: save a checkpoint now if the job is to go on later) */
 typedef struct {
     int generation;           /* 0 at the start, +1 per change */
     int rank, world_size, old_world_size;
@@ -2272,9 +2276,16 @@ void pdde_elastic_free(pdde_elastic *e);
 pdde_comm *pdde_elastic_world(const pdde_elastic *e);
 int pdde_elastic_generation(const pdde_elastic *e);
 /* At a step boundary, before the step's batch is read: snapshots s with the caller's word user (a data
- * position) when due. *change: 0, PDDE_ELASTIC_CHANGE or PDDE_ELASTIC_LEAVE (PDDE_ELASTIC_LEAVE
- * "id@step,..." in the environment makes member id leave at that step: a planned shrink). */
+ * position) when due. *change: 0, PDDE_ELASTIC_CHANGE, PDDE_ELASTIC_LEAVE or PDDE_ELASTIC_STOP
+ * (PDDE_ELASTIC_LEAVE "id@step,..." in the environment makes member id leave at that step: a planned
+ * shrink; pdde_elastic_request_leave the same at the next boundary). Members that leave write a note in
+ * the store: pdde-run counts them as departed, not lost, whatever their exit status. */
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change);
+/* Asks that this member leave at the next step boundary, as a planned departure: every member learns it
+ * there (one small sum over the world at each boundary), the others re-form without it from that
+ * boundary's snapshot (no step lost), and if every member asked, all get PDDE_ELASTIC_STOP. Only sets
+ * a flag: safe to call from a signal handler (a scheduler's SIGTERM preempting one node). */
+pdde_status pdde_elastic_request_leave(pdde_elastic *e);
 /* Classifies a step's status: PDDE_OK; PDDE_ERR_PEER_LOST when the world lost a member (a lost peer, a
  * timeout, an abort: recover); any other error is returned with a message saying it would repeat.
  * Call it after every step_begin that returned no change, before the session is freed: the snapshot

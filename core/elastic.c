@@ -106,6 +106,7 @@ struct pdde_elastic {
     char what[400];               /* "rank 3 lost (SIGKILL) at step 412" */
     char line[700];               /* the last transition's log line */
     char leave[256];              /* planned departures: "id@step,..." (PDDE_ELASTIC_LEAVE) */
+    _Atomic int leave_asked;      /* pdde_elastic_request_leave (set from a signal handler): leave at the next boundary */
     pdde_elastic_stats stats;
     /* the snapshot being copied while a step runs (elastic_copier) */
     int async;                    /* copy in the background (PDDE_ELASTIC_SYNC_SNAPSHOT=1: in step_begin) */
@@ -542,6 +543,12 @@ void pdde_elastic_free(pdde_elastic *e) {
     free(e);
 }
 
+pdde_status pdde_elastic_request_leave(pdde_elastic *e) {
+    if (!e) return PDDE_ERR_INVALID_ARG; /* (no pdde_error: a signal handler may call it) */
+    atomic_store(&e->leave_asked, 1);
+    return PDDE_OK;
+}
+
 pdde_comm *pdde_elastic_world(const pdde_elastic *e) { return e ? e->world : NULL; }
 int pdde_elastic_generation(const pdde_elastic *e) { return e ? e->generation : -1; }
 const char *pdde_elastic_last_change(const pdde_elastic *e) { return e ? e->line : ""; }
@@ -905,6 +912,17 @@ static int elastic_test_admit(pdde_elastic *e, int64_t step, int wait, int *admi
     return 1;
 }
 
+/* Whether a status of a collective says a member is gone (the world changes), not a local error. */
+static int elastic_lost_status(pdde_status st) {
+    return st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_COMM || st == PDDE_ERR_ABORTED || st == PDDE_ERR_TIMEOUT;
+}
+
+/* A member found gone at the boundary before `step`: the world re-forms (a failure, not planned). */
+static void elastic_boundary_lost(pdde_elastic *e, int64_t step, int *change) {
+    e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
+    *change = PDDE_ELASTIC_CHANGE;
+}
+
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     if (!e || !s || !change) return PDDE_ERR_INVALID_ARG;
     *change = 0;
@@ -917,39 +935,50 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
                           (long long)step, e->lease_s);
     }
     if (elastic_test_lag(e, step)) {
-        e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
-        *change = PDDE_ELASTIC_CHANGE;
+        elastic_boundary_lost(e, step, change);
         return PDDE_OK;
     }
-    if (!elastic_snapshot_at(e, step) &&
-        (e->latest < 0 || step - e->snap[e->latest].step >= e->snapshot_every)) {
+    int have_snapshot = elastic_snapshot_at(e, step) != NULL;
+    if (!have_snapshot && (e->latest < 0 || step - e->snap[e->latest].step >= e->snapshot_every)) {
         pdde_status st = elastic_snapshot_take(e, s, user);
-        if (st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_COMM || st == PDDE_ERR_ABORTED || st == PDDE_ERR_TIMEOUT) {
+        if (elastic_lost_status(st)) {
             e->pending_slot = -1; /* (a general snapshot's size exchange failed: a member is gone) */
-            e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
-            *change = PDDE_ELASTIC_CHANGE;
+            elastic_boundary_lost(e, step, change);
             return PDDE_OK;
         }
         if (st) return st;
+        have_snapshot = 1;
     }
-    int leaving = 0, me = 0, admit_now = 0;
-    for (int r = 0; r < e->n_members; r++)
+    /* Who leaves here: the planned departures (known to all) and the members that asked
+     * (pdde_elastic_request_leave). One sum over the world at every boundary carries how many asked and
+     * (rank 0's word, when there is room) how many ranks wait to join, so every member learns both at
+     * the same boundary and all change together; who asked takes a second exchange, only then. */
+    int n = e->n_members, leaving = 0, me = 0, admit_now = 0;
+    for (int r = 0; r < n; r++)
         if (elastic_leaves(e, e->members[r], step)) leaving++, me |= r == e->rank;
     if (leaving) elastic_test_admit(e, step, 1, &admit_now); /* (a joiner taken in with the leave: it is waiting before it) */
-    if (!leaving && e->n_members < e->max_ranks) {
-        /* room to grow: are ranks waiting to join? (rank 0 asks, all hear it, so all change together) */
+    int32_t asked = atomic_load(&e->leave_asked) && !me;
+    int64_t agree[2] = {0, asked};
+    if (!leaving && n < e->max_ranks) { /* room to grow: are ranks waiting to join? (rank 0 asks the store) */
         int admit = 1;
         elastic_test_admit(e, step, 1, &admit);
-        int64_t waiting = e->rank == 0 && admit ? elastic_joiners_waiting(e, e->max_ranks - e->n_members) : 0;
-        pdde_status st = pdde_comm_broadcast(e->world, &waiting, 1, PDDE_I64, 0);
-        if (st) { /* a member is gone: the copy in flight ends here, before the caller frees the session */
-            if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
-            elastic_snapshot_finish(e, 0);
-            e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
-            *change = PDDE_ELASTIC_CHANGE;
-            return PDDE_OK;
-        }
-        if (waiting > 0) {
+        if (e->rank == 0 && admit) agree[0] = elastic_joiners_waiting(e, e->max_ranks - n);
+    }
+    pdde_status st = pdde_comm_allreduce(e->world, agree, agree, 2, PDDE_I64, PDDE_REDUCE_SUM);
+    int32_t *asks = !st && agree[1] > 0 ? malloc((size_t)n * sizeof *asks) : NULL;
+    if (!st && agree[1] > 0 && !asks) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+    if (asks) st = pdde_comm_allgather(e->world, &asked, asks, 1, PDDE_I32);
+    for (int r = 0; !st && asks && r < n; r++)
+        if (asks[r]) leaving++, me |= r == e->rank;
+    free(asks);
+    if (st) { /* a member is gone: the copy in flight ends here, before the caller frees the session */
+        if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
+        elastic_snapshot_finish(e, 0);
+        elastic_boundary_lost(e, step, change);
+        return PDDE_OK;
+    }
+    if (!leaving) {
+        if (agree[0] > 0) {
             if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
             if ((st = elastic_snapshot_finish(e, 1))) return st;
             if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1]))
@@ -959,18 +988,32 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
         }
         return PDDE_OK;
     }
-    if (!leaving) return PDDE_OK;
+    /* those who stay resume from this boundary's snapshot, due or not: a departure loses no step (every
+     * member knows of the departure here, so all take it) */
+    if (!have_snapshot && leaving < n) {
+        st = elastic_snapshot_take(e, s, user);
+        if (elastic_lost_status(st)) { e->pending_slot = -1; elastic_boundary_lost(e, step, change); return PDDE_OK; }
+        if (st) return st;
+    }
     if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
     pdde_status fs = elastic_snapshot_finish(e, 1);
     if (fs) return fs;
     if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1])) /* (everyone is here: finish the copies) */
         e->snap[e->latest].peer_ok = elastic_exchange_end(e, &e->snap[e->latest], 1);
+    char key[300];
+    if (leaving == n) { /* every member leaves (a whole job preempted): no one re-forms, the job ends here */
+        snprintf(key, sizeof key, "%s/left/%d", e->job, e->id);
+        if ((st = el_set(e, key, "left"))) return st;
+        snprintf(key, sizeof key, "%s/done", e->job); /* (ranks waiting to join stop) */
+        if (e->rank == 0 && (st = el_set(e, key, "done"))) return st;
+        e->left = 1;
+        *change = PDDE_ELASTIC_STOP;
+        return PDDE_OK;
+    }
     e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
     if (me) {
-        char key[300];
         snprintf(key, sizeof key, "%s/left/%d", e->job, e->id);
-        pdde_status st = el_set(e, key, "left");
-        if (st) return st;
+        if ((st = el_set(e, key, "left"))) return st;
         e->left = 1;
         *change = PDDE_ELASTIC_LEAVE;
         return PDDE_OK;
@@ -1486,6 +1529,10 @@ pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status 
 }
 pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
     (void)e, (void)out;
+    return PDDE_ERR_UNAVAILABLE;
+}
+pdde_status pdde_elastic_request_leave(pdde_elastic *e) {
+    (void)e;
     return PDDE_ERR_UNAVAILABLE;
 }
 pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {

@@ -4,12 +4,21 @@
  *
  *   ./build/pdde-run -n 4 --elastic --min 2 ./build/elastic [STEPS]     (then: kill -9 <a rank's pid>)
  *
+ * A SIGTERM to a rank (a scheduler preempting its node) makes it leave at the next step boundary, the
+ * others going on without losing a step; to every rank, the job stops there. It exits 128 + the signal.
+ *
  * The pattern: build the graph and session for the current world; at each step boundary
  * pdde_elastic_step_begin (snapshot), after each step pdde_elastic_step_end; when it says the world
  * changed, free the session and graph, pdde_elastic_recover, build again, pdde_elastic_restore. */
+#define _GNU_SOURCE /* (sigaction) */
 #include "pdde.h"
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+static pdde_elastic *el;
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig, pdde_elastic_request_leave(el); } /* (a flag: safe here) */
 
 #define BATCH 12 /* the global batch: 4, 3, 2 and 1 ranks divide it */
 int main(int argc, char **argv) {
@@ -17,8 +26,10 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
-    pdde_elastic *el;
     if (pdde_elastic_init(ctx, NULL, &el)) { fprintf(stderr, "elastic: %s\n", pdde_last_error(ctx)); return 1; }
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESETHAND}; /* (a second signal ends it at once) */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
     float xs[BATCH * 10];
     int32_t ts[BATCH];
     for (;;) { /* one pass per generation of the world */
@@ -60,9 +71,11 @@ int main(int argc, char **argv) {
                 printf("step %lld loss %.4f\n", (long long)pdde_session_step(s), pdde_session_loss(s));
         }
         if (!st && !change && pdde_comm_rank(world) == 0) printf("loss %.4f after %d steps on %d ranks\n", pdde_session_loss(s), steps, n);
+        if (change == PDDE_ELASTIC_LEAVE || change == PDDE_ELASTIC_STOP)
+            printf("rank %d leaves at step %lld\n", pdde_comm_rank(world), (long long)pdde_session_step(s));
         pdde_session_free(s);
         pdde_graph_free(g);
-        if (change == PDDE_ELASTIC_LEAVE || (!st && !change)) break; /* done (or this rank leaves) */
+        if (change == PDDE_ELASTIC_LEAVE || change == PDDE_ELASTIC_STOP || (!st && !change)) break; /* done (or this rank leaves) */
         if ((st && st != PDDE_ERR_PEER_LOST) || pdde_elastic_recover(el, NULL)) {
             fprintf(stderr, "%s\n", pdde_last_error(ctx)); /* an error that would repeat, or fenced */
             return 1;
@@ -70,5 +83,5 @@ int main(int argc, char **argv) {
     }
     pdde_elastic_free(el);
     pdde_context_free(ctx);
-    return 0;
+    return stop_signal ? 128 + stop_signal : 0;
 }

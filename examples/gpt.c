@@ -22,7 +22,7 @@
 #include "gpt_llmc.h"
 #include "gpt_hf.h"
 #include "hf_tokenizer.h"
-#include "stop_signals.h" /* (not under pdde-run --elastic: there a stopped rank is a rank lost, and the others go on) */
+#include "stop_signals.h" /* (under pdde-run --elastic the rank that sees a signal leaves at the next step boundary: pdde_elastic_request_leave) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,7 +124,9 @@ static void usage(FILE *f) {
             "                              tokenizer.json)\n"
             "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
-            "                              (SIGTERM, SIGUSR1 or Ctrl-C: every rank stops after the same step, saved with --ckpt-dir)\n"
+            "                              (SIGTERM, SIGUSR1 or Ctrl-C: every rank stops after the same step, saved with --ckpt-dir;\n"
+            "                              under pdde-run --elastic the signalled rank leaves at the next step boundary, exit\n"
+            "                              128 + the signal, and the others go on; if all are signalled, all stop so)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
             "                              checkpoint's, which a resumed run keeps by default)\n"
             "           [--device cuda|opencl|level_zero|cpu|auto|BACKEND:N]   (where the whole step runs; default\n"
@@ -1607,14 +1609,32 @@ elastic_rebuild:
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
     int stopped_by = 0; /* the signal training stopped for (catch_stop_signals), agreed by every rank */
-    if (!el) catch_stop_signals();
+    int left_by = 0;    /* under --elastic: the signal this rank left the job for while the others go on */
+    if (!stop_signal) catch_stop_signals(); /* (after an elastic re-form too; once one came, a second ends the process) */
     pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
     double ckpt_s = 0; /* what saving made the loop wait */
     int n_ckpt = 0;
     for (int64_t step = first; step < last; step++) {
         int change = 0;
+        if (el && stop_signal) pdde_elastic_request_leave(el); /* (the step is agreed at the boundary: every member learns it there) */
         if (el) TRY(pdde_elastic_step_begin(el, s, pdde_data_position(train), &change));
-        if (change == PDDE_ELASTIC_LEAVE) { printf("gpt: rank %d leaves the job at step %lld\n", rank, (long long)step); last = step, o.sample_len = 0; break; }
+        if (change == PDDE_ELASTIC_LEAVE) {
+            printf("gpt: rank %d leaves the job at step %lld%s%s\n", rank, (long long)step, stop_signal ? ", asked by " : "", stop_signal ? strsignal(stop_signal) : "");
+            last = step, o.sample_len = 0, left_by = stop_signal;
+            if (left_by) o.save_llmc = o.save_hf = o.save_peft = NULL; /* (preempted: the others save at the end) */
+            break;
+        }
+        if (change == PDDE_ELASTIC_STOP) { /* every rank leaves (the whole job preempted): stop and save as without --elastic */
+            last = step, stopped_by = stop_signal;
+            if (!stopped_by && rank == 0) printf("gpt: every rank leaves the job at step %lld: it stops\n", (long long)step);
+            pdde_checkpoint_writer *was = writer;
+            writer = NULL;
+            if (was) TRY(pdde_checkpoint_writer_finish(was));
+            pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
+            if (ckpt[0]) TRY(pdde_checkpoint_save(s, ckpt, &ex));
+            if (ckpt[0] && rank == 0 && save_model_flags(o.ckpt_dir, &o.model, o.data, pdde_data_token_count(train), windows_at)) return 1;
+            break;
+        }
         if (change) goto elastic_recover;
         TRY(pdde_data_next_batch(train, o.ft ? ft_global : o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         if (o.ft && ft_moved) /* the lost replicas' rows are dropped; a rejoined replica's rows go to its rank */
@@ -1629,7 +1649,7 @@ elastic_rebuild:
         if (el && (run = pdde_elastic_step_end(el, s, run)) == PDDE_ERR_PEER_LOST) goto elastic_recover;
         TRY(run);
         float loss = pdde_session_loss(s); /* the step's loss, the same on every rank */
-        int32_t stop = stop_signal; /* (the largest any rank saw: each stops after this step) */
+        int32_t stop = el ? 0 : stop_signal; /* (the largest any rank saw: each stops after this step; --elastic: the boundary agrees) */
         if (!el && comm && ranks > 1) TRY(pdde_comm_allreduce(comm, &stop, &stop, 1, PDDE_I32, PDDE_REDUCE_MAX));
         if (stop) last = step + 1, stopped_by = stop;
         double t = now(), dt = t - tlast;
@@ -1682,7 +1702,7 @@ elastic_rebuild:
         comm = pdde_elastic_world(el);
         goto elastic_rebuild;
     }
-    if (!el) release_stop_signals(!stopped_by);
+    release_stop_signals(!stopped_by && !left_by);
     if (stopped_by) { /* (the checkpoint above holds the run; the saves and the sample wait for the run's end) */
         if (rank == 0)
             printf("gpt: %s: stopped after step %lld%s%s%s\n", strsignal(stopped_by), (long long)last, ckpt[0] ? ", saved a checkpoint in " : "",
@@ -1691,10 +1711,10 @@ elastic_rebuild:
     }
     if (rank == 0 && first != job_first) /* (re-formed: the job's steps, and those since the last re-form) */
         printf("gpt: trained %lld steps in %.1f s, %lld of them since the re-form at step %lld%s\n", (long long)(last > job_first ? last - job_first : 0),
-               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps && !stopped_by ? " (--stop-after: --resume continues)" : "");
+               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps && !stopped_by && !left_by ? " (--stop-after: --resume continues)" : "");
     else if (rank == 0)
         printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
-               last < o.steps && !stopped_by ? " (--stop-after: --resume continues)" : "");
+               last < o.steps && !stopped_by && !left_by ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
     pdde_elastic_stats es;
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
@@ -1726,5 +1746,5 @@ elastic_rebuild:
 #endif
     pdde_data_close(train), pdde_data_close(val);
     pdde_context_free(ctx);
-    return stopped_by ? 128 + stopped_by : 0;
+    return stopped_by || left_by ? 128 + (stopped_by ? stopped_by : left_by) : 0;
 }

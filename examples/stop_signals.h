@@ -2,7 +2,8 @@
  * preempting the job, or pdde-run passing its own on), SIGINT (Ctrl-C) or SIGUSR1 (Slurm's --signal warning).
  * The handler only notes the signal in stop_signal; the training loop (gpt.c's, dlrm.c's) stops after the step
  * every rank is in when one of them sees it (the ranks agree on it, e.g. by an allreduce MAX of stop_signal
- * after each step), saves a checkpoint there, and the program exits with 128 + the signal; a second signal ends
+ * after each step; under pdde-run --elastic, pdde_elastic_request_leave), saves a checkpoint there, and the program
+ * exits with 128 + the signal; a second signal ends
  * the process at once (SA_RESETHAND). The includer defines _GNU_SOURCE (or _POSIX_C_SOURCE) first, for sigaction. */
 #ifndef PDDE_EXAMPLES_STOP_SIGNALS_H
 #define PDDE_EXAMPLES_STOP_SIGNALS_H

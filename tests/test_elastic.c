@@ -20,6 +20,8 @@
  *    pdde-run --join get the state from a member; the losses go on as a run without changes);
  *  - errors that would repeat stop the job: --max-restarts 0 and a kill; a non-finite loss; fewer
  *    ranks than --min.
+ *  - a rank asked to leave by SIGTERM leaves at the next step boundary (exit 143), the others go on with no
+ *    step lost, as a run where it leaves there on purpose; SIGTERM to every rank stops the job there, saved;
  *  - a program that is not gpt (examples/elastic.c, an MLP on the pdde_elastic_* calls) survives a kill.
  * The seed of the random steps is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
@@ -374,6 +376,89 @@ static void test_ft_replicas(unsigned seed) {
     free(j.out), free(alone.out);
 }
 
+/* A signal asks a rank to leave (SIGTERM, as a scheduler preempting one node): gpt under pdde-run --elastic
+ * leaves at the next step boundary, exit 143; the others, told at that boundary, re-form from its snapshot
+ * (taken for the leave: snapshots every 1000 steps here) with no step lost or done again, and finish
+ * (--max-restarts 0: a leave taken for a failure would stop the job); pdde-run counts it as left, not
+ * lost. The losses equal (1e-6 relative) a run where it leaves at that step on purpose (PDDE_ELASTIC_LEAVE).
+ * Then SIGTERM to every rank: each leaves at a boundary, the last together stop (PDDE_ELASTIC_STOP),
+ * saving a checkpoint there, and the job exits 143; gpt --resume goes on from that step. */
+#define LEAVE_STEPS 2000
+static void test_signal_leave(unsigned seed) {
+    const char *run3[] = {"-n", "3", "--min", "1", "--max-restarts", "0", "--peer-timeout", PEER_TIMEOUT_PLANNED, NULL};
+    const char *longer[] = {"--steps", "2000", NULL};
+    char m[300], m_ref[300], said[96], want_exit[160], want_line[160], line[800] = "";
+    snprintf(m, sizeof m, "%s/sigleave.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/sigleave_ref.jsonl", g_tmp);
+    srand(seed * 5 + 3);
+    int victim = 1 + rand() % 2, at = 50 + rand() % 150, left_at = -1, resumed = -1;
+    setenv("PDDE_ELASTIC_SNAPSHOT_EVERY", "1000", 1);
+    job j = job_start(NULL, m, run3, longer);
+    if (job_test_wait_step(&j, m, at, "signal leave")) { unsetenv("PDDE_ELASTIC_SNAPSHOT_EVERY"); return; }
+    pid_t pids[8];
+    job_ranks(j.pid, pids, 8);
+    int signalled_at = metrics_last_step(m);
+    job_signal_rank(pids[victim], SIGTERM);
+    int rc = job_finish(&j, JOB_LIMIT_S);
+    const char *t = job_text(&j), *p;
+    snprintf(said, sizeof said, "gpt: rank %d leaves the job at step ", victim);
+    if ((p = strstr(t, said))) left_at = atoi(p + strlen(said));
+    snprintf(want_exit, sizeof want_exit, "rank %d (pid %d) left the job at a step boundary (exit status 143)", victim, (int)pids[victim]);
+    snprintf(want_line, sizeof want_line, "elastic: rank %d left at step %d; re-plan 3 -> 2 ranks: dp=2", victim, left_at);
+    double secs;
+    parse_resumed(t, NULL, &resumed, &secs, line, sizeof line);
+    CHECK(rc == 0 && left_at >= signalled_at && strstr(t, "asked by") && strstr(t, want_exit) && strstr(line, want_line) &&
+          resumed == left_at && !strstr(t, "lost") && strstr(t, "2 ranks finished, 1 left at a step boundary"),
+          "signal leave: rank %d signalled at step ~%d leaves at %d, the others resume there: rc %d, resumed at %d\n%s", victim,
+          signalled_at, left_at, rc, resumed, t);
+    double loss[LEAVE_STEPS + 1];
+    int again = metrics_losses(m, loss, LEAVE_STEPS), all = 1;
+    for (int s = 1; s <= LEAVE_STEPS; s++) all &= isfinite(loss[s]);
+    CHECK(again == 0 && all, "signal leave: no step done again (%d) and every step's loss finite (%d)", again, all);
+    printf("signal leave: rank %d, SIGTERM at step ~%d (seed %u): %s\n", victim, signalled_at, seed, line);
+    if (left_at > 0) {
+        char leave[32];
+        snprintf(leave, sizeof leave, "%d@%d", victim, left_at);
+        job ref = job_start(leave, m_ref, run3, longer);
+        rc = job_finish(&ref, JOB_LIMIT_S);
+        CHECK(rc == 0 && strstr(job_text(&ref), "left at step"), "signal leave: the reference (leave %s): rc %d\n%s", leave, rc, job_text(&ref));
+        compare_losses("signal leave", m, m_ref, 1, LEAVE_STEPS, 1e-6);
+        free(ref.out);
+    }
+    unsetenv("PDDE_ELASTIC_SNAPSHOT_EVERY");
+    free(j.out);
+    /* every rank signalled: a clean stop, saved */
+    char ck[300], m_all[300], m_resume[300];
+    snprintf(ck, sizeof ck, "%s/sigleave_ckpt", g_tmp);
+    snprintf(m_all, sizeof m_all, "%s/sigleave_all.jsonl", g_tmp);
+    snprintf(m_resume, sizeof m_resume, "%s/sigleave_resume.jsonl", g_tmp);
+    const char *endless_ckpt[] = {"--steps", "20000", "--ckpt-dir", ck, NULL}; /* (running when signalled; ending if never stopped) */
+    job a = job_start(NULL, m_all, run3, endless_ckpt);
+    if (job_test_wait_step(&a, m_all, 30, "signal all")) return;
+    job_ranks(a.pid, pids, 8);
+    for (int r = 0; r < 3; r++) job_signal_rank(pids[r], SIGTERM);
+    rc = job_finish(&a, JOB_LIMIT_S);
+    t = job_text(&a);
+    int stopped_at = -1;
+    if ((p = strstr(t, "gpt: Terminated: stopped after step "))) stopped_at = atoi(p + strlen("gpt: Terminated: stopped after step "));
+    CHECK(rc == 143 && stopped_at > 0 && strstr(t, "saved a checkpoint in") && !strstr(t, "lost") &&
+          strstr(t, "every rank left the job at a step boundary: it stopped cleanly (exit status 143)"),
+          "signal all: every rank stops at a boundary, saved: rc %d, stopped after step %d\n%s", rc, stopped_at, t);
+    if (stopped_at > 0) { /* the checkpoint holds that step */
+        char steps[16], want[400];
+        snprintf(steps, sizeof steps, "%d", stopped_at + 2);
+        char *argv[] = {g_gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps, "--val-every",
+                        "0", "--sample-len", "0", "--threads", "1", "--metrics", m_resume, "--ckpt-dir", ck, "--resume", NULL};
+        const char *env[] = {"PDDE_BACKENDS=cpu", NULL};
+        job r = job_spawn(argv, env);
+        rc = job_finish(&r, JOB_LIMIT_S);
+        snprintf(want, sizeof want, "resumed from %s at step %d", ck, stopped_at);
+        CHECK(rc == 0 && strstr(job_text(&r), want), "signal all: gpt --resume goes on from step %d: rc %d\n%s", stopped_at, rc, job_text(&r));
+        free(r.out);
+    }
+    free(a.out);
+}
+
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and planned shrinks 4 -> 2 and 2 -> 1 at one step. */
 static void test_two_failures(unsigned seed) {
     char m[300];
@@ -570,6 +655,7 @@ int main(int argc, char **argv) {
     int rc = job_finish(&base, JOB_LIMIT_S);
     CHECK(rc == 0 && !strstr(job_text(&base), "elastic: rank"), "a run without failures: rc %d\n%s", rc, job_text(&base));
     free(base.out);
+    test_signal_leave(seed);
     test_lose_one(seed, SIGKILL, 0);
     test_lose_one(seed + 1, SIGSTOP, 0);
     snprintf(g_base_zero, sizeof g_base_zero, "%s/base_zero.jsonl", g_tmp);

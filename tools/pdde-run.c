@@ -27,7 +27,9 @@
  *       store how each rank ended, a --join or restarted rank's under the member id pdde-run took for
  *       it before starting it (SIGKILL; stopped, once the store wrote it off or it stayed stopped
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
- *       done, and succeeds when at least --min ranks finish cleanly. SIGINT/SIGTERM to pdde-run stop the
+ *       done, and succeeds when at least --min ranks finish cleanly. A rank that left at a step boundary
+ *       (planned, or a signal to it: gpt exits 128 + the signal) departed, no loss; when every rank left,
+ *       pdde-run exits with their status. SIGINT/SIGTERM to pdde-run stop the
  *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
  *       the job went on from is no cause. */
 #define _GNU_SOURCE
@@ -758,6 +760,7 @@ int main(int argc, char **argv) {
         if (spawn_rank(ch, n, r, cmd, log_dir, bind, 0)) return 1;
 
     int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
+    int departed = 0, departed_status = 0; /* --elastic: ranks that left at a step boundary (planned, or asked by a signal); the last one's exit status */
     char cause[700] = ""; /* the store's first recorded failure: when the first rank ended (--elastic: at the end) */
     double next_stop_check = 0;
     double stop_at = 0;     /* when to SIGKILL after a SIGTERM */
@@ -804,7 +807,18 @@ int main(int argc, char **argv) {
                     int id = ch[r].id;
                     snprintf(key, sizeof key, "%s/exit/%d", members, id);
                     if (notes && id >= 0) pdde_store_set(notes, key, how, strlen(how));
-                    if (!bad) finished_ok++;
+                    /* a rank that left at a step boundary (core/elastic.c notes it under left/) departed: the
+                     * others went on without a loss, whatever its exit status (128 + the signal it was asked by) */
+                    void *note = NULL;
+                    size_t note_len;
+                    snprintf(key, sizeof key, "%s/left/%d", members, id);
+                    int left = notes && id >= 0 && pdde_store_get(notes, key, &note, &note_len) == PDDE_OK;
+                    free(note);
+                    if (left) {
+                        departed++, departed_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                        if (bad) fprintf(stderr, "pdde-run: rank %d (pid %d) left the job at a step boundary (%s)%s\n", ch[r].rank, (int)pid,
+                                         how, running ? "; --elastic: the others go on" : "");
+                    } else if (!bad) finished_ok++;
                     else if (!forwarded) { /* (once pdde-run forwarded a stop: that stop, no loss, no one goes on) */
                         lost++;
                         if (failed < 0) failed = r;
@@ -881,7 +895,7 @@ int main(int argc, char **argv) {
                 }
                 stuck += c->written_off;
             }
-            if (stuck == running && stuck && (finished_ok || lost)) {
+            if (stuck == running && stuck && (finished_ok || lost || departed)) {
                 fprintf(stderr, "pdde-run: --elastic: the %d rank%s left %s stopped and the others are gone: killing %s\n", stuck,
                         stuck > 1 ? "s" : "", stuck > 1 ? "are" : "is", stuck > 1 ? "them" : "it");
                 for (int r = 0; r < n; r++) signal_rank(&ch[r], SIGKILL);
@@ -910,8 +924,16 @@ int main(int argc, char **argv) {
     /* An elastic job stopped by a signal to pdde-run: the stop ended it, not a loss it had gone on after */
     if (elastic && got_signal) failed = -1;
     if (elastic && !got_signal) {
-        if (finished_ok >= min_ranks) {
-            if (lost) fprintf(stderr, "pdde-run: --elastic: %d rank%s finished, %d lost on the way\n", finished_ok, finished_ok > 1 ? "s" : "", lost);
+        if (departed && !finished_ok && !lost) { /* every rank left (each asked by a signal: the whole job preempted) */
+            fprintf(stderr, "pdde-run: --elastic: every rank left the job at a step boundary: it stopped cleanly (exit status %d)\n", departed_status);
+            failed = -1, rc = departed_status;
+        } else if (finished_ok >= min_ranks) {
+            if (lost || departed) {
+                fprintf(stderr, "pdde-run: --elastic: %d rank%s finished", finished_ok, finished_ok > 1 ? "s" : "");
+                if (lost) fprintf(stderr, ", %d lost on the way", lost);
+                if (departed) fprintf(stderr, "%s %d left at a step boundary", lost ? " and" : ",", departed);
+                fprintf(stderr, "\n");
+            }
             failed = -1;
         } else {
             fprintf(stderr, "pdde-run: --elastic: job failed: %d rank%s finished cleanly, fewer than --min %d\n", finished_ok,
