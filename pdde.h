@@ -564,7 +564,7 @@ typedef struct {
     pdde_dtype comm_dtype;
     /* Each gradient's reduction starts in backward once the gradient is final (1), or at the update
      * (-1). 0 = overlap when the host's ranks leave it a core to progress communication (env:
-     * PDDE_OVERLAP_GRADIENTS=1 or 0 decides instead). Never with interleaved pipeline stages. */
+     * PDDE_OVERLAP_GRADIENTS=1 or 0 decides instead). */
     int overlap_gradients;
     /* pdde_session_init refuses a plan that needs more than the host's or a device's available memory
      * less this fraction (PDDE_ERR_OOM / PDDE_ERR_DEVICE_OOM, with the numbers). 0 = 0.1; < 0 = no

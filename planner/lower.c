@@ -674,24 +674,6 @@ static pdde_status lower_vocab_parallel(lowering *L, pdde_tensor *t) {
     return PDDE_OK;
 }
 
-/* Whether the layers' meshes come back to a stage after another (interleaved stages: chunks). */
-static bool lower_interleaved(const lowering *L) {
-    const struct planner_graph *pg = L->g->planner;
-    const pdde_mesh *first = NULL, *last = NULL;
-    for (int l = 0; pg && l < pg->n_layer_mesh; l++) {
-        const pdde_mesh *m = pg->layer_mesh[l];
-        if (!m || (last && mesh_same(m, last))) continue;
-        if (first && mesh_same(m, first)) return true;
-        if (!first) first = m;
-        last = m;
-    }
-    return false;
-}
-
-/* Whether gradient reductions overlap backward (overlap_gradients). Not with interleaved stages: there
- * the early reductions and the buckets completed one later gave other sums than one process. */
-static bool lower_overlaps(const lowering *L) { return L->p->overlap_gradients && !lower_interleaved(L); }
-
 /* Data parallelism's overlap, from the attributes: a gradient accumulator holding a pending reduction
  * (partial over dp) is reduced where the update requires it, in the optimizer phase. That collective
  * is started instead right after the accumulator's last grad_accum in backward (in the step's last
@@ -702,7 +684,7 @@ static bool lower_overlaps(const lowering *L) { return L->p->overlap_gradients &
  * device; the others stay where they are. */
 static pdde_status overlap_gradient_reductions(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_overlaps(L)) return PDDE_OK;
+    if (!L->p->overlap_gradients) return PDDE_OK;
     int n = P->n;
     pdde_tensor **last_write = calloc((size_t)n + 1, sizeof *last_write); /* by accumulator: its last grad_accum so far */
     pdde_tensor **wait_of = calloc((size_t)n + 1, sizeof *wait_of);       /* by moved collective: its wait */
@@ -1702,14 +1684,34 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
     return PDDE_OK;
 }
 
+/* By layer: its run of consecutive layers on one mesh (an interleaved stage's chunk); *n_layers of them.
+ * Unplaced layers stay in the run of the last placed one, as lower_stages has them. */
+static int *layer_runs(const lowering *L, int *n_layers) {
+    const struct planner_graph *pg = L->g->planner;
+    *n_layers = pg ? pg->n_layer_mesh : 0;
+    int *run = malloc(((size_t)*n_layers + 1) * sizeof *run);
+    const pdde_mesh *last = NULL;
+    for (int l = 0, r = 0; run && l < *n_layers; l++) {
+        const pdde_mesh *m = pg->layer_mesh[l];
+        if (m && last && !mesh_same(m, last)) r++;
+        if (m) last = m;
+        run[l] = r;
+    }
+    return run;
+}
+#define RUN_OF(t) ((t)->layer >= 0 && (t)->layer < n_layers ? run[(t)->layer] : -1)
+
 /* The order with the buckets in it: an early bucket in its last member's place and each member in
  * its wait's (whose readers read the member), a bucket at the update before its first member. A
  * micro-batch's bucket starts in its last member's place and (overlap_gradients) completes one
  * bucket later: its members and then their grad_accums (deferred from their places) come after the
  * next micro-batch bucket's start, or before the optimizer (so its collective runs beside the backward
- * that follows, and the gradients live until then: about two buckets of them at once); without
- * overlap, right after it. */
-static pdde_status bucket_reorder(lowering *L) {
+ * that follows, and the gradients live until then: about two buckets of them at once), or before the
+ * first node of another run of layers (interleaved stages: each chunk's backward is a pass of its own,
+ * run in the order's order of chunks, which the memory plan's lifetimes follow; a chunk's members placed
+ * after the next chunk's nodes would be planned into memory of activations that chunk has yet to read);
+ * without overlap, right after it. */
+static pdde_status bucket_reorder(lowering *L, const int *run, int n_layers) {
     pdde_program *P = L->P;
     pdde_tensor **order = malloc(((size_t)P->n_order + (size_t)P->n + 1) * sizeof *order);
     pdde_tensor **member_of_wait = calloc((size_t)P->n + 1, sizeof *member_of_wait); /* by wait id */
@@ -1729,7 +1731,8 @@ static pdde_status bucket_reorder(lowering *L) {
         bool start = t && in->bucket && micro_bucket(P, in->bucket) && !in->bucket_next; /* (its last member) */
         if (t && in->bucket && micro_bucket(P, in->bucket) && !start) continue;
         if (start) order[k++] = in->bucket;
-        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER || !lower_overlaps(L))) {
+        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER || !L->p->overlap_gradients ||
+                        (RUN_OF(t) >= 0 && RUN_OF(pending) >= 0 && RUN_OF(t) != RUN_OF(pending)))) {
             for (pdde_tensor *m = P->info[pending->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
             for (int j = 0; j < P->n_order; j++)
                 if (deferred[P->order[j]->id] == pending) order[k++] = P->order[j];
@@ -1779,21 +1782,10 @@ static pdde_status lower_buckets(lowering *L) {
     }
     for (int i = 0; i < P->n_order; i++) /* (and read at all: a loss or output is read after the step) */
         if (P->order[i]->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) accum_only[P->order[i]->id] = false;
-    /* by layer: its run of consecutive layers on one mesh (an interleaved stage's chunk): a backward
-     * bucket's members come from one run, as each chunk's backward is a pass of its own (a bucket
-     * spanning two would reduce one chunk's gradients of another micro-batch) */
-    const struct planner_graph *pg = L->g->planner;
-    int n_layers = pg ? pg->n_layer_mesh : 0;
-    int *run = malloc(((size_t)n_layers + 1) * sizeof *run);
+    /* a backward bucket's members come from one run of layers, as each chunk's backward is a pass of its
+     * own (a bucket spanning two would reduce one chunk's gradients of another micro-batch) */
+    int n_layers, *run = layer_runs(L, &n_layers);
     if (!run) return free(at), free(accum_only), lower_oom(L);
-    const pdde_mesh *last = NULL; /* (the last placed layer's: unplaced ones stay in the run, as lower_stages has them) */
-    for (int l = 0, r = 0; l < n_layers; l++) {
-        const pdde_mesh *m = pg->layer_mesh[l];
-        if (m && last && !mesh_same(m, last)) r++;
-        if (m) last = m;
-        run[l] = r;
-    }
-#define RUN_OF(t) ((t)->layer >= 0 && (t)->layer < n_layers ? run[(t)->layer] : -1)
     enum { KINDS = 8 };
     bucket_fill open[KINDS] = {{0}};
     pdde_status st = PDDE_OK;
@@ -1831,11 +1823,12 @@ static pdde_status lower_buckets(lowering *L) {
         P->info[c->id].bucket_offset = b->elems;
         b->elems += share, b->last = c, b->n++;
     }
-#undef RUN_OF
     for (int k = 0; k < KINDS && !st; k++) st = bucket_close(L, &open[k]);
+    if (!st) st = bucket_reorder(L, run, n_layers);
     free(at), free(accum_only), free(run);
-    return st ? st : bucket_reorder(L);
+    return st;
 }
+#undef RUN_OF
 
 /* ------------------------------------------------------------------------------------------------
  * Stages and the schedule */

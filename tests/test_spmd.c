@@ -373,6 +373,8 @@ int main(void) {
         {"dp2tp2_nobkt",   2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"dp2tp2_bkt512", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
         {"dp2pp2_nobkt",   2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0}, {"dp2pp2_bkt512", 2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0},
         {"zero3_bkt512",   2, 1, 1, 0, 0, 3, 0, 0, 0, 0, 0}, {"dp2pp2_overlap_bkt512", 2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0},
+        /* (a micro-batch's bucket completed one later, several a chunk: the last of a chunk before the next chunk's nodes) */
+        {"zero2_ileave_overlap_bkt512", 2, 1, 2, 4, 0, 2, 0, 0, 0, 0, 2},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     /* PoCL starting in forked ranks under AddressSanitizer hangs now and then (its worker threads'

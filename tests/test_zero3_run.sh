@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2`, `gpt --dp 2 --pp 2 --zero 3 --micro 2` (also
 # with --pp-chunks 2) and the MoE GPT `--moe-experts 8 --dp 4 --ep 2 --zero 3` train as one process does (each step's loss within 1e-6
-# relative, with the prefetch and the early gradient reductions on (PDDE_ZERO3_PREFETCH=1 PDDE_OVERLAP_GRADIENTS=1); so does
-# ZeRO-2 with interleaved stages, `--dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2`), the same bits with
+# relative, with the prefetch and the early gradient reductions on (PDDE_ZERO3_PREFETCH=1 PDDE_OVERLAP_GRADIENTS=1); so do
+# ZeRO-2 and ZeRO-1 with interleaved stages, `--dp 2 --pp 2 --zero 2|1 --micro 2 --pp-chunks 2`, whose programs do overlap
+# the reductions with backward), the same bits with
 # PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value) and with
 # PDDE_ZERO3_PREFETCH=0 against =1 (losses, and the checkpoint after the last step: pdde-ckpt diff; the MoE GPT's
 # dense parameters, split over dp and ep, gathered in two steps, each prefetched: rank 0's program), and with the
@@ -98,14 +99,23 @@ run_equal() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS: the losses of one pr
     shift; plan=("$@")
     "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
     PDDE_OVERLAP_GRADIENTS=1 timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" --metrics "$tmp/$name.json" \
-        >"$tmp/$name.log" 2>&1
+        --show-program >"$tmp/$name.log" 2>&1
     local rc=$?
     check "$name: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.log"))" $rc
     local ref l; ref=$(losses "$tmp/$name.one.json"); l=$(losses "$tmp/$name.json")
     close "$l" "$ref"
     check "$name: losses '$l' equal one process's '$ref' (1e-6)" $?
+    local early; early=$(overlapped "$tmp/$name.log")
+    check "$name: the ranks' programs overlap gradient reductions with backward ($early buckets started early or completed later)" $([ "$early" -gt 0 ] && echo 0 || echo 1)
 }
-# ZeRO-2 with interleaved stages: each chunk's backward is a pass of its own, and a gradient bucket
-# takes the gradients of one chunk only
+# buckets in backward of the ranks' programs (--show-program) started early, or whose members do not come right
+# after them (a micro-batch's bucket completed one later)
+overlapped() { awk '/^\[[0-9]+\] +backward/ { r = $1; if (r in want) { if (index($0, "out of " want[r] " ") == 0) n++; delete want[r] }
+                                        if ($0 ~ /a bucket of/ && $0 !~ /started early/) want[r] = $5 }
+                    /^\[[0-9]+\] +backward.*started early/ { n++ } END { print n + 0 }' "$1"; }
+# Interleaved stages: each chunk's backward is a pass of its own, a gradient bucket takes the gradients
+# of one chunk only, and one completed later (ZeRO-2's) completes before the next chunk's nodes; ZeRO-1's
+# buckets start early, in the last micro-batch's backward of their chunk
 run_equal zero2_dp2_pp2_chunks2 4 --layers 4 --width 64 -- --dp 2 --pp 2 --zero 2 --micro 2 --pp-chunks 2
+run_equal zero1_dp2_pp2_chunks2 4 --layers 4 --width 64 -- --dp 2 --pp 2 --zero 1 --micro 2 --pp-chunks 2
 finish
