@@ -76,7 +76,11 @@ static int rank_main(const char *cas) {
     if (mlp_build(&m, !strcmp(what, "h24") ? 24 : 16)) { fprintf(stderr, "rank %d: build failed\n", rank); return 2; }
     pdde_comm *world = NULL;
     pdde_status st = pdde_comm_init(m.ctx, NULL, &world);
-    if (st) { fprintf(stderr, "rank %d: comm: %s\n", rank, pdde_last_error(m.ctx)); return 2; }
+    if (st) { /* (a peer that failed while the world formed: reported as any other failure) */
+        printf("rank %d: status %d: %s\n", rank, st, pdde_last_error(m.ctx));
+        pdde_graph_free(m.g), pdde_context_free(m.ctx);
+        return 0;
+    }
     pdde_optimizer_params opt = PDDE_OPTIMIZER_PARAMS_INIT;
     opt.lr = !strcmp(what, "lr2") ? 2e-2f : 1e-2f;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
@@ -146,6 +150,15 @@ static int all_refused(const char *out, int n, const char *want) {
     return !strstr(out, "loss ");
 }
 
+/* A rank's line (from "rank r: ") says rank 3's abort failed it: in its session init (aborted), or while
+ * the world formed (a lost peer). */
+static int aborted_by_rank3(const char *line) {
+    char aborted[32], lost[32];
+    snprintf(aborted, sizeof aborted, "status %d: ", PDDE_ERR_ABORTED), snprintf(lost, sizeof lost, "status %d: comm: ", PDDE_ERR_PEER_LOST);
+    const char *end = strchr(line, '\n'), *why = strstr(line, "rank 3 aborted the communicator");
+    return why && (!end || why < end) && (!strncmp(line + 8, aborted, strlen(aborted)) || !strncmp(line + 8, lost, strlen(lost)));
+}
+
 /* every one of n ranks trained to loss `want` (the ranks print 6 decimals) */
 static int all_trained(const char *out, int n, float want) {
     for (int r = 0; r < n; r++) {
@@ -204,15 +217,14 @@ int main(int argc, char **argv) {
               !strstr(out, "loss "),
           "4 ranks, the last one out of memory at session init: the others fail at once with its status and message: rc %d\n%s", rc, out);
     /* a failure of one rank's own before its session (a plan it cannot parse) and its world aborted:
-     * the others fail in their session init at once, not at PDDE_COMM_TIMEOUT (30 s here) */
+     * the others fail in their session init at once, not at PDDE_COMM_TIMEOUT (30 s here); a rank still
+     * forming the world when the abort comes fails there, as a lost peer, naming the abort */
     double t0 = test_now();
     rc = job(4, "dp/plan:dp=4,bogus=1@last", out, sizeof out);
     double took = test_now() - t0;
-    snprintf(want, sizeof want, "status %d: ", PDDE_ERR_ABORTED);
     r0 = strstr(out, "rank 0: "), r1 = strstr(out, "rank 1: ");
-    CHECK(rc == 0 && r0 && r1 && !strncmp(r0 + 8, want, strlen(want)) && !strncmp(r1 + 8, want, strlen(want)) &&
-              strstr(r0, "rank 3 aborted the communicator") && strstr(out, "rank 3: status") &&
-              !strstr(out, "loss ") && took < 15,
+    CHECK(rc == 0 && r0 && r1 && aborted_by_rank3(r0) && aborted_by_rank3(r1) && strstr(out, "rank 3: status") && !strstr(out, "loss ") &&
+              took < 15,
           "4 ranks, the last one's plan refused and its world aborted: the others fail at once (%.1f s) as aborted: rc %d\n%s", took, rc, out);
     static const struct { int n; const char *cas; } trained[] = {{2, "dp"}, {2, "tp"}, {2, "plan:dp=2"}, {2, "plan:tp=2"}, {2, "dp/dev"}};
     for (size_t i = 0; i < sizeof trained / sizeof *trained; i++) {
