@@ -495,6 +495,18 @@ static void test_signal_below_min(unsigned seed) {
     printf("signal below min: SIGTERM to rank %d (seed %u): all 3 stopped after step %d, saved, exit 143\n", victim, seed, stopped_at);
     if (stopped_at > 0) check_resumes_from("signal below min", ck, stopped_at); /* the checkpoint holds that step */
     free(j.out);
+    /* a planned departure alone (no signal) below --min: the same stop, saved, exit 75 (the job did not finish) */
+    char ck_planned[300];
+    snprintf(ck_planned, sizeof ck_planned, "%s/belowmin_planned_ckpt", g_tmp);
+    const char *planned_ckpt[] = {"--steps", "200", "--ckpt-dir", ck_planned, NULL};
+    job pl = job_start("2@20", m, run3_min3, planned_ckpt);
+    rc = job_finish(&pl, JOB_LIMIT_S);
+    t = job_text(&pl);
+    CHECK(rc == 75 && strstr(t, "gpt: fewer than --min ranks would remain: stopped after step 20, saved a checkpoint in") &&
+          strstr(t, "fewer than --min 3 ranks would remain (exit status 75)") && !strstr(t, "lost") && !strstr(t, "fewer than the minimum"),
+          "planned below min: rank 2 leaving at step 20 under --min 3: every rank stops there, saved, exit 75: rc %d\n%s", rc, t);
+    check_resumes_from("planned below min", ck_planned, 20);
+    free(pl.out);
 }
 
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and planned shrinks 4 -> 2 and 2 -> 1 at one step. */
