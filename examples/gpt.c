@@ -1630,8 +1630,7 @@ elastic_rebuild:
         if (change == PDDE_ELASTIC_STOP) { /* every rank leaves (the whole job preempted), or too few would stay: stop and save as without --elastic */
             TRY(pdde_elastic_stop_reason(el, &stopped_by, &below_min)); /* (the largest signal any rank left for: all exit alike) */
             last = step;
-            if (below_min && rank == 0) printf("gpt: fewer than --min ranks would remain after step %lld: every rank stops there\n", (long long)step);
-            else if (!stopped_by && rank == 0) printf("gpt: every rank leaves the job at step %lld: it stops\n", (long long)step);
+            if (!stopped_by && !below_min && rank == 0) /* (below --min: the library's line says why) */ printf("gpt: every rank leaves the job at step %lld: it stops\n", (long long)step);
             pdde_checkpoint_writer *was = writer;
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
@@ -1710,8 +1709,8 @@ elastic_rebuild:
     release_stop_signals(!stopped_by && !left_by);
     if (stopped_by || below_min) { /* (the checkpoint above holds the run; the saves and the sample wait for the run's end) */
         if (rank == 0)
-            printf("gpt: %s: stopped after step %lld%s%s%s\n", stopped_by ? strsignal(stopped_by) : "fewer than --min ranks would remain",
-                   (long long)last, ckpt[0] ? ", saved a checkpoint in " : "",
+            printf("gpt: %s: stopped after step %lld%s%s%s%s\n", stopped_by ? strsignal(stopped_by) : "fewer than --min ranks would remain",
+                   (long long)last, stopped_by && below_min ? " (fewer than --min ranks would remain)" : "", ckpt[0] ? ", saved a checkpoint in " : "",
                    ckpt[0] ? o.ckpt_dir : " (no --ckpt-dir: nothing saved)", ckpt[0] ? " (--resume goes on from it)" : "");
         o.save_llmc = o.save_hf = o.save_peft = NULL, o.sample_len = 0;
     }

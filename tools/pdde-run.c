@@ -814,12 +814,13 @@ int main(int argc, char **argv) {
                     size_t note_len;
                     snprintf(key, sizeof key, "%s/left/%d", members, id);
                     int left = notes && id >= 0 && pdde_store_get(notes, key, &note, &note_len) == PDDE_OK;
-                    if (left && note_len == 9 && !memcmp(note, "below-min", 9)) below_min++;
+                    int stopping = left && note_len == 9 && !memcmp(note, "below-min", 9); /* (all stop: too few would stay) */
+                    below_min += stopping;
                     free(note);
                     if (left) {
                         departed++, departed_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                         if (bad) fprintf(stderr, "pdde-run: rank %d (pid %d) left the job at a step boundary (%s)%s\n", ch[r].rank, (int)pid,
-                                         how, running ? "; --elastic: the others go on" : "");
+                                         how, running && !stopping ? "; --elastic: the others go on" : "");
                     } else if (!bad) finished_ok++;
                     else if (!forwarded) { /* (once pdde-run forwarded a stop: that stop, no loss, no one goes on) */
                         lost++;
