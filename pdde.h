@@ -2206,7 +2206,7 @@ pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out
  *                 st = pdde_elastic_step_end(el, s, pdde_session_run(s, PDDE_RUN_STEP))
  *                 on PDDE_ERR_PEER_LOST or change == PDDE_ELASTIC_CHANGE: free the session (and all
  *                 that uses the world), pdde_elastic_recover(el, &c), re-plan for c.world_size, build
- *                 on PDDE_ELASTIC_LEAVE: stop; PDDE_ELASTIC_STOP: save a checkpoint, stop
+ *                 on PDDE_ELASTIC_LEAVE: stop; PDDE_ELASTIC_STOP (all leave, or too few would stay): save a checkpoint, stop
  *     a SIGTERM handler:  pdde_elastic_request_leave(el)    (this rank leaves at the next boundary)
  *
  * Snapshots are taken in host memory at step boundaries (every snapshot_every steps; the last two are
@@ -2224,7 +2224,8 @@ pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out
  * one after. Ranks started later with PDDE_ELASTIC_JOIN=1 (pdde-run --join) are
  * taken in at the members' next step boundary while the world is below max_ranks; they get the state
  * from rank 0 by broadcast. Errors that would repeat (a non-finite loss, a bad configuration,
- * too few ranks, more failures than max_restarts) end the job instead. */
+ * too few ranks, more failures than max_restarts) end the job instead; departures at a step boundary (planned, or
+ * asked by a signal) that would leave fewer than min_ranks stop every member there (PDDE_ELASTIC_STOP) so it can save. */
 typedef struct pdde_elastic pdde_elastic;
 /* etcd (v3.4 or later) as the store, through its v3 JSON gateway ("http://host:port"): put, range,
  * transactions (compare_set, add), watches (wait), leases as death notices (set_liveness: a lease of
@@ -2259,7 +2260,8 @@ typedef struct {
 /* What pdde_elastic_step_begin's change says. */
 #define PDDE_ELASTIC_CHANGE 1 /* the world changes at this boundary: free the session, recover */
 #define PDDE_ELASTIC_LEAVE 2  /* this rank leaves at this boundary: stop (cleanly) */
-#define PDDE_ELASTIC_STOP 3   /* every member leaves at this boundary: the job ends here (the world is whole until
+#define PDDE_ELASTIC_STOP 3   /* every member leaves at this boundary, or departures would leave fewer than min_ranks
+                               * (every member stops, not only the leavers): the job ends here (the world is whole until
                                * pdde_elastic_free: save a checkpoint now if the job is to go on later) */
 typedef struct {
     int generation;           /* 0 at the start, +1 per change */
@@ -2286,6 +2288,12 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
  * boundary's snapshot (no step lost), and if every member asked, all get PDDE_ELASTIC_STOP. Only sets
  * a flag: safe to call from a signal handler (a scheduler's SIGTERM preempting one node). */
 pdde_status pdde_elastic_request_leave(pdde_elastic *e);
+/* The same, noting the signal it was asked for (sig > 0: a scheduler's SIGTERM): at a PDDE_ELASTIC_STOP every member
+ * learns the largest such signal (pdde_elastic_stop_reason), so all can exit alike (128 + it). Safe in a signal handler. */
+pdde_status pdde_elastic_request_leave_signal(pdde_elastic *e, int sig);
+/* After PDDE_ELASTIC_STOP, why the job stops: *sig the largest signal a member asked to leave for (0: none, planned
+ * departures only); *below_min 1 when not every member left but fewer than min_ranks would have remained. */
+pdde_status pdde_elastic_stop_reason(const pdde_elastic *e, int *sig, int *below_min);
 /* Classifies a step's status: PDDE_OK; PDDE_ERR_PEER_LOST when the world lost a member (a lost peer, a
  * timeout, an abort: recover); any other error is returned with a message saying it would repeat.
  * Call it after every step_begin that returned no change, before the session is freed: the snapshot

@@ -107,6 +107,9 @@ struct pdde_elastic {
     char line[700];               /* the last transition's log line */
     char leave[256];              /* planned departures: "id@step,..." (PDDE_ELASTIC_LEAVE) */
     _Atomic int leave_asked;      /* pdde_elastic_request_leave (set from a signal handler): leave at the next boundary */
+    _Atomic int leave_signal;     /* the signal it was asked for (pdde_elastic_request_leave_signal; 0: none) */
+    int stop_signal, stop_below_min; /* at PDDE_ELASTIC_STOP: the largest signal a member left for; departures
+                                        would have left fewer than min_ranks */
     pdde_elastic_stats stats;
     /* the snapshot being copied while a step runs (elastic_copier) */
     int async;                    /* copy in the background (PDDE_ELASTIC_SYNC_SNAPSHOT=1: in step_begin) */
@@ -549,6 +552,19 @@ pdde_status pdde_elastic_request_leave(pdde_elastic *e) {
     return PDDE_OK;
 }
 
+pdde_status pdde_elastic_request_leave_signal(pdde_elastic *e, int sig) {
+    if (!e || sig < 0 || sig > 255) return PDDE_ERR_INVALID_ARG; /* (no pdde_error: a signal handler may call it) */
+    atomic_store(&e->leave_signal, sig);
+    return pdde_elastic_request_leave(e);
+}
+
+pdde_status pdde_elastic_stop_reason(const pdde_elastic *e, int *sig, int *below_min) {
+    if (!e) return PDDE_ERR_INVALID_ARG;
+    if (sig) *sig = e->stop_signal;
+    if (below_min) *below_min = e->stop_below_min;
+    return PDDE_OK;
+}
+
 pdde_comm *pdde_elastic_world(const pdde_elastic *e) { return e ? e->world : NULL; }
 int pdde_elastic_generation(const pdde_elastic *e) { return e ? e->generation : -1; }
 const char *pdde_elastic_last_change(const pdde_elastic *e) { return e ? e->line : ""; }
@@ -952,13 +968,15 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
     /* Who leaves here: the planned departures (known to all) and the members that asked
      * (pdde_elastic_request_leave). One sum over the world at every boundary carries how many asked and
      * (rank 0's word, when there is room) how many ranks wait to join, so every member learns both at
-     * the same boundary and all change together; who asked takes a second exchange, only then. */
-    int n = e->n_members, leaving = 0, me = 0, admit_now = 0;
+     * the same boundary and all change together; who asked, and for which signal, takes a second
+     * exchange, only then. */
+    int n = e->n_members, leaving = 0, me = 0, admit_now = 0, largest_signal = 0;
     for (int r = 0; r < n; r++)
         if (elastic_leaves(e, e->members[r], step)) leaving++, me |= r == e->rank;
     if (leaving) elastic_test_admit(e, step, 1, &admit_now); /* (a joiner taken in with the leave: it is waiting before it) */
-    int32_t asked = atomic_load(&e->leave_asked) && !me;
-    int64_t agree[2] = {0, asked};
+    /* (a planned leaver asked too still sends its signal: the others may stop for it) */
+    int32_t asked = atomic_load(&e->leave_asked) ? 1 + atomic_load(&e->leave_signal) : 0;
+    int64_t agree[2] = {0, asked > 0};
     if (!leaving && n < e->max_ranks) { /* room to grow: are ranks waiting to join? (rank 0 asks the store) */
         int admit = 1;
         elastic_test_admit(e, step, 1, &admit);
@@ -968,8 +986,10 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
     int32_t *asks = !st && agree[1] > 0 ? malloc((size_t)n * sizeof *asks) : NULL;
     if (!st && agree[1] > 0 && !asks) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
     if (asks) st = pdde_comm_allgather(e->world, &asked, asks, 1, PDDE_I32);
-    for (int r = 0; !st && asks && r < n; r++)
-        if (asks[r]) leaving++, me |= r == e->rank;
+    for (int r = 0; !st && asks && r < n; r++) {
+        if (asks[r] && !elastic_leaves(e, e->members[r], step)) leaving++, me |= r == e->rank;
+        if (asks[r] - 1 > largest_signal) largest_signal = asks[r] - 1;
+    }
     free(asks);
     if (st) { /* a member is gone: the copy in flight ends here, before the caller frees the session */
         if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
@@ -988,9 +1008,12 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
         }
         return PDDE_OK;
     }
+    /* departures that would leave fewer than min_ranks stop every member here, as when all leave: the
+     * world is still whole, so the program can save (the re-form would only fail, unsaved) */
+    int below_min = leaving < n && n - leaving < e->min_ranks, stop = leaving == n || below_min;
     /* those who stay resume from this boundary's snapshot, due or not: a departure loses no step (every
      * member knows of the departure here, so all take it) */
-    if (!have_snapshot && leaving < n) {
+    if (!have_snapshot && !stop) {
         st = elastic_snapshot_take(e, s, user);
         if (elastic_lost_status(st)) { e->pending_slot = -1; elastic_boundary_lost(e, step, change); return PDDE_OK; }
         if (st) return st;
@@ -1001,12 +1024,18 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
     if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1])) /* (everyone is here: finish the copies) */
         e->snap[e->latest].peer_ok = elastic_exchange_end(e, &e->snap[e->latest], 1);
     char key[300];
-    if (leaving == n) { /* every member leaves (a whole job preempted): no one re-forms, the job ends here */
+    if (stop) { /* every member leaves (a whole job preempted), or too few would stay: no one re-forms, the job ends here */
         snprintf(key, sizeof key, "%s/left/%d", e->job, e->id);
-        if ((st = el_set(e, key, "left"))) return st;
+        if ((st = el_set(e, key, below_min ? "below-min" : "left"))) return st; /* (pdde-run's summary says which) */
         snprintf(key, sizeof key, "%s/done", e->job); /* (ranks waiting to join stop) */
         if (e->rank == 0 && (st = el_set(e, key, "done"))) return st;
-        e->left = 1;
+        e->left = 1, e->stop_signal = largest_signal, e->stop_below_min = below_min;
+        if (below_min)
+            snprintf(e->line, sizeof e->line, "elastic: %d of %d ranks leave at step %lld; fewer than --min %d would remain: every rank "
+                     "stops there", leaving, n, (long long)step, e->min_ranks);
+        else
+            snprintf(e->line, sizeof e->line, "elastic: every rank leaves at step %lld: the job stops there", (long long)step);
+        if (e->rank == 0) pdde_log(PDDE_LOG_INFO, "%s\n", e->line);
         *change = PDDE_ELASTIC_STOP;
         return PDDE_OK;
     }
@@ -1533,6 +1562,14 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
 }
 pdde_status pdde_elastic_request_leave(pdde_elastic *e) {
     (void)e;
+    return PDDE_ERR_UNAVAILABLE;
+}
+pdde_status pdde_elastic_request_leave_signal(pdde_elastic *e, int sig) {
+    (void)e, (void)sig;
+    return PDDE_ERR_UNAVAILABLE;
+}
+pdde_status pdde_elastic_stop_reason(const pdde_elastic *e, int *sig, int *below_min) {
+    (void)e, (void)sig, (void)below_min;
     return PDDE_ERR_UNAVAILABLE;
 }
 pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {

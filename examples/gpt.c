@@ -126,7 +126,9 @@ static void usage(FILE *f) {
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "                              (SIGTERM, SIGUSR1 or Ctrl-C: every rank stops after the same step, saved with --ckpt-dir;\n"
             "                              under pdde-run --elastic the signalled rank leaves at the next step boundary, exit\n"
-            "                              128 + the signal, and the others go on; if all are signalled, all stop so)\n"
+            "                              128 + the signal, and the others go on; if all are signalled, or fewer than --min\n"
+            "                              would remain, all stop so, saved, exit 128 + the largest signal; planned departures\n"
+            "                              alone leaving fewer than --min: saved, exit 75)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
             "                              checkpoint's, which a resumed run keeps by default)\n"
             "           [--device cuda|opencl|level_zero|cpu|auto|BACKEND:N]   (where the whole step runs; default\n"
@@ -1610,13 +1612,14 @@ elastic_rebuild:
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
     int stopped_by = 0; /* the signal training stopped for (catch_stop_signals), agreed by every rank */
     int left_by = 0;    /* under --elastic: the signal this rank left the job for while the others go on */
+    int below_min = 0;  /* under --elastic: every rank stopped because departures would leave fewer than --min */
     if (!stop_signal) catch_stop_signals(); /* (after an elastic re-form too; once one came, a second ends the process) */
     pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
     double ckpt_s = 0; /* what saving made the loop wait */
     int n_ckpt = 0;
     for (int64_t step = first; step < last; step++) {
         int change = 0;
-        if (el && stop_signal) pdde_elastic_request_leave(el); /* (the step is agreed at the boundary: every member learns it there) */
+        if (el && stop_signal) pdde_elastic_request_leave_signal(el, stop_signal); /* (the step is agreed at the boundary: every member learns it there) */
         if (el) TRY(pdde_elastic_step_begin(el, s, pdde_data_position(train), &change));
         if (change == PDDE_ELASTIC_LEAVE) {
             printf("gpt: rank %d leaves the job at step %lld%s%s\n", rank, (long long)step, stop_signal ? ", asked by " : "", stop_signal ? strsignal(stop_signal) : "");
@@ -1624,9 +1627,10 @@ elastic_rebuild:
             if (left_by) o.save_llmc = o.save_hf = o.save_peft = NULL; /* (preempted: the others save at the end) */
             break;
         }
-        if (change == PDDE_ELASTIC_STOP) { /* every rank leaves (the whole job preempted): stop and save as without --elastic */
-            last = step, stopped_by = stop_signal;
-            if (!stopped_by && rank == 0) printf("gpt: every rank leaves the job at step %lld: it stops\n", (long long)step);
+        if (change == PDDE_ELASTIC_STOP) { /* every rank leaves (the whole job preempted), or too few would stay: stop and save as without --elastic */
+            TRY(pdde_elastic_stop_reason(el, &stopped_by, &below_min)); /* (the largest signal any rank left for: all exit alike) */
+            last = step;
+            if (!stopped_by && !below_min && rank == 0) /* (below --min: the library's line says why) */ printf("gpt: every rank leaves the job at step %lld: it stops\n", (long long)step);
             pdde_checkpoint_writer *was = writer;
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
@@ -1703,18 +1707,19 @@ elastic_rebuild:
         goto elastic_rebuild;
     }
     release_stop_signals(!stopped_by && !left_by);
-    if (stopped_by) { /* (the checkpoint above holds the run; the saves and the sample wait for the run's end) */
+    if (stopped_by || below_min) { /* (the checkpoint above holds the run; the saves and the sample wait for the run's end) */
         if (rank == 0)
-            printf("gpt: %s: stopped after step %lld%s%s%s\n", strsignal(stopped_by), (long long)last, ckpt[0] ? ", saved a checkpoint in " : "",
+            printf("gpt: %s: stopped after step %lld%s%s%s%s\n", stopped_by ? strsignal(stopped_by) : "fewer than --min ranks would remain",
+                   (long long)last, stopped_by && below_min ? " (fewer than --min ranks would remain)" : "", ckpt[0] ? ", saved a checkpoint in " : "",
                    ckpt[0] ? o.ckpt_dir : " (no --ckpt-dir: nothing saved)", ckpt[0] ? " (--resume goes on from it)" : "");
         o.save_llmc = o.save_hf = o.save_peft = NULL, o.sample_len = 0;
     }
     if (rank == 0 && first != job_first) /* (re-formed: the job's steps, and those since the last re-form) */
         printf("gpt: trained %lld steps in %.1f s, %lld of them since the re-form at step %lld%s\n", (long long)(last > job_first ? last - job_first : 0),
-               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps && !stopped_by && !left_by ? " (--stop-after: --resume continues)" : "");
+               now() - job_t0, (long long)(last > first ? last - first : 0), (long long)first, last < o.steps && !stopped_by && !left_by && !below_min ? " (--stop-after: --resume continues)" : "");
     else if (rank == 0)
         printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
-               last < o.steps && !stopped_by && !left_by ? " (--stop-after: --resume continues)" : "");
+               last < o.steps && !stopped_by && !left_by && !below_min ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
     pdde_elastic_stats es;
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
@@ -1746,5 +1751,6 @@ elastic_rebuild:
 #endif
     pdde_data_close(train), pdde_data_close(val);
     pdde_context_free(ctx);
-    return stopped_by || left_by ? 128 + (stopped_by ? stopped_by : left_by) : 0;
+    /* (stopped below --min by planned departures alone: EX_TEMPFAIL, the job did not finish) */
+    return stopped_by || left_by ? 128 + (stopped_by ? stopped_by : left_by) : below_min ? 75 : 0;
 }

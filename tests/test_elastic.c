@@ -22,6 +22,7 @@
  *    ranks than --min.
  *  - a rank asked to leave by SIGTERM leaves at the next step boundary (exit 143), the others go on with no
  *    step lost, as a run where it leaves there on purpose; SIGTERM to every rank stops the job there, saved;
+ *    SIGTERM to one rank of three under --min 3 stops all three there, saved (fewer than --min would remain);
  *  - a program that is not gpt (examples/elastic.c, an MLP on the pdde_elastic_* calls) survives a kill.
  * The seed of the random steps is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
@@ -384,6 +385,21 @@ static void test_ft_replicas(unsigned seed) {
  * Then SIGTERM to every rank: each leaves at a boundary, the last together stop (PDDE_ELASTIC_STOP),
  * saving a checkpoint there, and the job exits 143; gpt --resume goes on from that step. */
 #define LEAVE_STEPS 2000
+/* gpt --resume on one process (no launcher) from the checkpoint a stopped job saved in ck goes on from step stopped_at. */
+static void check_resumes_from(const char *what, const char *ck, int stopped_at) {
+    char steps[16], want[400], m_resume[300];
+    snprintf(steps, sizeof steps, "%d", stopped_at + 2);
+    snprintf(m_resume, sizeof m_resume, "%s.resume.jsonl", ck);
+    char *argv[] = {g_gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps, "--val-every",
+                    "0", "--sample-len", "0", "--threads", "1", "--metrics", m_resume, "--ckpt-dir", (char *)ck, "--resume", NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", NULL};
+    job r = job_spawn(argv, env);
+    int rc = job_finish(&r, JOB_LIMIT_S);
+    snprintf(want, sizeof want, "resumed from %s at step %d", ck, stopped_at);
+    CHECK(rc == 0 && strstr(job_text(&r), want), "%s: gpt --resume goes on from step %d: rc %d\n%s", what, stopped_at, rc, job_text(&r));
+    free(r.out);
+}
+
 static void test_signal_leave(unsigned seed) {
     const char *run3[] = {"-n", "3", "--min", "1", "--max-restarts", "0", "--peer-timeout", PEER_TIMEOUT_PLANNED, NULL};
     const char *longer[] = {"--steps", "2000", NULL};
@@ -428,10 +444,9 @@ static void test_signal_leave(unsigned seed) {
     unsetenv("PDDE_ELASTIC_SNAPSHOT_EVERY");
     free(j.out);
     /* every rank signalled: a clean stop, saved */
-    char ck[300], m_all[300], m_resume[300];
+    char ck[300], m_all[300];
     snprintf(ck, sizeof ck, "%s/sigleave_ckpt", g_tmp);
     snprintf(m_all, sizeof m_all, "%s/sigleave_all.jsonl", g_tmp);
-    snprintf(m_resume, sizeof m_resume, "%s/sigleave_resume.jsonl", g_tmp);
     const char *endless_ckpt[] = {"--steps", "20000", "--ckpt-dir", ck, NULL}; /* (running when signalled; ending if never stopped) */
     job a = job_start(NULL, m_all, run3, endless_ckpt);
     if (job_test_wait_step(&a, m_all, 30, "signal all")) return;
@@ -444,19 +459,54 @@ static void test_signal_leave(unsigned seed) {
     CHECK(rc == 143 && stopped_at > 0 && strstr(t, "saved a checkpoint in") && !strstr(t, "lost") &&
           strstr(t, "every rank left the job at a step boundary: it stopped cleanly (exit status 143)"),
           "signal all: every rank stops at a boundary, saved: rc %d, stopped after step %d\n%s", rc, stopped_at, t);
-    if (stopped_at > 0) { /* the checkpoint holds that step */
-        char steps[16], want[400];
-        snprintf(steps, sizeof steps, "%d", stopped_at + 2);
-        char *argv[] = {g_gpt, "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps, "--val-every",
-                        "0", "--sample-len", "0", "--threads", "1", "--metrics", m_resume, "--ckpt-dir", ck, "--resume", NULL};
-        const char *env[] = {"PDDE_BACKENDS=cpu", NULL};
-        job r = job_spawn(argv, env);
-        rc = job_finish(&r, JOB_LIMIT_S);
-        snprintf(want, sizeof want, "resumed from %s at step %d", ck, stopped_at);
-        CHECK(rc == 0 && strstr(job_text(&r), want), "signal all: gpt --resume goes on from step %d: rc %d\n%s", stopped_at, rc, job_text(&r));
-        free(r.out);
-    }
+    if (stopped_at > 0) check_resumes_from("signal all", ck, stopped_at); /* the checkpoint holds that step */
     free(a.out);
+}
+
+/* SIGTERM to one rank of three under --min 3: its departure would leave fewer than --min, so every rank stops at
+ * that boundary (PDDE_ELASTIC_STOP) instead of re-forming into the "fewer than the minimum" error: the survivors
+ * save a checkpoint of that step, every rank exits 143 (the signal the leaver was asked by: the others learn it
+ * at the boundary), and pdde-run says why the job stopped; gpt --resume goes on from that step. */
+static void test_signal_below_min(unsigned seed) {
+    const char *run3_min3[] = {"-n", "3", "--min", "3", "--max-restarts", "0", "--peer-timeout", PEER_TIMEOUT_PLANNED, NULL};
+    char ck[300], m[300], want_exit[160];
+    snprintf(ck, sizeof ck, "%s/belowmin_ckpt", g_tmp);
+    snprintf(m, sizeof m, "%s/belowmin.jsonl", g_tmp);
+    const char *endless_ckpt[] = {"--steps", "20000", "--ckpt-dir", ck, NULL}; /* (running when signalled; ending if never stopped) */
+    srand(seed * 11 + 5);
+    int victim = rand() % 3;
+    job j = job_start(NULL, m, run3_min3, endless_ckpt);
+    if (job_test_wait_step(&j, m, 20, "signal below min")) return;
+    pid_t pids[8];
+    job_ranks(j.pid, pids, 8);
+    job_signal_rank(pids[victim], SIGTERM);
+    int rc = job_finish(&j, JOB_LIMIT_S), stopped_at = -1, all_143 = 1;
+    const char *t = job_text(&j), *p, *said = "gpt: Terminated: stopped after step ";
+    if ((p = strstr(t, said))) stopped_at = atoi(p + strlen(said));
+    for (int r = 0; r < 3; r++) {
+        snprintf(want_exit, sizeof want_exit, "rank %d (pid %d) left the job at a step boundary (exit status 143)", r, (int)pids[r]);
+        all_143 &= strstr(t, want_exit) != NULL;
+    }
+    CHECK(rc == 143 && stopped_at > 0 && all_143 && strstr(t, "saved a checkpoint in") && strstr(t, "fewer than --min ranks would remain") &&
+          strstr(t, "stopped cleanly at a step boundary: fewer than --min 3 ranks would remain (exit status 143)") && !strstr(t, "lost") &&
+          !strstr(t, "fewer than the minimum") && !strstr(t, "the others go on"),
+          "signal below min: SIGTERM to rank %d of 3 under --min 3: every rank stops at one boundary, saved, exit 143 each: rc %d, "
+          "stopped after step %d\n%s", victim, rc, stopped_at, t);
+    printf("signal below min: SIGTERM to rank %d (seed %u): all 3 stopped after step %d, saved, exit 143\n", victim, seed, stopped_at);
+    if (stopped_at > 0) check_resumes_from("signal below min", ck, stopped_at); /* the checkpoint holds that step */
+    free(j.out);
+    /* a planned departure alone (no signal) below --min: the same stop, saved, exit 75 (the job did not finish) */
+    char ck_planned[300];
+    snprintf(ck_planned, sizeof ck_planned, "%s/belowmin_planned_ckpt", g_tmp);
+    const char *planned_ckpt[] = {"--steps", "200", "--ckpt-dir", ck_planned, NULL};
+    job pl = job_start("2@20", m, run3_min3, planned_ckpt);
+    rc = job_finish(&pl, JOB_LIMIT_S);
+    t = job_text(&pl);
+    CHECK(rc == 75 && strstr(t, "gpt: fewer than --min ranks would remain: stopped after step 20, saved a checkpoint in") &&
+          strstr(t, "fewer than --min 3 ranks would remain (exit status 75)") && !strstr(t, "lost") && !strstr(t, "fewer than the minimum"),
+          "planned below min: rank 2 leaving at step 20 under --min 3: every rank stops there, saved, exit 75: rc %d\n%s", rc, t);
+    check_resumes_from("planned below min", ck_planned, 20);
+    free(pl.out);
 }
 
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and planned shrinks 4 -> 2 and 2 -> 1 at one step. */
@@ -650,6 +700,7 @@ int main(int argc, char **argv) {
     setenv("PDDE_JOB_SECRET", "test-elastic-secret-0123456789abcdef", 1); /* (the joiners must know the job's) */
     snprintf(g_pt, sizeof g_pt, "%.2f", job_peer_timeout(1.5));
     printf("peer timeout %s s (1.5 s times the load per core above 1)\n", g_pt);
+    test_signal_below_min(seed);
     snprintf(g_base, sizeof g_base, "%s/base.jsonl", g_tmp);
     job base = job_start(NULL, g_base, NULL, NULL);
     int rc = job_finish(&base, JOB_LIMIT_S);

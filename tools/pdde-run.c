@@ -29,7 +29,7 @@
  *       past the peer timeout: a brief pause is no end), kills ranks left stopped once the others are
  *       done, and succeeds when at least --min ranks finish cleanly. A rank that left at a step boundary
  *       (planned, or a signal to it: gpt exits 128 + the signal) departed, no loss; when every rank left,
- *       pdde-run exits with their status. SIGINT/SIGTERM to pdde-run stop the
+ *       or departures would have left fewer than --min and all stopped there, pdde-run exits with their status. SIGINT/SIGTERM to pdde-run stop the
  *       job as without --elastic (128 + the signal): the ranks it then stops are no losses, and a loss
  *       the job went on from is no cause. */
 #define _GNU_SOURCE
@@ -761,6 +761,7 @@ int main(int argc, char **argv) {
 
     int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
     int departed = 0, departed_status = 0; /* --elastic: ranks that left at a step boundary (planned, or asked by a signal); the last one's exit status */
+    int below_min = 0; /* --elastic: of them, those that stopped because departures would leave fewer than --min */
     char cause[700] = ""; /* the store's first recorded failure: when the first rank ended (--elastic: at the end) */
     double next_stop_check = 0;
     double stop_at = 0;     /* when to SIGKILL after a SIGTERM */
@@ -813,11 +814,13 @@ int main(int argc, char **argv) {
                     size_t note_len;
                     snprintf(key, sizeof key, "%s/left/%d", members, id);
                     int left = notes && id >= 0 && pdde_store_get(notes, key, &note, &note_len) == PDDE_OK;
+                    int stopping = left && note_len == 9 && !memcmp(note, "below-min", 9); /* (all stop: too few would stay) */
+                    below_min += stopping;
                     free(note);
                     if (left) {
                         departed++, departed_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
                         if (bad) fprintf(stderr, "pdde-run: rank %d (pid %d) left the job at a step boundary (%s)%s\n", ch[r].rank, (int)pid,
-                                         how, running ? "; --elastic: the others go on" : "");
+                                         how, running && !stopping ? "; --elastic: the others go on" : "");
                     } else if (!bad) finished_ok++;
                     else if (!forwarded) { /* (once pdde-run forwarded a stop: that stop, no loss, no one goes on) */
                         lost++;
@@ -924,8 +927,12 @@ int main(int argc, char **argv) {
     /* An elastic job stopped by a signal to pdde-run: the stop ended it, not a loss it had gone on after */
     if (elastic && got_signal) failed = -1;
     if (elastic && !got_signal) {
-        if (departed && !finished_ok && !lost) { /* every rank left (each asked by a signal: the whole job preempted) */
-            fprintf(stderr, "pdde-run: --elastic: every rank left the job at a step boundary: it stopped cleanly (exit status %d)\n", departed_status);
+        if (departed && !finished_ok && !lost) { /* every rank left (the whole job preempted), or too few would have stayed */
+            if (below_min)
+                fprintf(stderr, "pdde-run: --elastic: stopped cleanly at a step boundary: fewer than --min %d ranks would remain (exit status %d)\n",
+                        min_ranks, departed_status);
+            else
+                fprintf(stderr, "pdde-run: --elastic: every rank left the job at a step boundary: it stopped cleanly (exit status %d)\n", departed_status);
             failed = -1, rc = departed_status;
         } else if (finished_ok >= min_ranks) {
             if (lost || departed) {
