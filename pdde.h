@@ -2207,7 +2207,7 @@ pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out
  *                 on PDDE_ERR_PEER_LOST or change == PDDE_ELASTIC_CHANGE: free the session (and all
  *                 that uses the world), pdde_elastic_recover(el, &c), re-plan for c.world_size, build
  *                 on PDDE_ELASTIC_LEAVE: stop; PDDE_ELASTIC_STOP (all leave, or too few would stay): save a checkpoint, stop
- *     a SIGTERM handler:  pdde_elastic_request_leave(el)    (this rank leaves at the next boundary)
+ *     a SIGTERM handler:  pdde_elastic_request_leave(el, sig)    (this rank leaves at the next boundary)
  *
  * Snapshots are taken in host memory at step boundaries (every snapshot_every steps; the last two are
  * kept): replicated tensors whole, tensors split over the data-parallel ranks (ZeRO's state) as this
@@ -2285,12 +2285,11 @@ int pdde_elastic_generation(const pdde_elastic *e);
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change);
 /* Asks that this member leave at the next step boundary, as a planned departure: every member learns it
  * there (one small sum over the world at each boundary), the others re-form without it from that
- * boundary's snapshot (no step lost), and if every member asked, all get PDDE_ELASTIC_STOP. Only sets
- * a flag: safe to call from a signal handler (a scheduler's SIGTERM preempting one node). */
-pdde_status pdde_elastic_request_leave(pdde_elastic *e);
-/* The same, noting the signal it was asked for (sig > 0: a scheduler's SIGTERM): at a PDDE_ELASTIC_STOP every member
- * learns the largest such signal (pdde_elastic_stop_reason), so all can exit alike (128 + it). Safe in a signal handler. */
-pdde_status pdde_elastic_request_leave_signal(pdde_elastic *e, int sig);
+ * boundary's snapshot (no step lost), and if every member asked, all get PDDE_ELASTIC_STOP. sig: the
+ * signal it was asked for (a scheduler's SIGTERM preempting one node; 0: none): at a PDDE_ELASTIC_STOP
+ * every member learns the largest (pdde_elastic_stop_reason), so all can exit alike (128 + it). Only
+ * sets flags: safe to call from a signal handler. */
+pdde_status pdde_elastic_request_leave(pdde_elastic *e, int sig);
 /* After PDDE_ELASTIC_STOP, why the job stops: *sig the largest signal a member asked to leave for (0: none, planned
  * departures only); *below_min 1 when not every member left but fewer than min_ranks would have remained. */
 pdde_status pdde_elastic_stop_reason(const pdde_elastic *e, int *sig, int *below_min);

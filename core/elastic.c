@@ -107,7 +107,7 @@ struct pdde_elastic {
     char line[700];               /* the last transition's log line */
     char leave[256];              /* planned departures: "id@step,..." (PDDE_ELASTIC_LEAVE) */
     _Atomic int leave_asked;      /* pdde_elastic_request_leave (set from a signal handler): leave at the next boundary */
-    _Atomic int leave_signal;     /* the signal it was asked for (pdde_elastic_request_leave_signal; 0: none) */
+    _Atomic int leave_signal;     /* the signal it was asked for (pdde_elastic_request_leave; 0: none) */
     int stop_signal, stop_below_min; /* at PDDE_ELASTIC_STOP: the largest signal a member left for; departures
                                         would have left fewer than min_ranks */
     pdde_elastic_stats stats;
@@ -546,16 +546,11 @@ void pdde_elastic_free(pdde_elastic *e) {
     free(e);
 }
 
-pdde_status pdde_elastic_request_leave(pdde_elastic *e) {
-    if (!e) return PDDE_ERR_INVALID_ARG; /* (no pdde_error: a signal handler may call it) */
-    atomic_store(&e->leave_asked, 1);
-    return PDDE_OK;
-}
-
-pdde_status pdde_elastic_request_leave_signal(pdde_elastic *e, int sig) {
+pdde_status pdde_elastic_request_leave(pdde_elastic *e, int sig) {
     if (!e || sig < 0 || sig > 255) return PDDE_ERR_INVALID_ARG; /* (no pdde_error: a signal handler may call it) */
     atomic_store(&e->leave_signal, sig);
-    return pdde_elastic_request_leave(e);
+    atomic_store(&e->leave_asked, 1);
+    return PDDE_OK;
 }
 
 pdde_status pdde_elastic_stop_reason(const pdde_elastic *e, int *sig, int *below_min) {
@@ -1560,11 +1555,7 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
     (void)e, (void)out;
     return PDDE_ERR_UNAVAILABLE;
 }
-pdde_status pdde_elastic_request_leave(pdde_elastic *e) {
-    (void)e;
-    return PDDE_ERR_UNAVAILABLE;
-}
-pdde_status pdde_elastic_request_leave_signal(pdde_elastic *e, int sig) {
+pdde_status pdde_elastic_request_leave(pdde_elastic *e, int sig) {
     (void)e, (void)sig;
     return PDDE_ERR_UNAVAILABLE;
 }

@@ -18,7 +18,7 @@
 
 static pdde_elastic *el;
 static volatile sig_atomic_t stop_signal;
-static void on_stop_signal(int sig) { stop_signal = sig, pdde_elastic_request_leave(el); } /* (a flag: safe here) */
+static void on_stop_signal(int sig) { stop_signal = sig, pdde_elastic_request_leave(el, sig); } /* (a flag: safe here) */
 
 #define BATCH 12 /* the global batch: 4, 3, 2 and 1 ranks divide it */
 int main(int argc, char **argv) {

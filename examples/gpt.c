@@ -1619,7 +1619,7 @@ elastic_rebuild:
     int n_ckpt = 0;
     for (int64_t step = first; step < last; step++) {
         int change = 0;
-        if (el && stop_signal) pdde_elastic_request_leave_signal(el, stop_signal); /* (the step is agreed at the boundary: every member learns it there) */
+        if (el && stop_signal) pdde_elastic_request_leave(el, stop_signal); /* (the step is agreed at the boundary: every member learns it there) */
         if (el) TRY(pdde_elastic_step_begin(el, s, pdde_data_position(train), &change));
         if (change == PDDE_ELASTIC_LEAVE) {
             printf("gpt: rank %d leaves the job at step %lld%s%s\n", rank, (long long)step, stop_signal ? ", asked by " : "", stop_signal ? strsignal(stop_signal) : "");
