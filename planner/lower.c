@@ -2036,6 +2036,13 @@ PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, bool host_busy, const
     return (host_memory && !host_busy) || pdde_env_bool("PDDE_ZERO3_PREFETCH", -1) == 1 || (backend && !strcmp(backend, "opencl"));
 }
 
+/* The same on a cluster device of `backend` as the cost model runs it: "cpu" or none on host memory, whose
+ * cores its CPU ranks take all of (busy). The search, the MoE estimate and the simulated programs decide by it. */
+PDDE_PRIVATE bool lower_prefetch_on_backend(const char *backend) {
+    bool host = !backend || !backend[0] || !strcmp(backend, "cpu");
+    return lower_prefetch_gathers(host, true, backend);
+}
+
 /* Work a prefetched gather can travel behind: a node that computes (not a leaf, a view, a wait or
  * another gather). */
 static bool prefetch_overlaps(const pdde_tensor *t) {
@@ -2153,8 +2160,7 @@ static pdde_status lower_zero3_prefetch(lowering *L) {
         bool on_host = registry_device_is_host(L->ctx->registry, c->device) && registry_device_is_host(L->ctx->registry, x->device);
         const char *backend = on_host ? NULL : registry_device_backend(L->ctx->registry, on_device(L, c) ? c->device : x->device);
         const char *model = L->p->fusion_backend; /* (the cost model's program for a cluster device: as that device runs it) */
-        if (model) on_host = !model[0] || !strcmp(model, "cpu"), backend = model;
-        if (!lower_prefetch_gathers(on_host, L->p->host_busy, backend)) {
+        if (!(model ? lower_prefetch_on_backend(model) : lower_prefetch_gathers(on_host, L->p->host_busy, backend))) {
             P->device_collective_axes |= 1u << P->info[c->id].axis; /* (peers on host memory would start theirs early) */
             if (second_of[c->id]) P->device_collective_axes |= 1u << P->info[second_of[c->id]->id].axis;
             continue;

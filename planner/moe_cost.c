@@ -144,8 +144,7 @@ static double moe_alltoall_time(pdde_context *ctx, const pdde_cluster *c, const 
 }
 
 /* How lowering runs ZeRO-3's gathers on these ranks' devices, as the search decides it: prefetched where
- * lower_prefetch_gathers says so for every device's backend (a spec with no backend, or "cpu": host
- * memory, whose cores the CPU ranks take all of), regathered for backward unless PDDE_ZERO3_REGATHER=0. Reads the environment: once a run of
+ * lower_prefetch_on_backend says so for every device's backend, regathered for backward unless PDDE_ZERO3_REGATHER=0. Reads the environment: once a run of
  * devices of one spec. */
 static plan_zero3_gathers moe_zero3_gathers(const pdde_cluster *c, const int *devices, int n_ranks) {
     plan_zero3_gathers z = {.prefetched = true, .regathered = lower_regather_on()};
@@ -153,7 +152,7 @@ static plan_zero3_gathers moe_zero3_gathers(const pdde_cluster *c, const int *de
         const pdde_cluster_device *d = pdde_cluster_find_device(c, devices[r], NULL);
         if (!d || d->spec == last || d->spec < 0 || d->spec >= c->n_specs) continue;
         const char *backend = c->specs[last = d->spec].backend;
-        z.prefetched = lower_prefetch_gathers(!backend[0] || !strcmp(backend, "cpu"), true, backend);
+        z.prefetched = lower_prefetch_on_backend(backend);
     }
     return z;
 }

@@ -434,6 +434,7 @@ PDDE_PRIVATE bool lower_regather_on(void);
  * planner/lower.c), for a gather on host memory (of a host whose ranks take all its cores: host_busy)
  * or on a device of `backend`: lowering decides by it, the search's estimate prices the gathers by it. */
 PDDE_PRIVATE bool lower_prefetch_gathers(bool host_memory, bool host_busy, const char *backend);
+PDDE_PRIVATE bool lower_prefetch_on_backend(const char *backend);
 PDDE_PRIVATE bool lower_host_busy(int hosts, int ranks, int threads);
 PDDE_PRIVATE bool lower_overlap_auto(bool host_busy);
 /* Lowers g for one rank. The program is freed with program_free. */

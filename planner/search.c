@@ -229,18 +229,11 @@ typedef struct {
     bool blocking_gathers;
 } plan_stage_devices;
 
-/* Whether lowering prefetches ZeRO-3's gathers on a device of this backend ("cpu" or none: host memory,
- * whose cores the cost model's CPU ranks take all of: busy). */
-static bool backend_prefetches(const char *backend) {
-    bool host = !backend || !backend[0] || !strcmp(backend, "cpu");
-    return lower_prefetch_gathers(host, true, backend);
-}
-
-/* Each device's !backend_prefetches, decided once a search (it reads the environment: too slow for the
+/* Each device's !lower_prefetch_on_backend, decided once a search (it reads the environment: too slow for the
  * search's inner loops); NULL: out of memory. */
 static bool *plan_blocking_gathers(const pdde_plan_devices *d) {
     bool *b = malloc((size_t)d->n_devices * sizeof *b);
-    for (int i = 0; b && i < d->n_devices; i++) b[i] = !backend_prefetches(d->backend ? d->backend[i] : NULL);
+    for (int i = 0; b && i < d->n_devices; i++) b[i] = !lower_prefetch_on_backend(d->backend ? d->backend[i] : NULL);
     return b;
 }
 
@@ -518,7 +511,7 @@ static void plan_links(plan_eval *e) {
     }
     plan_stage_devices *pl = &e->placed;
     pl->flops = pl->mem_bw = pl->memory = DBL_MAX, pl->op_latency = 0, pl->worst_mem_device = 0;
-    pl->blocking_gathers = !backend_prefetches(d->place_backend);
+    pl->blocking_gathers = !lower_prefetch_on_backend(d->place_backend);
     e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory;
     for (int i = 0; i < r->n && e->place_ok; i++) {
         int dev = r->dev[i];
